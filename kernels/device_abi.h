@@ -1,0 +1,127 @@
+/*
+ * device_abi.h: the one definition of everything the host (Rust, through bindgen) and the CUDA
+ * kernels share: launch arguments, per-communicator device state, connection FIFOs, and the
+ * numbering of collectives, reduction ops and data types. Plain C with fixed-width types so both
+ * compilers lay it out identically; change it only together with both sides.
+ */
+#ifndef FERRONICKEL_DEVICE_ABI_H
+#define FERRONICKEL_DEVICE_ABI_H
+
+#include <stdint.h>
+
+/* Threads per CTA for every kernel. */
+#define FN_NTHREADS 512
+/* Most channels (rings, one CTA each) a communicator uses. */
+#define FN_MAX_CHANNELS 32
+/* FIFO slots per connection: a sender may run this many steps ahead of its receiver. */
+#define FN_NSTEPS 8
+/* Work items carried by value in one launch's parameters. */
+#define FN_MAX_WORKS 32
+/* Alignment (bytes) of FIFO slots, channel partitions and vector accesses. */
+#define FN_ALIGN 16
+
+/* What one work item does. */
+enum fnWorkType {
+  FN_WORK_ALLREDUCE = 0,
+  FN_WORK_REDUCE = 1,
+  FN_WORK_BROADCAST = 2,
+  FN_WORK_ALLGATHER = 3,
+  FN_WORK_REDUCESCATTER = 4,
+  FN_WORK_SEND = 5, /* p2p: bytes from sendbuff to `peer`, one CTA (`blk`) over channel `chan` */
+  FN_WORK_RECV = 6, /* p2p: bytes from `peer` into recvbuff */
+  FN_WORK_COPY = 7, /* a send to self matched with a receive from self: a local copy of `count` bytes */
+};
+
+/* Device reduction operators (the user's ncclRedOp_t maps onto these on the host). */
+enum fnRedOp {
+  FN_OP_SUM = 0,
+  FN_OP_PROD = 1,
+  FN_OP_MAX = 2,
+  FN_OP_MIN = 3,
+  FN_OP_PREMULSUM = 4,  /* sum of (scalar * input): each rank scales its own input as it is first read */
+  FN_OP_SUMPOSTDIV = 5, /* integer ncclAvg: sum, then divide by nRanks where the final value is written */
+  FN_NUM_OPS = 6,
+};
+
+/* Data types, numbered as ncclDataType_t. */
+enum fnDataType {
+  FN_INT8 = 0, FN_UINT8 = 1, FN_INT32 = 2, FN_UINT32 = 3, FN_INT64 = 4, FN_UINT64 = 5,
+  FN_FLOAT16 = 6, FN_FLOAT32 = 7, FN_FLOAT64 = 8, FN_BFLOAT16 = 9, FN_FP8E4M3 = 10, FN_FP8E5M2 = 11,
+  FN_NUM_TYPES = 12,
+};
+
+/* Codes the device writes to fnDevComm.errorFlag. */
+enum fnDevError {
+  FN_DEV_OK = 0,
+  FN_DEV_TIMEOUT = 1, /* a wait on a peer exceeded timeoutNs: a rank never called, or counts disagree */
+  FN_DEV_ABORTED = 2, /* the host set abortFlag */
+};
+
+/* Sender half of a connection: we write into the receiver's FIFO and tail, it writes our head. */
+typedef struct fnConnSend {
+  char* buff;                /* receiver's FIFO: FN_NSTEPS slots of slotBytes (peer memory) */
+  volatile uint64_t* tail;   /* receiver's count of posted steps (peer memory; we store step+1) */
+  volatile uint64_t* head;   /* our memory: receiver's count of consumed steps */
+  uint64_t step;             /* steps we have posted; persists across launches */
+} fnConnSend;
+
+/* Receiver half: the sender fills our FIFO and tail; we report consumption in its head. */
+typedef struct fnConnRecv {
+  char* buff;                /* our FIFO */
+  volatile uint64_t* tail;   /* our memory: sender's count of posted steps */
+  volatile uint64_t* head;   /* sender's memory: we store step+1 after consuming a slot */
+  uint64_t step;             /* steps we have consumed; persists across launches */
+} fnConnRecv;
+
+/* Both directions between us and one peer on one channel. buff == NULL: not connected. */
+typedef struct fnConn {
+  fnConnSend send;
+  fnConnRecv recv;
+} fnConn;
+
+/* One ring (one channel). */
+typedef struct fnRing {
+  int32_t prev, next; /* ranks */
+  int32_t index;      /* our position in userRanks */
+  int32_t pad;
+  int32_t* userRanks; /* device array: rank at each ring position, nRanks entries */
+} fnRing;
+
+/* Per-communicator device state, in device memory, written by the host at init. */
+typedef struct fnDevComm {
+  int32_t rank, nRanks, nChannels;
+  int32_t slotBytes;                 /* bytes per FIFO slot, a multiple of FN_ALIGN */
+  fnRing rings[FN_MAX_CHANNELS];
+  fnConn* conns;                     /* conns[peer * FN_MAX_CHANNELS + channel] */
+  volatile uint32_t* abortFlag;      /* host-mapped: nonzero asks every kernel of this comm to stop */
+  volatile uint32_t* errorFlag;      /* host-mapped: the device reports an fnDevError here */
+  uint64_t timeoutNs;                /* a wait longer than this fails with FN_DEV_TIMEOUT; 0 = never */
+} fnDevComm;
+
+/* One operation. Element counts are in elements of `dtype`, except p2p/copy which are bytes. */
+typedef struct fnWork {
+  const void* sendbuff;
+  void* recvbuff;
+  uint64_t count;      /* AllReduce/Reduce/Broadcast: elements; AllGather: per-rank input elements;
+                          ReduceScatter: per-rank output elements; Send/Recv/Copy: bytes */
+  uint64_t scalar;     /* PreMulSum: the scalar's bits in dtype (host immediate), or a device
+                          pointer to it when scalarIsPtr */
+  int32_t type;        /* fnWorkType */
+  int32_t root;        /* Reduce/Broadcast: root rank; Send/Recv: peer rank */
+  int32_t blk;         /* Send/Recv/Copy: the CTA that runs it; collectives use every CTA */
+  int32_t chan;        /* Send/Recv: the channel (connection) it uses */
+  uint8_t op;          /* fnRedOp */
+  uint8_t dtype;       /* fnDataType */
+  uint8_t scalarIsPtr;
+  uint8_t pad[5];
+} fnWork;
+
+/* The kernel parameter, passed by value: the comm and the works to run in order. */
+typedef struct fnKernelArgs {
+  fnDevComm* comm;
+  int32_t nWorks;
+  int32_t pad;
+  fnWork works[FN_MAX_WORKS];
+} fnKernelArgs;
+
+#endif /* FERRONICKEL_DEVICE_ABI_H */

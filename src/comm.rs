@@ -1,0 +1,6 @@
+//! The communicator: what `ncclComm_t` points at (being written).
+
+/// Opaque to C; `ncclComm_t` is a pointer to it.
+pub struct ncclComm {
+    _private: (),
+}

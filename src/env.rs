@@ -1,0 +1,126 @@
+//! NCCL_* parameters, read once and cached, as NCCL's `NCCL_PARAM` does.
+//!
+//! A value comes from the environment first, then from the configuration file: `NCCL_CONF_FILE`
+//! if set, else `~/.nccl.conf`, else `/etc/nccl.conf` (lines `NAME=value`, `#` comments).
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// Parses `NAME=value` lines; later lines win, comments and malformed lines are skipped.
+pub fn parse_conf(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .collect()
+}
+
+fn conf_file() -> &'static HashMap<String, String> {
+    static CONF: OnceLock<HashMap<String, String>> = OnceLock::new();
+    CONF.get_or_init(|| {
+        let mut paths = Vec::new();
+        if let Ok(p) = std::env::var("NCCL_CONF_FILE") {
+            paths.push(p);
+        } else {
+            if let Ok(home) = std::env::var("HOME") {
+                paths.push(format!("{home}/.nccl.conf"));
+            }
+            paths.push("/etc/nccl.conf".to_string());
+        }
+        // The first file found is the one NCCL uses.
+        paths
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())
+            .map(|t| parse_conf(&t))
+            .unwrap_or_default()
+    })
+}
+
+/// The raw value of a parameter: environment first, then the configuration file.
+pub fn get(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty()).or_else(|| conf_file().get(name).cloned())
+}
+
+/// Parses an integer the way NCCL does (decimal or 0x-prefixed hex).
+pub fn parse_i64(v: &str) -> Option<i64> {
+    let v = v.trim();
+    match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(h) => i64::from_str_radix(h, 16).ok(),
+        None => v.parse().ok(),
+    }
+}
+
+/// Declares a cached integer parameter: `int_param!(buffsize, "NCCL_BUFFSIZE", 4 << 20);`.
+#[macro_export]
+macro_rules! int_param {
+    ($(#[$m:meta])* $fn:ident, $name:literal, $default:expr) => {
+        $(#[$m])*
+        pub fn $fn() -> i64 {
+            static V: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+            *V.get_or_init(|| match $crate::env::get($name) {
+                None => $default,
+                Some(s) => match $crate::env::parse_i64(&s) {
+                    Some(v) => {
+                        $crate::nccl_info!($crate::debug::Subsys::ENV, "{} set by environment to {}", $name, v);
+                        v
+                    }
+                    None => {
+                        $crate::nccl_warn!("Invalid value {:?} for {}, using default {}", s, $name, $default);
+                        $default
+                    }
+                },
+            })
+        }
+    };
+}
+
+/// Declares a cached string parameter.
+#[macro_export]
+macro_rules! str_param {
+    ($(#[$m:meta])* $fn:ident, $name:literal) => {
+        $(#[$m])*
+        pub fn $fn() -> Option<&'static str> {
+            static V: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+            V.get_or_init(|| $crate::env::get($name)).as_deref()
+        }
+    };
+}
+
+int_param!(
+    /// Seconds a bootstrap wait (root, peers, ring) may take before it fails naming who is missing.
+    bootstrap_timeout_s, "NCCL_BOOTSTRAP_TIMEOUT", 120
+);
+str_param!(
+    /// `NCCL_COMM_ID=<host>:<port>`: a fixed root address instead of a fresh listener.
+    comm_id, "NCCL_COMM_ID"
+);
+str_param!(
+    /// Interface selection for bootstrap sockets, NCCL's syntax (`eth`, `^docker`, `=eth0`).
+    socket_ifname, "NCCL_SOCKET_IFNAME"
+);
+str_param!(
+    /// Overrides the host identity used to decide which ranks share a machine.
+    hostid, "NCCL_HOSTID"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conf_lines() {
+        let m = parse_conf("# comment\nNCCL_DEBUG=INFO\n  NCCL_BUFFSIZE = 0x100 # trailing\nbogus\n=x\n");
+        assert_eq!(m.get("NCCL_DEBUG").map(String::as_str), Some("INFO"));
+        assert_eq!(m.get("NCCL_BUFFSIZE").map(String::as_str), Some("0x100"));
+        assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn ints() {
+        assert_eq!(parse_i64("0x100"), Some(256));
+        assert_eq!(parse_i64(" 42 "), Some(42));
+        assert_eq!(parse_i64("-1"), Some(-1));
+        assert_eq!(parse_i64("abc"), None);
+    }
+}

@@ -1,0 +1,14 @@
+//! ferronickel: a drop-in replacement for NVIDIA NCCL 2.28, built as `libnccl.so.2`.
+//!
+//! The C ABI lives in [`api`]; everything behind it is ordinary Rust: [`bootstrap`] (TCP
+//! rendezvous), [`topo`] (rings), [`transport`] (connection FIFOs between GPUs), [`enqueue`]
+//! (turning calls into kernel launches) and [`cuda`] (the driver, loaded at run time).
+
+pub mod debug;
+pub mod env;
+pub mod error;
+pub mod types;
+
+pub mod bootstrap;
+pub mod abi;
+pub mod comm;
