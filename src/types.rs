@@ -4,7 +4,7 @@
 //! here: a C caller may pass any integer, and an out-of-range value in a Rust enum would be
 //! undefined behaviour before we could reject it. Their C `typedef enum`s live in
 //! `cbindgen.toml` and the ABI test checks both against NVIDIA's header.
-#![allow(non_camel_case_types, non_upper_case_globals)]
+#![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
