@@ -1,7 +1,489 @@
-//! The communicator: what `ncclComm_t` points at (being written).
+//! The communicator: what `ncclComm_t` points at.
+//!
+//! A handle ([`ncclComm`]) exists from the moment `ncclCommInitRank*` is called; the
+//! communicator itself ([`Comm`]) appears when initialisation finishes (at once for blocking
+//! configs, from a background thread for `blocking = 0`). Live handles are kept in a registry,
+//! so a stale or garbage `ncclComm_t` is reported instead of dereferenced.
 
-/// Opaque to C; `ncclComm_t` is a pointer to it.
+use crate::abi::{self, fnDevComm, fnKernelArgs, fnRing, FN_NTHREADS};
+use crate::bootstrap::{Bootstrap, BootstrapId};
+use crate::cuda::{self, module, Context, CUstream, DeviceBuffer, Event, HostMapped};
+use crate::enqueue::{DevOp, Launch};
+use crate::error::{Error, Result};
+use crate::topo::{self, PeerInfo, Ring};
+use crate::transport::p2p::{self, ConnPlan, P2pTransport};
+use crate::types::{ncclComm_t, ncclDataType_t, ncclResult_t, NCCL_SPLIT_NOCOLOR};
+use cudarc::driver::sys;
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+crate::int_param!(
+    /// NCCL_WATCHDOG_TIMEOUT_MS: how long a kernel may wait on a peer before it gives up and the
+    /// communicator reports an error through ncclCommGetAsyncError (0 = wait forever).
+    watchdog_timeout_ms, "NCCL_WATCHDOG_TIMEOUT_MS", 30 * 60 * 1000
+);
+crate::int_param!(
+    /// NCCL_CHECK_POINTERS: check that buffers are device memory before enqueuing (default on).
+    check_pointers, "NCCL_CHECK_POINTERS", 1
+);
+
+/// The parts of `ncclConfig_t` we act on, with NCCL's defaults filled in.
+#[derive(Debug, Clone, Default)]
+pub struct CommConfig {
+    pub blocking: bool,
+    pub min_ctas: Option<usize>,
+    pub max_ctas: Option<usize>,
+    pub name: Option<String>,
+}
+
+/// A user reduction operator from `ncclRedOpCreatePreMulSum`.
+#[derive(Debug, Clone, Copy)]
+pub struct UserOp {
+    pub dtype: ncclDataType_t,
+    pub op: DevOp,
+}
+
+/// Where a communicator is in its life.
+pub enum Phase {
+    Initializing,
+    Ready(Arc<Comm>),
+    Failed(Error),
+    /// After ncclCommFinalize: queries work, new operations don't.
+    Finalized(Arc<Comm>),
+}
+
+/// What `ncclComm_t` points at.
 #[allow(non_camel_case_types)]
 pub struct ncclComm {
-    _private: (),
+    pub phase: Arc<Mutex<Phase>>,
+}
+
+/// Addresses of live handles, and of destroyed ones (to say "destroyed" rather than "invalid").
+static LIVE: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+static RETIRED: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+impl ncclComm {
+    /// Boxes a handle and registers it; the pointer goes to the caller.
+    pub fn publish(phase: Phase) -> (ncclComm_t, Arc<Mutex<Phase>>) {
+        let phase = Arc::new(Mutex::new(phase));
+        let ptr = Box::into_raw(Box::new(ncclComm { phase: phase.clone() }));
+        LIVE.lock().get_or_insert_with(HashSet::new).insert(ptr as usize);
+        if let Some(r) = RETIRED.lock().as_mut() {
+            r.remove(&(ptr as usize));
+        }
+        (ptr, phase)
+    }
+
+    /// Checks a handle from C and borrows it.
+    ///
+    /// # Safety
+    /// The registry guarantees the pointer came from `publish` and was not retired; the caller
+    /// must not retire it while the borrow lives (the C API's contract: no destroy concurrent
+    /// with use).
+    pub unsafe fn from_handle<'a>(comm: ncclComm_t, arg: &str) -> Result<&'a ncclComm> {
+        if comm.is_null() {
+            crate::bail_arg!("{arg} is NULL");
+        }
+        let live = LIVE.lock().as_ref().is_some_and(|s| s.contains(&(comm as usize)));
+        if !live {
+            if RETIRED.lock().as_ref().is_some_and(|s| s.contains(&(comm as usize))) {
+                crate::bail_usage!("{arg} {comm:p} was already destroyed");
+            }
+            crate::bail_arg!("{arg} {comm:p} is not a communicator created by this library");
+        }
+        // SAFETY: registered by publish and not yet retired (see above).
+        Ok(unsafe { &*comm })
+    }
+
+    /// Unregisters and frees a handle.
+    ///
+    /// # Safety
+    /// `comm` must have passed `from_handle`; no other thread may use it afterwards.
+    pub unsafe fn retire(comm: ncclComm_t) {
+        LIVE.lock().get_or_insert_with(HashSet::new).remove(&(comm as usize));
+        RETIRED.lock().get_or_insert_with(HashSet::new).insert(comm as usize);
+        // SAFETY: created by Box::into_raw in publish, freed exactly once (it left LIVE above).
+        drop(unsafe { Box::from_raw(comm) });
+    }
+
+    /// The communicator, if it is ready for new operations.
+    pub fn ready(&self) -> Result<Arc<Comm>> {
+        match &*self.phase.lock() {
+            Phase::Ready(c) => {
+                c.check_health()?;
+                Ok(c.clone())
+            }
+            Phase::Initializing => {
+                Err(Error::InvalidUsage("communicator is still initializing (poll ncclCommGetAsyncError until it returns ncclSuccess)".into()))
+            }
+            Phase::Failed(e) => Err(e.clone().context("communicator initialization failed earlier")),
+            Phase::Finalized(_) => Err(Error::InvalidUsage("communicator was finalized; only ncclCommDestroy is allowed now".into())),
+        }
+    }
+
+    /// The communicator for queries (rank, count, device): ready or finalized.
+    pub fn queryable(&self) -> Result<Arc<Comm>> {
+        match &*self.phase.lock() {
+            Phase::Ready(c) | Phase::Finalized(c) => Ok(c.clone()),
+            Phase::Initializing => Err(Error::InvalidUsage("communicator is still initializing".into())),
+            Phase::Failed(e) => Err(e.clone().context("communicator initialization failed earlier")),
+        }
+    }
+
+    /// ncclCommGetAsyncError: InProgress while initializing, the failure if any, else Success.
+    pub fn async_error(&self) -> ncclResult_t {
+        match &*self.phase.lock() {
+            Phase::Initializing => ncclResult_t::ncclInProgress,
+            Phase::Failed(e) => e.code(),
+            Phase::Ready(c) | Phase::Finalized(c) => match c.check_health() {
+                Ok(()) => ncclResult_t::ncclSuccess,
+                Err(e) => {
+                    crate::nccl_warn!("{e}");
+                    e.code()
+                }
+            },
+        }
+    }
+}
+
+/// Device resources, released with the communicator's context current.
+struct Resources {
+    _transport: P2pTransport,
+    dev_comm: DeviceBuffer,
+    _conns: DeviceBuffer,
+    _ring_ranks: DeviceBuffer,
+    /// [abort requested by the host, error reported by the device]
+    flags: HostMapped,
+}
+
+const FLAG_ABORT: usize = 0;
+const FLAG_ERROR: usize = 1;
+
+/// Orders our launches across streams and lets destroy/abort wait for them.
+struct LaunchState {
+    last: Event,
+    last_stream: Option<usize>,
+}
+
+/// An initialised communicator.
+pub struct Comm {
+    pub rank: usize,
+    pub nranks: usize,
+    pub dev: i32,
+    /// Compute capability major of our GPU (fp8 needs 9).
+    pub cc_major: i32,
+    pub nchannels: usize,
+    pub config: CommConfig,
+    pub bootstrap: Bootstrap,
+    pub peers: Vec<PeerInfo>,
+    pub ring: Ring,
+    pub user_ops: Mutex<Vec<Option<UserOp>>>,
+    pub registrations: Mutex<HashSet<usize>>,
+    watchdog: Duration,
+    launch_state: Mutex<LaunchState>,
+    res: Option<Resources>,
+    leak: std::sync::atomic::AtomicBool,
+    ctx: Context,
+}
+
+const TAG_SPLIT: u32 = 0x5b17;
+
+/// Creates a rank's communicator on device `dev`: rendezvous, topology, connections.
+pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config: CommConfig) -> Result<Comm> {
+    cuda::init()?;
+    let start = Instant::now();
+    crate::debug::set_log_device(dev);
+    let ctx = cuda::primary_context(dev)?;
+    let _guard = ctx.enter()?;
+    let timeout = Duration::from_secs(crate::env::bootstrap_timeout_s().max(1) as u64);
+    let bootstrap = Bootstrap::init(id, rank, nranks, timeout)?;
+
+    let me = PeerInfo {
+        rank: rank as u32,
+        host_hash: topo::host_hash(),
+        pid: std::process::id(),
+        dev,
+        bus_id: {
+            let mut b = [0u8; 16];
+            let s = cuda::pci_bus_id(dev)?;
+            let n = s.len().min(16);
+            b[..n].copy_from_slice(&s.as_bytes()[..n]);
+            b
+        },
+    };
+    let peers: Vec<PeerInfo> =
+        bootstrap.allgather(&me.encode())?.iter().map(|b| PeerInfo::decode(b)).collect::<Result<_>>()?;
+    if let Some(p) = peers.iter().find(|p| p.host_hash != me.host_hash) {
+        crate::bail_usage!(
+            "rank {} is on another host; ferronickel does not have a network transport yet (single-node only)",
+            p.rank
+        );
+    }
+    let sharing = peers.iter().filter(|p| p.same_gpu(&me)).count();
+    if sharing > 1 {
+        crate::nccl_info!(
+            crate::debug::Subsys::INIT,
+            "{sharing} ranks share GPU {} ({}); NCCL refuses this, ferronickel allows it",
+            dev,
+            me.bus_id_str()
+        );
+    }
+    let max_per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
+    let mut nchannels = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
+    if let Some(max) = config.max_ctas {
+        nchannels = nchannels.min(max.max(1));
+    }
+    if let Some(min) = config.min_ctas {
+        nchannels = nchannels.max(min).min(abi::FN_MAX_CHANNELS as usize);
+    }
+    let order = topo::ring_order(&peers);
+    let ring = Ring::new(&order, rank);
+    let plan = ConnPlan {
+        nranks,
+        ring_channels: nchannels,
+        p2p_channels: (p2p::p2p_nchannels().clamp(1, abi::FN_MAX_CHANNELS as i64)) as usize,
+        order,
+        fifo_bytes: p2p::fifo_bytes(p2p::buffsize()),
+    };
+
+    let (arena, addr) = P2pTransport::allocate(&plan, rank)?;
+    let addrs = bootstrap
+        .allgather(&addr.encode())?
+        .iter()
+        .map(|b| p2p::ArenaAddr::decode(b))
+        .collect::<Result<Vec<_>>>()?;
+    let transport = P2pTransport::connect(arena, rank, &me, &peers, &addrs, &plan)?;
+
+    let table = transport.conn_table(&plan, rank);
+    let conns = DeviceBuffer::zeroed(std::mem::size_of_val(&table[..]))?;
+    conns.write(0, &table)?;
+    let ring_ranks_host: Vec<i32> = ring.user_ranks.iter().map(|&r| r as i32).collect();
+    let ring_ranks = DeviceBuffer::zeroed(4 * nranks)?;
+    ring_ranks.write(0, &ring_ranks_host)?;
+    let flags = HostMapped::zeroed(2)?;
+    let watchdog = Duration::from_millis(watchdog_timeout_ms().max(0) as u64);
+
+    let mut dc = fnDevComm {
+        rank: rank as i32,
+        nRanks: nranks as i32,
+        nChannels: nchannels as i32,
+        slotBytes: plan.slot_bytes() as i32,
+        conns: conns.ptr as *mut _,
+        abortFlag: (flags.dev + 4 * FLAG_ABORT as u64) as *mut _,
+        errorFlag: (flags.dev + 4 * FLAG_ERROR as u64) as *mut _,
+        timeoutNs: watchdog.as_nanos() as u64,
+        ..Default::default()
+    };
+    for c in 0..nchannels {
+        dc.rings[c] = fnRing {
+            prev: ring.prev as i32,
+            next: ring.next as i32,
+            index: ring.index as i32,
+            pad: 0,
+            userRanks: ring_ranks.ptr as *mut _,
+        };
+    }
+    let dev_comm = DeviceBuffer::zeroed(std::mem::size_of::<fnDevComm>())?;
+    dev_comm.write(0, std::slice::from_ref(&dc))?;
+    // Nobody launches until every peer has mapped everyone's buffers.
+    bootstrap.barrier()?;
+
+    crate::nccl_info!(
+        crate::debug::Subsys::INIT,
+        "comm rank {rank}/{nranks} on device {dev} ({}) ready: {nchannels} channels, ring {:?}, {} B FIFO slots, init {:.3} s",
+        me.bus_id_str(),
+        ring.user_ranks,
+        plan.slot_bytes(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(Comm {
+        rank,
+        nranks,
+        dev,
+        cc_major: cuda::compute_capability_major(dev)?,
+        nchannels,
+        config,
+        bootstrap,
+        peers,
+        ring,
+        user_ops: Mutex::new(Vec::new()),
+        registrations: Mutex::new(HashSet::new()),
+        watchdog,
+        launch_state: Mutex::new(LaunchState { last: Event::new()?, last_stream: None }),
+        res: Some(Resources { _transport: transport, dev_comm, _conns: conns, _ring_ranks: ring_ranks, flags }),
+        leak: std::sync::atomic::AtomicBool::new(false),
+        ctx,
+    })
+}
+
+/// ncclCommSplit: ranks with the same color form a new communicator, ordered by (key, rank).
+pub fn split(parent: &Comm, color: i32, key: i32, config: CommConfig) -> Result<Option<Comm>> {
+    let mine: Vec<u8> = [color.to_le_bytes(), key.to_le_bytes()].concat();
+    let all = parent.bootstrap.allgather(&mine)?;
+    let decoded: Vec<(i32, i32)> = all
+        .iter()
+        .map(|b| {
+            let b: [u8; 8] = b.as_slice().try_into().map_err(|_| Error::Internal("bad split record".into()))?;
+            Ok((i32::from_le_bytes(b[..4].try_into().unwrap()), i32::from_le_bytes(b[4..].try_into().unwrap())))
+        })
+        .collect::<Result<_>>()?;
+    if color == NCCL_SPLIT_NOCOLOR {
+        return Ok(None);
+    }
+    let members = split_members(&decoded, color);
+    let new_rank = members.iter().position(|&r| r == parent.rank).expect("we have our color");
+    let leader = members[0];
+    let id = if parent.rank == leader {
+        let id = crate::bootstrap::new_unique_id()?;
+        let bytes = id.to_unique_id().to_bytes();
+        for &m in &members[1..] {
+            parent.bootstrap.send(m, TAG_SPLIT, &bytes)?;
+        }
+        id
+    } else {
+        let bytes = parent.bootstrap.recv(leader, TAG_SPLIT)?;
+        BootstrapId::from_unique_id(&crate::types::ncclUniqueId::from_bytes(&bytes)?)?
+    };
+    init_rank(&id, members.len(), new_rank, parent.dev, config).map(Some)
+}
+
+/// The parent ranks that share `color`, in new-rank order: by key, then by parent rank.
+pub fn split_members(colors_keys: &[(i32, i32)], color: i32) -> Vec<usize> {
+    let mut m: Vec<usize> = (0..colors_keys.len()).filter(|&r| colors_keys[r].0 == color).collect();
+    m.sort_by_key(|&r| (colors_keys[r].1, r));
+    m
+}
+
+impl Comm {
+    fn res(&self) -> &Resources {
+        self.res.as_ref().expect("resources live until drop")
+    }
+
+    /// Fails if a kernel reported a timeout or the communicator was aborted.
+    pub fn check_health(&self) -> Result<()> {
+        let flags = &self.res().flags;
+        if flags.get(FLAG_ABORT) != 0 {
+            crate::bail_usage!("communicator was aborted");
+        }
+        match flags.get(FLAG_ERROR) {
+            0 => Ok(()),
+            x if x == abi::FN_DEV_TIMEOUT => Err(Error::Remote(format!(
+                "rank {}: a collective waited more than {:?} (NCCL_WATCHDOG_TIMEOUT_MS) for a peer; a rank did not call it or called it with different arguments. Abort the communicator.",
+                self.rank, self.watchdog
+            ))),
+            x => Err(Error::Internal(format!("rank {}: device reported error code {x}", self.rank))),
+        }
+    }
+
+    /// Launches planned kernels on their streams, in order.
+    pub fn launch(&self, launches: &[Launch]) -> Result<()> {
+        self.check_health()?;
+        let _g = self.ctx.enter()?;
+        let mut st = self.launch_state.lock();
+        for l in launches {
+            let kernel = module::kernel(self.dev, &l.kernel)?;
+            let mut args = fnKernelArgs { comm: self.res().dev_comm.ptr as *mut _, nWorks: l.works.len() as i32, ..Default::default() };
+            args.works[..l.works.len()].copy_from_slice(&l.works);
+            let capturing = is_capturing(l.stream)?;
+            // Our kernels on one communicator share FIFOs: keep them in issue order across streams.
+            if !capturing && st.last_stream.is_some_and(|s| s != l.stream as usize) {
+                wait_event(l.stream, &st.last)?;
+            }
+            let joins: Vec<Event> = l.joined.iter().map(|_| Event::new()).collect::<Result<_>>()?;
+            for (s, e) in l.joined.iter().zip(&joins) {
+                e.record(*s)?;
+                wait_event(l.stream, e)?;
+            }
+            crate::nccl_trace!(crate::debug::Subsys::COLL, "rank {} launch {} grid {} works {}", self.rank, l.kernel, l.grid, l.works.len());
+            cuda::launch(kernel.0, l.grid, FN_NTHREADS, l.stream, &args)?;
+            for (s, e) in l.joined.iter().zip(&joins) {
+                e.record(l.stream)?;
+                wait_event(*s, e)?;
+            }
+            if !capturing {
+                st.last.record(l.stream)?;
+                st.last_stream = Some(l.stream as usize);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until our last launch finished, or the deadline passes (then false).
+    pub fn wait_idle(&self, deadline: Option<Instant>) -> Result<bool> {
+        let _g = self.ctx.enter()?;
+        let st = self.launch_state.lock();
+        loop {
+            if st.last.is_done()? {
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Asks every running kernel of this communicator to stop.
+    pub fn request_abort(&self) {
+        self.res().flags.set(FLAG_ABORT, 1);
+    }
+
+    /// Leaves the device memory allocated: abort could not confirm that our kernels stopped,
+    /// and freeing memory a running kernel uses would crash it.
+    pub fn leak_resources(&self) {
+        self.leak.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        if self.leak.load(std::sync::atomic::Ordering::Relaxed) {
+            std::mem::forget(self.res.take());
+            return;
+        }
+        // Device memory is freed with our context current.
+        if let Ok(_g) = self.ctx.enter() {
+            self.res.take();
+        }
+    }
+}
+
+fn is_capturing(stream: CUstream) -> Result<bool> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: valid out-pointer; the stream handle comes from the user (the driver validates it).
+    cuda::check(unsafe { sys::cuStreamIsCapturing(stream, &mut status) }, "cuStreamIsCapturing")?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+fn wait_event(stream: CUstream, e: &Event) -> Result<()> {
+    // SAFETY: both handles are valid; flags 0.
+    cuda::check(unsafe { sys::cuStreamWaitEvent(stream, e.0, 0) }, "cuStreamWaitEvent")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_orders_by_key_then_rank() {
+        let ck = [(0, 5), (1, 0), (0, 1), (0, 5), (NCCL_SPLIT_NOCOLOR, 0)];
+        assert_eq!(split_members(&ck, 0), vec![2, 0, 3]);
+        assert_eq!(split_members(&ck, 1), vec![1]);
+        assert!(split_members(&ck, 7).is_empty());
+    }
+
+    #[test]
+    fn handles_are_checked() {
+        // SAFETY: exercising the registry with a NULL and a made-up pointer: neither is dereferenced.
+        unsafe {
+            assert!(matches!(ncclComm::from_handle(std::ptr::null_mut(), "comm"), Err(Error::InvalidArgument(_))));
+            assert!(matches!(ncclComm::from_handle(0x1234 as ncclComm_t, "comm"), Err(Error::InvalidArgument(_))));
+            let (p, _) = ncclComm::publish(Phase::Initializing);
+            assert!(ncclComm::from_handle(p, "comm").is_ok());
+            ncclComm::retire(p);
+            assert!(matches!(ncclComm::from_handle(p, "comm"), Err(Error::InvalidUsage(_))));
+        }
+    }
 }

@@ -12,3 +12,10 @@ pub mod types;
 pub mod bootstrap;
 pub mod abi;
 pub mod comm;
+pub mod cuda;
+pub mod enqueue;
+pub mod group;
+pub mod topo;
+pub mod transport;
+#[allow(non_snake_case, non_upper_case_globals)]
+pub mod api;

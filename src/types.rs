@@ -23,6 +23,9 @@ pub enum ncclResult_t {
     ncclNumResults = 8,
 }
 
+/// An `ncclResult_t` coming *in* from C (ncclGetErrorString): any int is possible there.
+/// cbindgen:ignore
+pub type ncclResultCode = c_int;
 /// cbindgen:ignore
 pub type ncclDataType_t = c_int;
 /// cbindgen:ignore
@@ -74,6 +77,20 @@ pub const ncclScalarHostImmediate: ncclScalarResidence_t = 1;
 #[derive(Clone, Copy)]
 pub struct ncclUniqueId {
     pub internal: [c_char; NCCL_UNIQUE_ID_BYTES],
+}
+
+impl ncclUniqueId {
+    pub fn to_bytes(&self) -> [u8; NCCL_UNIQUE_ID_BYTES] {
+        self.internal.map(|c| c as u8)
+    }
+
+    /// From bytes a peer sent; anything but exactly 128 bytes is rejected.
+    pub fn from_bytes(b: &[u8]) -> crate::error::Result<ncclUniqueId> {
+        let arr: [u8; NCCL_UNIQUE_ID_BYTES] = b.try_into().map_err(|_| {
+            crate::error::Error::InvalidArgument(format!("unique id of {} bytes, expected {NCCL_UNIQUE_ID_BYTES}", b.len()))
+        })?;
+        Ok(ncclUniqueId { internal: arr.map(|x| x as c_char) })
+    }
 }
 
 /// Opaque communicator handle (`struct ncclComm*` in C).

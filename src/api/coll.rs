@@ -1,0 +1,599 @@
+//! Collectives, point-to-point, and user reduction operators.
+//!
+//! Every entry goes the same way (NCCL's habit): check the communicator, check every argument,
+//! then hand tasks to the group layer, which launches at once outside a group.
+
+use super::{boundary, comm_arg, non_null, rank_arg, write_out, SUCCESS};
+use crate::abi;
+use crate::comm::{Comm, UserOp};
+use crate::enqueue::{CollKind, CollTask, DevOp, Task};
+use crate::error::{Error, Result};
+use crate::group::{self, Queued};
+use crate::types::*;
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+/// A buffer argument: NULL is refused when it will be touched, and (NCCL_CHECK_POINTERS=1, the
+/// default) so is memory the GPU cannot address, which would otherwise kill the context.
+fn buffer(p: *const c_void, bytes: usize, used: bool, arg: &str) -> Result<u64> {
+    if !used || bytes == 0 {
+        return Ok(p as u64);
+    }
+    if p.is_null() {
+        crate::bail_arg!("{arg} is NULL but {bytes} bytes must be accessed");
+    }
+    if crate::comm::check_pointers() != 0 && !crate::cuda::is_device_pointer(p) {
+        crate::bail_arg!("{arg} {p:p} is not memory the GPU can access (allocate it with cudaMalloc or register it)");
+    }
+    Ok(p as u64)
+}
+
+/// Element size, refusing unknown types and fp8 on GPUs older than Hopper.
+fn dtype_arg(comm: &Comm, dtype: ncclDataType_t) -> Result<usize> {
+    let size = dtype_size(dtype).ok_or_else(|| Error::InvalidArgument(format!("datatype {dtype} is not a valid ncclDataType_t")))?;
+    if matches!(dtype, ncclFloat8e4m3 | ncclFloat8e5m2) && comm.cc_major < 9 {
+        crate::bail_arg!("datatype {} needs compute capability 9.0 or newer (device {} has {}.x)", dtype_name(dtype), comm.dev, comm.cc_major);
+    }
+    Ok(size)
+}
+
+/// Bytes of `count` elements times `factor`, refusing overflow.
+fn bytes_of(count: usize, elem: usize, factor: usize, arg: &str) -> Result<usize> {
+    count
+        .checked_mul(elem)
+        .and_then(|b| b.checked_mul(factor))
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| Error::InvalidArgument(format!("{arg} {count} overflows the addressable size")))
+}
+
+/// Bits of `v` rounded to the nearest value of a float type (for ncclAvg's 1/nranks).
+pub fn float_bits(v: f64, dtype: ncclDataType_t) -> u64 {
+    fn minifloat(v: f64, ebits: i32, mbits: i32) -> u64 {
+        // v is positive and finite here; subnormals are handled, overflow cannot happen for 1/n.
+        let bias = (1 << (ebits - 1)) - 1;
+        let e = v.log2().floor() as i32;
+        if e < 1 - bias {
+            return (v / 2f64.powi(1 - bias - mbits)).round_ties_even() as u64;
+        }
+        let mant = ((v / 2f64.powi(e) - 1.0) * 2f64.powi(mbits)).round_ties_even() as u64;
+        (((e + bias) as u64) << mbits) + mant
+    }
+    match dtype {
+        ncclFloat64 => v.to_bits(),
+        ncclFloat32 => (v as f32).to_bits() as u64,
+        ncclFloat16 => minifloat(v, 5, 10),
+        ncclBfloat16 => minifloat(v, 8, 7),
+        ncclFloat8e4m3 => minifloat(v, 4, 3),
+        ncclFloat8e5m2 => minifloat(v, 5, 2),
+        _ => 0,
+    }
+}
+
+/// The device operator for a user-visible `ncclRedOp_t`.
+fn op_arg(comm: &Comm, op: ncclRedOp_t, dtype: ncclDataType_t) -> Result<DevOp> {
+    Ok(match op {
+        ncclSum => DevOp::plain(abi::FN_OP_SUM),
+        ncclProd => DevOp::plain(abi::FN_OP_PROD),
+        ncclMax => DevOp::plain(abi::FN_OP_MAX),
+        ncclMin => DevOp::plain(abi::FN_OP_MIN),
+        // Floats average as NCCL does: each rank pre-multiplies by 1/n; integers divide at the end.
+        ncclAvg if dtype_is_float(dtype) => {
+            DevOp { kind: abi::FN_OP_PREMULSUM, scalar: float_bits(1.0 / comm.nranks as f64, dtype), scalar_is_ptr: false }
+        }
+        ncclAvg => DevOp::plain(abi::FN_OP_SUMPOSTDIV),
+        _ => {
+            let ops = comm.user_ops.lock();
+            let user = usize::try_from(op - ncclNumOps).ok().and_then(|i| ops.get(i).copied().flatten());
+            match user {
+                Some(u) if u.dtype == dtype => u.op,
+                Some(u) => crate::bail_arg!(
+                    "op {op} was created for {} but is used with {}",
+                    dtype_name(u.dtype),
+                    dtype_name(dtype)
+                ),
+                None => crate::bail_arg!("op {op} is not a valid ncclRedOp_t on this communicator"),
+            }
+        }
+    })
+}
+
+fn submit(comm: &Arc<Comm>, stream: cudaStream_t, tasks: Vec<Task>) -> Result<ncclResult_t> {
+    let ops = tasks.into_iter().map(|task| Queued { comm: comm.clone(), stream: stream as _, task }).collect();
+    group::submit(ops)?;
+    SUCCESS
+}
+
+/// The reducing and data-moving collectives share everything but their buffer sizes.
+#[allow(clippy::too_many_arguments)]
+fn collective(
+    kind: CollKind,
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    dtype: ncclDataType_t,
+    op: Option<ncclRedOp_t>,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> Result<ncclResult_t> {
+    let c = comm_arg(comm)?.ready()?;
+    let elem = dtype_arg(&c, dtype)?;
+    let dev_op = match op {
+        Some(op) => op_arg(&c, op, dtype)?,
+        None => DevOp::plain(abi::FN_OP_SUM),
+    };
+    let rooted = matches!(kind, CollKind::Reduce | CollKind::Broadcast);
+    let root = if rooted { rank_arg(root, c.nranks, "root")? } else { 0 };
+    let n = c.nranks;
+    let me_root = c.rank == root;
+    let (send_bytes, recv_bytes, send_used, recv_used) = match kind {
+        CollKind::AllReduce => (bytes_of(count, elem, 1, "count")?, bytes_of(count, elem, 1, "count")?, true, true),
+        CollKind::Reduce => (bytes_of(count, elem, 1, "count")?, bytes_of(count, elem, 1, "count")?, true, me_root),
+        CollKind::Broadcast => (bytes_of(count, elem, 1, "count")?, bytes_of(count, elem, 1, "count")?, me_root, true),
+        CollKind::AllGather => (bytes_of(count, elem, 1, "sendcount")?, bytes_of(count, elem, n, "sendcount")?, true, true),
+        CollKind::ReduceScatter => (bytes_of(count, elem, n, "recvcount")?, bytes_of(count, elem, 1, "recvcount")?, true, true),
+    };
+    let send = buffer(sendbuff, send_bytes, send_used, "sendbuff")?;
+    let recv = buffer(recvbuff, recv_bytes, recv_used, "recvbuff")?;
+    crate::nccl_info!(
+        crate::debug::Subsys::COLL,
+        "{kind:?}: sendbuff {sendbuff:p} recvbuff {recvbuff:p} count {count} datatype {} op {op:?} root {root} comm {comm:p} [nranks={n}] stream {stream:p}",
+        dtype_name(dtype)
+    );
+    submit(&c, stream, vec![Task::Coll(CollTask { kind, send, recv, count, dtype, op: dev_op, root })])
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclAllReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    boundary("ncclAllReduce", || collective(CollKind::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), 0, comm, stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclAllReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    boundary("ncclReduce", || collective(CollKind::Reduce, sendbuff, recvbuff, count, datatype, Some(op), root, comm, stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    ncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclBroadcast(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    boundary("ncclBroadcast", || collective(CollKind::Broadcast, sendbuff, recvbuff, count, datatype, None, root, comm, stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclBroadcast(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)
+}
+
+/// The legacy in-place broadcast.
+#[no_mangle]
+pub unsafe extern "C" fn ncclBcast(
+    buff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    boundary("ncclBcast", || collective(CollKind::Broadcast, buff, buff, count, datatype, None, root, comm, stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclBcast(
+    buff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    ncclBcast(buff, count, datatype, root, comm, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    boundary("ncclAllGather", || collective(CollKind::AllGather, sendbuff, recvbuff, sendcount, datatype, None, 0, comm, stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclReduceScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    boundary("ncclReduceScatter", || {
+        collective(CollKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, Some(op), 0, comm, stream)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclReduceScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
+}
+
+/// Which peers a grouped point-to-point pattern sends to and receives from.
+#[derive(Clone, Copy)]
+enum Pattern {
+    AlltoAll,
+    Gather(usize),
+    Scatter(usize),
+}
+
+/// AlltoAll, Gather and Scatter are grouped sends and receives, as in NCCL.
+fn p2p_pattern(
+    pattern: Pattern,
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    dtype: ncclDataType_t,
+    comm: &Arc<Comm>,
+    stream: cudaStream_t,
+) -> Result<ncclResult_t> {
+    let elem = dtype_arg(comm, dtype)?;
+    let (n, me) = (comm.nranks, comm.rank);
+    let block = bytes_of(count, elem, 1, "count")?;
+    let all = bytes_of(count, elem, n, "count")?;
+    let (sends_to, recvs_from): (Vec<usize>, Vec<usize>) = match pattern {
+        Pattern::AlltoAll => ((0..n).collect(), (0..n).collect()),
+        Pattern::Gather(root) => (vec![root], if me == root { (0..n).collect() } else { vec![] }),
+        Pattern::Scatter(root) => (if me == root { (0..n).collect() } else { vec![] }, vec![root]),
+    };
+    // Per-peer blocks for the side that talks to every rank, one block otherwise.
+    let strided_send = matches!(pattern, Pattern::AlltoAll | Pattern::Scatter(_));
+    let strided_recv = matches!(pattern, Pattern::AlltoAll | Pattern::Gather(_));
+    let send = buffer(sendbuff, if strided_send { all } else { block }, !sends_to.is_empty(), "sendbuff")?;
+    let recv = buffer(recvbuff, if strided_recv { all } else { block }, !recvs_from.is_empty(), "recvbuff")?;
+    let mut tasks = Vec::new();
+    for &p in &sends_to {
+        let buf = if strided_send { send + (p * block) as u64 } else { send };
+        tasks.push(Task::Send { buf, bytes: block, peer: p });
+    }
+    for &p in &recvs_from {
+        let buf = if strided_recv { recv + (p * block) as u64 } else { recv };
+        tasks.push(Task::Recv { buf, bytes: block, peer: p });
+    }
+    submit(comm, stream, tasks)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclAlltoAll(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    boundary("ncclAlltoAll", || {
+        let c = comm_arg(comm)?.ready()?;
+        p2p_pattern(Pattern::AlltoAll, sendbuff, recvbuff, count, datatype, &c, stream)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclAlltoAll(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    boundary("ncclGather", || {
+        let c = comm_arg(comm)?.ready()?;
+        let root = rank_arg(root, c.nranks, "root")?;
+        p2p_pattern(Pattern::Gather(root), sendbuff, recvbuff, count, datatype, &c, stream)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    ncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    boundary("ncclScatter", || {
+        let c = comm_arg(comm)?.ready()?;
+        let root = rank_arg(root, c.nranks, "root")?;
+        p2p_pattern(Pattern::Scatter(root), sendbuff, recvbuff, count, datatype, &c, stream)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    ncclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream)
+}
+
+fn point_to_point(
+    is_send: bool,
+    buff: *const c_void,
+    count: usize,
+    dtype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> Result<ncclResult_t> {
+    let c = comm_arg(comm)?.ready()?;
+    let elem = dtype_arg(&c, dtype)?;
+    let peer = rank_arg(peer, c.nranks, "peer")?;
+    let bytes = bytes_of(count, elem, 1, "count")?;
+    let buf = buffer(buff, bytes, true, if is_send { "sendbuff" } else { "recvbuff" })?;
+    let task = if is_send { Task::Send { buf, bytes, peer } } else { Task::Recv { buf, bytes, peer } };
+    submit(&c, stream, vec![task])
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclSend(
+    sendbuff: *const c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    boundary("ncclSend", || point_to_point(true, sendbuff, count, datatype, peer, comm, stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclSend(
+    sendbuff: *const c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    ncclSend(sendbuff, count, datatype, peer, comm, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclRecv(
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    boundary("ncclRecv", || point_to_point(false, recvbuff, count, datatype, peer, comm, stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclRecv(
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    ncclRecv(recvbuff, count, datatype, peer, comm, stream)
+}
+
+/// A sum where each rank first multiplies its input by `*scalar` (host value read now, or a
+/// device value read by every collective that uses the op).
+#[no_mangle]
+pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
+    op: *mut ncclRedOp_t,
+    scalar: *mut c_void,
+    datatype: ncclDataType_t,
+    residence: ncclScalarResidence_t,
+    comm: ncclComm_t,
+) -> ncclResult_t {
+    boundary("ncclRedOpCreatePreMulSum", || {
+        let c = comm_arg(comm)?.ready()?;
+        non_null(op, "op")?;
+        non_null(scalar, "scalar")?;
+        let elem = dtype_arg(&c, datatype)?;
+        let dev_op = match residence {
+            ncclScalarHostImmediate => {
+                let mut bits = [0u8; 8];
+                // SAFETY: scalar points to one value of `datatype` (elem bytes) by the API's contract.
+                unsafe { std::ptr::copy_nonoverlapping(scalar as *const u8, bits.as_mut_ptr(), elem) };
+                DevOp { kind: abi::FN_OP_PREMULSUM, scalar: u64::from_le_bytes(bits), scalar_is_ptr: false }
+            }
+            ncclScalarDevice => {
+                if !crate::cuda::is_device_pointer(scalar) {
+                    crate::bail_arg!("scalar {scalar:p} is not device-accessible memory but residence is ncclScalarDevice");
+                }
+                DevOp { kind: abi::FN_OP_PREMULSUM, scalar: scalar as u64, scalar_is_ptr: true }
+            }
+            _ => crate::bail_arg!("residence {residence} is not a valid ncclScalarResidence_t"),
+        };
+        let mut ops = c.user_ops.lock();
+        let slot = match ops.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                ops.push(None);
+                ops.len() - 1
+            }
+        };
+        ops[slot] = Some(UserOp { dtype: datatype, op: dev_op });
+        // SAFETY: checked non-NULL.
+        unsafe { write_out(op, ncclNumOps + slot as c_int) };
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclRedOpCreatePreMulSum(
+    op: *mut ncclRedOp_t,
+    scalar: *mut c_void,
+    datatype: ncclDataType_t,
+    residence: ncclScalarResidence_t,
+    comm: ncclComm_t,
+) -> ncclResult_t {
+    ncclRedOpCreatePreMulSum(op, scalar, datatype, residence, comm)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t {
+    boundary("ncclRedOpDestroy", || {
+        let c = comm_arg(comm)?.queryable()?;
+        if (0..ncclNumOps).contains(&op) {
+            crate::bail_arg!("op {op} is a built-in operator and cannot be destroyed");
+        }
+        let mut ops = c.user_ops.lock();
+        match usize::try_from(op - ncclNumOps).ok().and_then(|i| ops.get_mut(i)) {
+            Some(slot @ Some(_)) => *slot = None,
+            _ => crate::bail_arg!("op {op} is not a user operator of this communicator"),
+        }
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t {
+    ncclRedOpDestroy(op, comm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn avg_scalars() {
+        assert_eq!(float_bits(0.5, ncclFloat16), 0x3800);
+        assert_eq!(float_bits(0.25, ncclBfloat16), 0x3e80);
+        assert_eq!(float_bits(1.0 / 3.0, ncclFloat16), 0x3555);
+        assert_eq!(float_bits(0.5, ncclFloat8e4m3), 0x30);
+        assert_eq!(float_bits(0.5, ncclFloat8e5m2), 0x38);
+        assert_eq!(float_bits(0.125, ncclFloat32), 0.125f32.to_bits() as u64);
+        // 1/1024 is subnormal in e4m3 (min normal 2^-6): 2^-10 rounds to 2^-9 * 0.5 -> 0 or 1 ulp.
+        assert!(float_bits(1.0 / 512.0, ncclFloat8e4m3) == 1);
+    }
+
+    #[test]
+    fn overflow_is_refused() {
+        assert!(bytes_of(usize::MAX / 2, 4, 1, "count").is_err());
+        assert!(bytes_of(1 << 40, 8, 1 << 30, "count").is_err());
+        assert_eq!(bytes_of(10, 4, 3, "count").unwrap(), 120);
+    }
+}

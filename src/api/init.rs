@@ -1,0 +1,461 @@
+//! Communicator creation and teardown.
+
+use super::{boundary, comm_arg, non_null, write_out, SUCCESS};
+use crate::bootstrap::{self, BootstrapId};
+use crate::comm::{self, ncclComm, Comm, CommConfig, Phase};
+use crate::cuda;
+use crate::error::{Error, Result};
+use crate::types::*;
+use std::ffi::{c_int, CStr};
+use std::mem::offset_of;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t {
+    boundary("ncclGetUniqueId", || {
+        non_null(uniqueId, "uniqueId")?;
+        let id = bootstrap::new_unique_id()?;
+        // SAFETY: checked non-NULL; the caller provides an ncclUniqueId.
+        unsafe { write_out(uniqueId, id.to_unique_id()) };
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t {
+    ncclGetUniqueId(uniqueId)
+}
+
+/// Reads an `ncclConfig_t`, touching only the fields its `size` covers (older callers pass a
+/// smaller struct), and checks every value NCCL checks.
+///
+/// # Safety
+/// `config` is NULL or points to at least `config->size` readable bytes.
+pub unsafe fn read_config(config: *const ncclConfig_t) -> Result<CommConfig> {
+    let mut out = CommConfig { blocking: true, ..Default::default() };
+    if config.is_null() {
+        return Ok(out);
+    }
+    let base = config as *const u8;
+    // SAFETY: the header fields (size, magic, version) exist in every config version.
+    let (size, magic) = unsafe { ((*config).size, (*config).magic) };
+    if magic != NCCL_CONFIG_MAGIC {
+        crate::bail_arg!("config magic {magic:#x} is not NCCL_CONFIG_MAGIC: initialize it with NCCL_CONFIG_INITIALIZER");
+    }
+    if size < offset_of!(ncclConfig_t, blocking) {
+        crate::bail_arg!("config size {size} is too small to be an ncclConfig_t");
+    }
+    let int = |off: usize| -> Option<c_int> {
+        // SAFETY: only read when the caller's struct (size bytes) covers the field.
+        (off + 4 <= size).then(|| unsafe { (base.add(off) as *const c_int).read_unaligned() }).filter(|&v| v != NCCL_CONFIG_UNDEF_INT)
+    };
+    let flag = |name: &str, off: usize| -> Result<Option<bool>> {
+        match int(off) {
+            None => Ok(None),
+            Some(0) => Ok(Some(false)),
+            Some(1) => Ok(Some(true)),
+            Some(v) => Err(Error::InvalidArgument(format!("config.{name} = {v}: must be 0 or 1"))),
+        }
+    };
+    let positive = |name: &str, off: usize| -> Result<Option<usize>> {
+        match int(off) {
+            None => Ok(None),
+            Some(v) if v >= 1 => Ok(Some(v as usize)),
+            Some(v) => Err(Error::InvalidArgument(format!("config.{name} = {v}: must be at least 1"))),
+        }
+    };
+    out.blocking = flag("blocking", offset_of!(ncclConfig_t, blocking))?.unwrap_or(true);
+    if let Some(v) = int(offset_of!(ncclConfig_t, cgaClusterSize)) {
+        if !(0..=8).contains(&v) {
+            crate::bail_arg!("config.cgaClusterSize = {v}: must be between 0 and 8");
+        }
+    }
+    out.min_ctas = positive("minCTAs", offset_of!(ncclConfig_t, minCTAs))?;
+    out.max_ctas = positive("maxCTAs", offset_of!(ncclConfig_t, maxCTAs))?;
+    if let (Some(lo), Some(hi)) = (out.min_ctas, out.max_ctas) {
+        if lo > hi {
+            crate::bail_arg!("config.minCTAs = {lo} is larger than config.maxCTAs = {hi}");
+        }
+    }
+    flag("splitShare", offset_of!(ncclConfig_t, splitShare))?;
+    let name_off = offset_of!(ncclConfig_t, commName);
+    if name_off + std::mem::size_of::<*const i8>() <= size {
+        // SAFETY: covered by size, as above.
+        let p = unsafe { (base.add(name_off) as *const *const std::ffi::c_char).read_unaligned() };
+        if !p.is_null() {
+            // SAFETY: a non-NULL commName is a NUL-terminated string by the API's contract.
+            out.name = Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned());
+        }
+    }
+    flag("collnetEnable", offset_of!(ncclConfig_t, collnetEnable))?;
+    if let Some(v) = int(offset_of!(ncclConfig_t, CTAPolicy)) {
+        if !(0..=3).contains(&v) {
+            crate::bail_arg!("config.CTAPolicy = {v}: must be a combination of NCCL_CTA_POLICY_* flags");
+        }
+    }
+    flag("shrinkShare", offset_of!(ncclConfig_t, shrinkShare))?;
+    positive("nvlsCTAs", offset_of!(ncclConfig_t, nvlsCTAs))?;
+    positive("nChannelsPerNetPeer", offset_of!(ncclConfig_t, nChannelsPerNetPeer))?;
+    flag("nvlinkCentricSched", offset_of!(ncclConfig_t, nvlinkCentricSched))?;
+    Ok(out)
+}
+
+fn check_ranks(nranks: c_int, rank: c_int) -> Result<(usize, usize)> {
+    if nranks < 1 {
+        crate::bail_arg!("nranks {nranks} must be at least 1");
+    }
+    if rank < 0 || rank >= nranks {
+        crate::bail_arg!("rank {rank} is out of range for nranks {nranks}");
+    }
+    Ok((nranks as usize, rank as usize))
+}
+
+/// Creates a communicator on the caller's current device: blocking, or in the background
+/// (returning ncclInProgress) when the config says `blocking = 0`.
+fn init_on_current_device(
+    newcomm: *mut ncclComm_t,
+    id: BootstrapId,
+    nranks: usize,
+    rank: usize,
+    config: CommConfig,
+) -> Result<ncclResult_t> {
+    cuda::init()?;
+    let dev = cuda::current_device()?;
+    if config.blocking {
+        let c = comm::init_rank(&id, nranks, rank, dev, config)?;
+        let (ptr, _) = ncclComm::publish(Phase::Ready(Arc::new(c)));
+        // SAFETY: newcomm was checked non-NULL by the caller.
+        unsafe { write_out(newcomm, ptr) };
+        return SUCCESS;
+    }
+    let (ptr, phase) = ncclComm::publish(Phase::Initializing);
+    // SAFETY: as above.
+    unsafe { write_out(newcomm, ptr) };
+    std::thread::Builder::new()
+        .name(format!("fn-init-r{rank}"))
+        .spawn(move || {
+            let result = std::panic::catch_unwind(|| comm::init_rank(&id, nranks, rank, dev, config));
+            *phase.lock() = match result {
+                Ok(Ok(c)) => Phase::Ready(Arc::new(c)),
+                Ok(Err(e)) => {
+                    crate::nccl_warn!("ncclCommInitRankConfig (nonblocking) rank {rank}: {e}");
+                    Phase::Failed(e)
+                }
+                Err(_) => Phase::Failed(Error::Internal("panic during nonblocking init".into())),
+            };
+        })
+        .map_err(|e| Error::System(format!("could not start the init thread: {e}")))?;
+    Ok(ncclResult_t::ncclInProgress)
+}
+
+fn id_arg(id: &ncclUniqueId) -> Result<BootstrapId> {
+    BootstrapId::from_unique_id(id).map_err(|e| e.context("commId"))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
+    boundary("ncclCommInitRank", || {
+        non_null(comm, "comm")?;
+        let (n, r) = check_ranks(nranks, rank)?;
+        init_on_current_device(comm, id_arg(&commId)?, n, r, CommConfig { blocking: true, ..Default::default() })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
+    ncclCommInitRank(comm, nranks, commId, rank)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitRankConfig(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    boundary("ncclCommInitRankConfig", || {
+        non_null(comm, "comm")?;
+        let (n, r) = check_ranks(nranks, rank)?;
+        // SAFETY: config is NULL or a caller-provided ncclConfig_t of at least config->size bytes.
+        let cfg = unsafe { read_config(config) }?;
+        init_on_current_device(comm, id_arg(&commId)?, n, r, cfg)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommInitRankConfig(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    ncclCommInitRankConfig(comm, nranks, commId, rank, config)
+}
+
+/// Several roots spread the rendezvous in NCCL; every rank has every id, so one root (the
+/// first) serves all ranks here.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitRankScalable(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    nId: c_int,
+    commIds: *mut ncclUniqueId,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    boundary("ncclCommInitRankScalable", || {
+        non_null(newcomm, "newcomm")?;
+        let (n, r) = check_ranks(nranks, myrank)?;
+        if nId < 1 {
+            crate::bail_arg!("nId {nId} must be at least 1");
+        }
+        non_null(commIds, "commIds")?;
+        // SAFETY: as in ncclCommInitRankConfig.
+        let cfg = unsafe { read_config(config) }?;
+        // SAFETY: commIds is non-NULL and holds nId >= 1 ids.
+        let id = id_arg(unsafe { &*commIds })?;
+        init_on_current_device(newcomm, id, n, r, cfg)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommInitRankScalable(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    nId: c_int,
+    commIds: *mut ncclUniqueId,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config)
+}
+
+/// One process, `ndev` ranks: one init thread per rank (devices may repeat).
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
+    boundary("ncclCommInitAll", || {
+        non_null(comm, "comm")?;
+        if ndev < 1 {
+            crate::bail_arg!("ndev {ndev} must be at least 1");
+        }
+        let n = ndev as usize;
+        let devs: Vec<i32> = if devlist.is_null() {
+            (0..ndev).collect()
+        } else {
+            // SAFETY: a non-NULL devlist holds ndev ints by the API's contract.
+            unsafe { std::slice::from_raw_parts(devlist, n) }.to_vec()
+        };
+        if let Some(&bad) = devs.iter().find(|&&d| d < 0) {
+            crate::bail_arg!("devlist contains invalid device {bad}");
+        }
+        cuda::init()?;
+        let count = cuda::device_count()?;
+        if let Some(&bad) = devs.iter().find(|&&d| d >= count) {
+            crate::bail_arg!("devlist contains device {bad}, but only {count} CUDA device(s) exist");
+        }
+        let id = bootstrap::new_unique_id()?;
+        let threads: Vec<_> = devs
+            .iter()
+            .enumerate()
+            .map(|(rank, &dev)| {
+                std::thread::Builder::new().name(format!("fn-initall-r{rank}")).spawn(move || {
+                    comm::init_rank(&id, n, rank, dev, CommConfig { blocking: true, ..Default::default() })
+                })
+            })
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| Error::System(format!("could not start init threads: {e}")))?;
+        let results: Vec<Result<Comm>> = threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|_| Err(Error::Internal("panic in an init thread".into()))))
+            .collect();
+        if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
+            return Err(e.clone());
+        }
+        for (i, c) in results.into_iter().enumerate() {
+            let (ptr, _) = ncclComm::publish(Phase::Ready(Arc::new(c.expect("checked above"))));
+            // SAFETY: comm holds ndev handles by the API's contract.
+            unsafe { write_out(comm.add(i), ptr) };
+        }
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
+    ncclCommInitAll(comm, ndev, devlist)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommSplit(
+    comm: ncclComm_t,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    boundary("ncclCommSplit", || {
+        let parent = comm_arg(comm)?.ready()?;
+        non_null(newcomm, "newcomm")?;
+        if color < NCCL_SPLIT_NOCOLOR {
+            crate::bail_arg!("color {color} must be non-negative or NCCL_SPLIT_NOCOLOR");
+        }
+        // SAFETY: as in ncclCommInitRankConfig. Without a config the child inherits the parent's.
+        let cfg = if config.is_null() { parent.config.clone() } else { unsafe { read_config(config) }? };
+        let child = comm::split(&parent, color, key, cfg)?;
+        let ptr = match child {
+            Some(c) => ncclComm::publish(Phase::Ready(Arc::new(c))).0,
+            None => std::ptr::null_mut(),
+        };
+        // SAFETY: checked non-NULL above.
+        unsafe { write_out(newcomm, ptr) };
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommSplit(
+    comm: ncclComm_t,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    ncclCommSplit(comm, color, key, newcomm, config)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommShrink(
+    comm: ncclComm_t,
+    excludeRanksList: *mut c_int,
+    excludeRanksCount: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+    shrinkFlags: c_int,
+) -> ncclResult_t {
+    boundary("ncclCommShrink", || {
+        let parent = comm_arg(comm)?.queryable()?;
+        non_null(newcomm, "newcomm")?;
+        if excludeRanksCount < 0 || excludeRanksCount as usize >= parent.nranks {
+            crate::bail_arg!("excludeRanksCount {excludeRanksCount} must be in 0..{}", parent.nranks);
+        }
+        if excludeRanksCount > 0 {
+            non_null(excludeRanksList, "excludeRanksList")?;
+        }
+        if shrinkFlags & !0x1 != 0 {
+            crate::bail_arg!("shrinkFlags {shrinkFlags:#x} has bits other than NCCL_SHRINK_ABORT");
+        }
+        // SAFETY: as in ncclCommInitRankConfig.
+        unsafe { read_config(config) }?;
+        crate::bail_usage!("ncclCommShrink is not implemented yet in ferronickel; use ncclCommSplit with NCCL_SPLIT_NOCOLOR for the excluded ranks")
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommShrink(
+    comm: ncclComm_t,
+    excludeRanksList: *mut c_int,
+    excludeRanksCount: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+    shrinkFlags: c_int,
+) -> ncclResult_t {
+    ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t {
+    boundary("ncclCommRevoke", || {
+        comm_arg(comm)?.queryable()?;
+        if revokeFlags != 0 {
+            crate::bail_arg!("revokeFlags {revokeFlags:#x} must be NCCL_REVOKE_DEFAULT (0)");
+        }
+        crate::bail_usage!("ncclCommRevoke is not implemented yet in ferronickel; use ncclCommAbort")
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t {
+    ncclCommRevoke(comm, revokeFlags)
+}
+
+/// Waits out a background init so teardown sees a settled phase.
+fn settled(handle: &ncclComm) {
+    while matches!(*handle.phase.lock(), Phase::Initializing) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
+    boundary("ncclCommFinalize", || {
+        let handle = comm_arg(comm)?;
+        settled(handle);
+        let c = handle.ready()?;
+        c.wait_idle(None)?;
+        *handle.phase.lock() = Phase::Finalized(c);
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
+    ncclCommFinalize(comm)
+}
+
+/// NULL is accepted and ignored, as NCCL does.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
+    boundary("ncclCommDestroy", || {
+        if comm.is_null() {
+            return SUCCESS;
+        }
+        let handle = comm_arg(comm)?;
+        settled(handle);
+        let phase = std::mem::replace(&mut *handle.phase.lock(), Phase::Initializing);
+        if let Phase::Ready(c) | Phase::Finalized(c) = &phase {
+            // Our kernels time out (NCCL_WATCHDOG_TIMEOUT_MS) rather than hang, so this ends.
+            c.wait_idle(None)?;
+        }
+        drop(phase);
+        // SAFETY: checked by comm_arg; the caller gives the handle up with this call.
+        unsafe { ncclComm::retire(comm) };
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
+    ncclCommDestroy(comm)
+}
+
+/// Stops our kernels (they poll the abort flag), then frees everything. NULL is accepted.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
+    boundary("ncclCommAbort", || {
+        if comm.is_null() {
+            return SUCCESS;
+        }
+        let handle = comm_arg(comm)?;
+        settled(handle);
+        let phase = std::mem::replace(&mut *handle.phase.lock(), Phase::Initializing);
+        if let Phase::Ready(c) | Phase::Finalized(c) = &phase {
+            c.request_abort();
+            if !c.wait_idle(Some(Instant::now() + Duration::from_secs(10)))? {
+                crate::nccl_warn!("ncclCommAbort: kernels of rank {} did not stop within 10 s; leaving their buffers allocated", c.rank);
+                c.leak_resources();
+            }
+        }
+        drop(phase);
+        // SAFETY: as in ncclCommDestroy.
+        unsafe { ncclComm::retire(comm) };
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
+    ncclCommAbort(comm)
+}

@@ -1,0 +1,161 @@
+//! Memory: ncclMemAlloc/Free, buffer registration and windows.
+
+use super::{boundary, comm_arg, non_null, write_out, SUCCESS};
+use crate::cuda::{self, DeviceBuffer};
+use crate::types::{ncclComm_t, ncclResult_t, ncclWindow_t};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+
+/// Allocations made by ncclMemAlloc, so ncclMemFree can refuse pointers that are not ours.
+static ALLOCS: Mutex<Option<HashMap<u64, (DeviceBuffer, cuda::Context)>>> = Mutex::new(None);
+
+/// Device memory on the caller's current device (device 0 if none is current).
+#[no_mangle]
+pub unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
+    boundary("ncclMemAlloc", || {
+        non_null(ptr, "ptr")?;
+        if size == 0 {
+            crate::bail_arg!("size is 0");
+        }
+        cuda::init()?;
+        let ctx = cuda::primary_context(cuda::current_device()?)?;
+        let buf = {
+            let _g = ctx.enter()?;
+            DeviceBuffer::zeroed(size)?
+        };
+        let p = buf.ptr;
+        ALLOCS.lock().get_or_insert_with(HashMap::new).insert(p, (buf, ctx));
+        // SAFETY: checked non-NULL.
+        unsafe { write_out(ptr, p as *mut c_void) };
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
+    ncclMemAlloc(ptr, size)
+}
+
+/// Frees memory from ncclMemAlloc; NULL is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
+    boundary("ncclMemFree", || {
+        if ptr.is_null() {
+            return SUCCESS;
+        }
+        let entry = ALLOCS.lock().as_mut().and_then(|m| m.remove(&(ptr as u64)));
+        match entry {
+            Some((buf, ctx)) => {
+                let _g = ctx.enter()?;
+                drop(buf);
+                SUCCESS
+            }
+            None => crate::bail_arg!("ptr {ptr:p} was not allocated by ncclMemAlloc (or was already freed)"),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclMemFree(ptr: *mut c_void) -> ncclResult_t {
+    ncclMemFree(ptr)
+}
+
+/// A registered range; its address is the handle the caller gets.
+struct Registration {
+    _base: u64,
+    _len: usize,
+}
+
+/// Records a buffer as registered with the communicator. Registration is a performance hint in
+/// NCCL; the Simple ring path copies through FIFOs and does not need it, so nothing else changes.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
+    boundary("ncclCommRegister", || {
+        let c = comm_arg(comm)?.ready()?;
+        non_null(buff, "buff")?;
+        non_null(handle, "handle")?;
+        if size == 0 {
+            crate::bail_arg!("size is 0");
+        }
+        if !cuda::is_device_pointer(buff) {
+            crate::bail_arg!("buff {buff:p} is not device-accessible memory");
+        }
+        let h = Box::into_raw(Box::new(Registration { _base: buff as u64, _len: size }));
+        c.registrations.lock().insert(h as usize);
+        // SAFETY: checked non-NULL.
+        unsafe { write_out(handle, h as *mut c_void) };
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
+    ncclCommRegister(comm, buff, size, handle)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
+    boundary("ncclCommDeregister", || {
+        let c = comm_arg(comm)?.queryable()?;
+        non_null(handle, "handle")?;
+        if !c.registrations.lock().remove(&(handle as usize)) {
+            crate::bail_arg!("handle {handle:p} is not a registration of this communicator");
+        }
+        // SAFETY: the handle was created by Box::into_raw in ncclCommRegister and just left the set.
+        drop(unsafe { Box::from_raw(handle as *mut Registration) });
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
+    ncclCommDeregister(comm, handle)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommWindowRegister(
+    comm: ncclComm_t,
+    buff: *mut c_void,
+    size: usize,
+    win: *mut ncclWindow_t,
+    winFlags: c_int,
+) -> ncclResult_t {
+    boundary("ncclCommWindowRegister", || {
+        comm_arg(comm)?.ready()?;
+        non_null(buff, "buff")?;
+        non_null(win, "win")?;
+        if size == 0 {
+            crate::bail_arg!("size is 0");
+        }
+        if winFlags & !0x1 != 0 {
+            crate::bail_arg!("winFlags {winFlags:#x} has bits other than NCCL_WIN_COLL_SYMMETRIC");
+        }
+        crate::bail_usage!("ncclCommWindowRegister (symmetric memory windows) is not implemented yet in ferronickel")
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommWindowRegister(
+    comm: ncclComm_t,
+    buff: *mut c_void,
+    size: usize,
+    win: *mut ncclWindow_t,
+    winFlags: c_int,
+) -> ncclResult_t {
+    ncclCommWindowRegister(comm, buff, size, win, winFlags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
+    boundary("ncclCommWindowDeregister", || {
+        comm_arg(comm)?.queryable()?;
+        non_null(win, "win")?;
+        crate::bail_arg!("win {win:p} is not a window of this communicator (ferronickel creates none yet)")
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
+    ncclCommWindowDeregister(comm, win)
+}

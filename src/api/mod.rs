@@ -1,0 +1,111 @@
+//! The C ABI: every `nccl*` export and its `pnccl*` profiling twin.
+//!
+//! Each export has one shape (after rustls-ffi): the whole body runs inside [`boundary`], which
+//! catches panics, turns errors into `ncclResult_t`, logs one WARN line naming the call and
+//! records the text for `ncclGetLastError`. Arguments are checked before anything touches CUDA
+//! or queues work, so bad input leaves the communicator usable.
+
+pub mod coll;
+pub mod device_api;
+pub mod group;
+pub mod init;
+pub mod mem;
+pub mod query;
+pub mod version;
+
+use crate::comm::ncclComm;
+use crate::error::{Error, Result};
+use crate::types::{ncclComm_t, ncclResult_t};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Runs an API body: panics become `ncclInternalError`, errors become their code plus a WARN.
+pub fn boundary(call: &str, body: impl FnOnce() -> Result<ncclResult_t>) -> ncclResult_t {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => {
+            crate::group::record_error(&e);
+            crate::nccl_warn!("{call}: {e}");
+            e.code()
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            crate::nccl_warn!("{call}: internal error (panic: {what}); please report this bug");
+            ncclResult_t::ncclInternalError
+        }
+    }
+}
+
+/// Like [`boundary`] for the few exports that return a value instead of `ncclResult_t`.
+pub fn boundary_value<T>(call: &str, fallback: T, body: impl FnOnce() -> Result<T>) -> T {
+    let mut out = None;
+    boundary(call, || {
+        out = Some(body()?);
+        Ok(ncclResult_t::ncclSuccess)
+    });
+    out.unwrap_or(fallback)
+}
+
+/// Rejects a NULL out-pointer, naming the argument.
+pub fn non_null<T>(p: *const T, arg: &str) -> Result<()> {
+    if p.is_null() {
+        crate::bail_arg!("{arg} is NULL");
+    }
+    Ok(())
+}
+
+/// Writes through an out-pointer already checked by [`non_null`].
+///
+/// # Safety
+/// `p` must be non-NULL and valid for a write of `T` (the C caller's contract).
+pub unsafe fn write_out<T>(p: *mut T, v: T) {
+    // SAFETY: per the function contract.
+    unsafe { p.write(v) }
+}
+
+/// The checked handle behind a `ncclComm_t` argument.
+pub fn comm_arg<'a>(comm: ncclComm_t) -> Result<&'a ncclComm> {
+    // SAFETY: from_handle checks the pointer against the registry before dereferencing it.
+    unsafe { ncclComm::from_handle(comm, "comm") }
+}
+
+/// A rank argument (root, peer) in `0..nranks`.
+pub fn rank_arg(v: i32, nranks: usize, arg: &str) -> Result<usize> {
+    match usize::try_from(v) {
+        Ok(r) if r < nranks => Ok(r),
+        _ => Err(Error::InvalidArgument(format!("{arg} {v} is out of range (communicator has {nranks} ranks)"))),
+    }
+}
+
+pub const SUCCESS: Result<ncclResult_t> = Ok(ncclResult_t::ncclSuccess);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panics_do_not_cross_the_boundary() {
+        let code = boundary("ncclTest", || panic!("boom"));
+        assert_eq!(code, ncclResult_t::ncclInternalError);
+        assert!(crate::debug::last_error().contains("boom"));
+    }
+
+    #[test]
+    fn errors_map_to_codes() {
+        let code = boundary("ncclTest", || Err(Error::InvalidArgument("count is too large".into())));
+        assert_eq!(code, ncclResult_t::ncclInvalidArgument);
+        assert!(crate::debug::last_error().contains("ncclTest: count is too large"));
+        assert_eq!(boundary_value("ncclTest", -1, || Ok(3)), 3);
+        assert_eq!(boundary_value("ncclTest", -1, || Err::<i32, _>(Error::System("x".into()))), -1);
+    }
+
+    #[test]
+    fn ranks_in_range() {
+        assert_eq!(rank_arg(1, 2, "root").unwrap(), 1);
+        assert!(rank_arg(2, 2, "root").is_err());
+        assert!(rank_arg(-1, 2, "peer").unwrap_err().to_string().contains("peer -1"));
+    }
+}

@@ -1,0 +1,366 @@
+//! The CUDA driver, loaded at run time through cudarc's `dynamic-loading`.
+//!
+//! cudarc panics on the first call when `libcuda.so` is missing, so [`init`] probes for the
+//! driver with `dlopen` first and every driver call goes through [`check`], which turns a
+//! failing `CUresult` into [`Error::Cuda`] carrying CUDA's own error name.
+
+pub mod module;
+
+use crate::error::{Error, Result};
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdeviceptr, CUresult};
+use std::ffi::{c_void, CStr};
+use std::sync::OnceLock;
+
+pub use sys::{CUevent, CUstream};
+
+/// Maps a driver status to our error, naming the call and CUDA's error.
+pub fn check(res: CUresult, what: &str) -> Result<()> {
+    if res == CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: cuGetErrorName writes a pointer to a static string or leaves it NULL.
+    unsafe { sys::cuGetErrorName(res, &mut name) };
+    let name = if name.is_null() {
+        format!("{res:?}")
+    } else {
+        // SAFETY: the driver returned a NUL-terminated static string.
+        unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    };
+    Err(Error::Cuda(format!("CUDA call {what} failed: {name}")))
+}
+
+/// Whether `libcuda.so.1` can be loaded at all (no cudarc call before this says yes).
+fn driver_library_present() -> bool {
+    ["libcuda.so.1", "libcuda.so"].iter().any(|name| {
+        let c = std::ffi::CString::new(*name).unwrap();
+        // SAFETY: dlopen with a valid C string; the handle is deliberately kept open (the driver
+        // stays loaded for the life of the process, as cudarc will load it again anyway).
+        !unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) }.is_null()
+    })
+}
+
+/// Loads and initialises the driver once; every later call gets the same answer.
+pub fn init() -> Result<()> {
+    static INIT: OnceLock<Result<()>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        if !driver_library_present() {
+            return Err(Error::Cuda(
+                "no CUDA driver found (libcuda.so.1 could not be loaded): this machine has no NVIDIA driver or GPU".into(),
+            ));
+        }
+        // SAFETY: the driver library is present, so cudarc's loader will not panic.
+        check(unsafe { sys::cuInit(0) }, "cuInit")?;
+        let n = device_count()?;
+        if n == 0 {
+            return Err(Error::Cuda("no CUDA device found (cuDeviceGetCount returned 0)".into()));
+        }
+        Ok(())
+    })
+    .clone()
+}
+
+pub fn device_count() -> Result<i32> {
+    let mut n = 0;
+    // SAFETY: n is a valid out-pointer; only called after the driver is loaded.
+    check(unsafe { sys::cuDeviceGetCount(&mut n) }, "cuDeviceGetCount")?;
+    Ok(n)
+}
+
+/// The device of the calling thread's current context (what `cudaSetDevice` chose), or 0.
+pub fn current_device() -> Result<i32> {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    check(unsafe { sys::cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent")?;
+    if ctx.is_null() {
+        return Ok(0);
+    }
+    let mut dev: CUdevice = 0;
+    // SAFETY: a context is current, dev is a valid out-pointer.
+    check(unsafe { sys::cuCtxGetDevice(&mut dev) }, "cuCtxGetDevice")?;
+    Ok(dev)
+}
+
+/// The primary context of a device: the one the CUDA runtime (and so the user) uses.
+pub fn primary_context(dev: i32) -> Result<Context> {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; the retain is released in Context's Drop.
+    check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) }, "cuDevicePrimaryCtxRetain")?;
+    Ok(Context { ctx, dev })
+}
+
+/// A retained primary context. Send + Sync: CUDA contexts may be used from any thread.
+#[derive(Debug)]
+pub struct Context {
+    ctx: CUcontext,
+    pub dev: i32,
+}
+
+// SAFETY: a CUcontext handle may be used from any thread; the driver synchronises internally.
+unsafe impl Send for Context {}
+// SAFETY: as above; we only pass the handle to driver calls.
+unsafe impl Sync for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain in primary_context.
+        unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };
+    }
+}
+
+impl Context {
+    /// Makes this context current until the guard drops, restoring the caller's afterwards.
+    pub fn enter(&self) -> Result<CtxGuard> {
+        // SAFETY: ctx is a retained, valid context.
+        check(unsafe { sys::cuCtxPushCurrent_v2(self.ctx) }, "cuCtxPushCurrent")?;
+        Ok(CtxGuard(()))
+    }
+
+    /// Makes this context current for the calling thread (init threads that own a device).
+    pub fn make_current(&self) -> Result<()> {
+        // SAFETY: ctx is a retained, valid context.
+        check(unsafe { sys::cuCtxSetCurrent(self.ctx) }, "cuCtxSetCurrent")
+    }
+
+    pub fn raw(&self) -> CUcontext {
+        self.ctx
+    }
+}
+
+/// Pops the context pushed by [`Context::enter`].
+pub struct CtxGuard(());
+
+impl Drop for CtxGuard {
+    fn drop(&mut self) {
+        let mut old: CUcontext = std::ptr::null_mut();
+        // SAFETY: balances the push in Context::enter on the same thread.
+        unsafe { sys::cuCtxPopCurrent_v2(&mut old) };
+    }
+}
+
+/// PCI bus id string of a device, e.g. "0000:1B:00.0".
+pub fn pci_bus_id(dev: i32) -> Result<String> {
+    let mut buf = [0 as std::ffi::c_char; 32];
+    // SAFETY: buf is writable for the length passed.
+    check(unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev) }, "cuDeviceGetPCIBusId")?;
+    // SAFETY: the driver NUL-terminates within the buffer.
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+}
+
+pub fn compute_capability_major(dev: i32) -> Result<i32> {
+    let mut v = 0;
+    let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR;
+    // SAFETY: valid out-pointer.
+    check(unsafe { sys::cuDeviceGetAttribute(&mut v, attr, dev) }, "cuDeviceGetAttribute")?;
+    Ok(v)
+}
+
+pub fn can_access_peer(dev: i32, peer: i32) -> Result<bool> {
+    if dev == peer {
+        return Ok(true);
+    }
+    let mut ok = 0;
+    // SAFETY: valid out-pointer.
+    check(unsafe { sys::cuDeviceCanAccessPeer(&mut ok, dev, peer) }, "cuDeviceCanAccessPeer")?;
+    Ok(ok != 0)
+}
+
+/// Lets kernels in the current context read and write `peer`'s memory.
+pub fn enable_peer_access(peer: &Context) -> Result<()> {
+    // SAFETY: peer.ctx is a valid retained context; a context is current (caller entered one).
+    let res = unsafe { sys::cuCtxEnablePeerAccess(peer.ctx, 0) };
+    if res == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        return Ok(());
+    }
+    check(res, "cuCtxEnablePeerAccess")
+}
+
+/// Device memory owned by us, freed on drop. The owning context must outlive it.
+#[derive(Debug)]
+pub struct DeviceBuffer {
+    pub ptr: CUdeviceptr,
+    pub len: usize,
+}
+
+impl DeviceBuffer {
+    /// Allocates in the current context and zeroes it (so FIFO counters start at 0).
+    pub fn zeroed(len: usize) -> Result<DeviceBuffer> {
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: valid out-pointer; a context is current.
+        check(unsafe { sys::cuMemAlloc_v2(&mut ptr, len.max(1)) }, "cuMemAlloc")?;
+        let buf = DeviceBuffer { ptr, len };
+        // SAFETY: ptr..ptr+len was just allocated; the synchronous memset completes before return.
+        check(unsafe { sys::cuMemsetD8_v2(ptr, 0, len) }, "cuMemsetD8")?;
+        Ok(buf)
+    }
+
+    /// Copies a host value into the buffer at `offset` (synchronous).
+    pub fn write<T: Copy>(&self, offset: usize, items: &[T]) -> Result<()> {
+        let bytes = std::mem::size_of_val(items);
+        if offset + bytes > self.len {
+            return Err(Error::Internal(format!("device write of {bytes} B at {offset} overflows {} B", self.len)));
+        }
+        // SAFETY: bounds checked above; the source slice is valid for `bytes` bytes.
+        check(
+            unsafe { sys::cuMemcpyHtoD_v2(self.ptr + offset as u64, items.as_ptr() as *const c_void, bytes) },
+            "cuMemcpyHtoD",
+        )
+    }
+
+    pub fn ipc_handle(&self) -> Result<[u8; 64]> {
+        let mut h = sys::CUipcMemHandle { reserved: [0; 64] };
+        // SAFETY: ptr is the base of a cuMemAlloc allocation.
+        check(unsafe { sys::cuIpcGetMemHandle(&mut h, self.ptr) }, "cuIpcGetMemHandle")?;
+        Ok(h.reserved.map(|c| c as u8))
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from cuMemAlloc and is freed once.
+        unsafe { sys::cuMemFree_v2(self.ptr) };
+    }
+}
+
+/// Another process's device memory mapped into ours; unmapped on drop.
+#[derive(Debug)]
+pub struct IpcMapping {
+    pub ptr: CUdeviceptr,
+}
+
+impl IpcMapping {
+    pub fn open(handle: &[u8; 64]) -> Result<IpcMapping> {
+        let h = sys::CUipcMemHandle { reserved: handle.map(|b| b as std::ffi::c_char) };
+        let mut ptr: CUdeviceptr = 0;
+        let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
+        // SAFETY: valid out-pointer; the handle came from a peer's cuIpcGetMemHandle.
+        check(unsafe { sys::cuIpcOpenMemHandle_v2(&mut ptr, h, flags) }, "cuIpcOpenMemHandle")?;
+        Ok(IpcMapping { ptr })
+    }
+}
+
+impl Drop for IpcMapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from cuIpcOpenMemHandle and is closed once.
+        unsafe { sys::cuIpcCloseMemHandle(self.ptr) };
+    }
+}
+
+/// Pinned host memory mapped into the device: flags both sides poll (abort, errors).
+#[derive(Debug)]
+pub struct HostMapped {
+    host: *mut u32,
+    pub dev: CUdeviceptr,
+    len: usize,
+}
+
+// SAFETY: the memory is plain pinned host memory; access goes through volatile reads/writes.
+unsafe impl Send for HostMapped {}
+// SAFETY: as above.
+unsafe impl Sync for HostMapped {}
+
+impl HostMapped {
+    /// `words` zeroed u32 flags visible to every context (portable) and to the device.
+    pub fn zeroed(words: usize) -> Result<HostMapped> {
+        let len = words * 4;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: valid out-pointer; a context is current.
+        check(unsafe { sys::cuMemHostAlloc(&mut p, len, flags) }, "cuMemHostAlloc")?;
+        // SAFETY: p points to len writable bytes just allocated.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, len) };
+        let mut dev: CUdeviceptr = 0;
+        // SAFETY: p is a mapped pinned allocation.
+        let res = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, p, 0) };
+        let me = HostMapped { host: p as *mut u32, dev, len };
+        check(res, "cuMemHostGetDevicePointer")?;
+        Ok(me)
+    }
+
+    pub fn get(&self, i: usize) -> u32 {
+        assert!(i * 4 < self.len);
+        // SAFETY: in bounds; volatile because the device writes it concurrently.
+        unsafe { std::ptr::read_volatile(self.host.add(i)) }
+    }
+
+    pub fn set(&self, i: usize, v: u32) {
+        assert!(i * 4 < self.len);
+        // SAFETY: in bounds; volatile because the device polls it.
+        unsafe { std::ptr::write_volatile(self.host.add(i), v) }
+    }
+}
+
+impl Drop for HostMapped {
+    fn drop(&mut self) {
+        // SAFETY: host came from cuMemHostAlloc and is freed once.
+        unsafe { sys::cuMemFreeHost(self.host as *mut c_void) };
+    }
+}
+
+/// An event used to order our launches and to wait for them (destroy, abort, finalize).
+#[derive(Debug)]
+pub struct Event(pub CUevent);
+
+// SAFETY: event handles may be used from any thread.
+unsafe impl Send for Event {}
+// SAFETY: as above.
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub fn new() -> Result<Event> {
+        let mut e: CUevent = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: valid out-pointer; a context is current.
+        check(unsafe { sys::cuEventCreate(&mut e, flags) }, "cuEventCreate")?;
+        Ok(Event(e))
+    }
+
+    pub fn record(&self, stream: CUstream) -> Result<()> {
+        // SAFETY: valid event; the stream belongs to the current context (checked by the driver).
+        check(unsafe { sys::cuEventRecord(self.0, stream) }, "cuEventRecord")
+    }
+
+    /// Done yet? Errors other than "not ready" are reported.
+    pub fn is_done(&self) -> Result<bool> {
+        // SAFETY: valid event.
+        let res = unsafe { sys::cuEventQuery(self.0) };
+        if res == CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check(res, "cuEventQuery").map(|_| true)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created by cuEventCreate, destroyed once.
+        unsafe { sys::cuEventDestroy_v2(self.0) };
+    }
+}
+
+/// Whether a pointer is device-accessible memory (device, managed or mapped host memory).
+pub fn is_device_pointer(p: *const c_void) -> bool {
+    let mut ty: u32 = 0;
+    // SAFETY: valid out-pointer of the attribute's size (unsigned int).
+    let res = unsafe {
+        sys::cuPointerGetAttribute(
+            &mut ty as *mut u32 as *mut c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            p as CUdeviceptr,
+        )
+    };
+    res == CUresult::CUDA_SUCCESS
+}
+
+/// Launches `func` with one by-value parameter block on `stream`.
+pub fn launch<T>(func: sys::CUfunction, grid: u32, block: u32, stream: CUstream, args: &T) -> Result<()> {
+    let mut params = [args as *const T as *mut c_void];
+    // SAFETY: func is a loaded kernel whose single parameter has type T (the shared ABI header);
+    // params outlives the call, which copies the parameter block.
+    check(
+        unsafe {
+            sys::cuLaunchKernel(func, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut())
+        },
+        "cuLaunchKernel",
+    )
+}

@@ -1,0 +1,302 @@
+//! From queued operations to kernel launches: one launch per run of collectives that share a
+//! kernel (same dtype and op) and stream, and one launch for all of a communicator's sends and
+//! receives in a group, so that they progress together whatever order the ranks issued them in.
+
+use crate::abi::{self, fnWork, FN_MAX_WORKS};
+use crate::comm::Comm;
+use crate::cuda::CUstream;
+use crate::error::{Error, Result};
+use crate::group::Queued;
+use crate::types::{self, ncclDataType_t};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CollKind {
+    AllReduce,
+    Reduce,
+    Broadcast,
+    AllGather,
+    ReduceScatter,
+}
+
+/// The device-side reduction: an `fnRedOp` and its PreMulSum scalar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DevOp {
+    pub kind: u32,
+    /// PreMulSum: the scalar's bits in the data type, or a device pointer to it.
+    pub scalar: u64,
+    pub scalar_is_ptr: bool,
+}
+
+impl DevOp {
+    pub const fn plain(kind: u32) -> DevOp {
+        DevOp { kind, scalar: 0, scalar_is_ptr: false }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct CollTask {
+    pub kind: CollKind,
+    pub send: u64,
+    pub recv: u64,
+    /// Elements, as the user counts them for this collective.
+    pub count: usize,
+    pub dtype: ncclDataType_t,
+    pub op: DevOp,
+    pub root: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Task {
+    Coll(CollTask),
+    Send { buf: u64, bytes: usize, peer: usize },
+    Recv { buf: u64, bytes: usize, peer: usize },
+}
+
+/// One kernel launch for one communicator.
+#[derive(Debug)]
+pub struct Launch {
+    pub kernel: String,
+    pub grid: u32,
+    pub stream: CUstream,
+    /// Other streams whose operations joined this launch: ordered before and after it.
+    pub joined: Vec<CUstream>,
+    pub works: Vec<fnWork>,
+}
+
+const DTYPE_TAGS: [&str; 12] = ["i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16", "e4m3", "e5m2"];
+const OP_TAGS: [&str; 6] = ["sum", "prod", "max", "min", "premulsum", "sumpostdiv"];
+
+/// The kernel for a collective: reductions are specialised per (dtype, op); pure data movement
+/// runs in the type-free copy kernel.
+fn kernel_name(t: &CollTask) -> String {
+    match t.kind {
+        CollKind::Broadcast | CollKind::AllGather => "fnCopy".into(),
+        _ => format!("fnColl_{}_{}", DTYPE_TAGS[t.dtype as usize], OP_TAGS[t.op.kind as usize]),
+    }
+}
+
+fn coll_work(t: &CollTask) -> fnWork {
+    let elem = types::dtype_size(t.dtype).expect("validated dtype");
+    let (ty, count, dtype) = match t.kind {
+        // Copy kernels count bytes.
+        CollKind::Broadcast => (abi::FN_WORK_BROADCAST, t.count * elem, abi::FN_UINT8),
+        CollKind::AllGather => (abi::FN_WORK_ALLGATHER, t.count * elem, abi::FN_UINT8),
+        CollKind::AllReduce => (abi::FN_WORK_ALLREDUCE, t.count, t.dtype as u32),
+        CollKind::Reduce => (abi::FN_WORK_REDUCE, t.count, t.dtype as u32),
+        CollKind::ReduceScatter => (abi::FN_WORK_REDUCESCATTER, t.count, t.dtype as u32),
+    };
+    fnWork {
+        sendbuff: t.send as *const _,
+        recvbuff: t.recv as *mut _,
+        count: count as u64,
+        scalar: t.op.scalar,
+        type_: ty as i32,
+        root: t.root as i32,
+        op: t.op.kind as u8,
+        dtype: dtype as u8,
+        scalarIsPtr: t.op.scalar_is_ptr as u8,
+        ..Default::default()
+    }
+}
+
+fn p2p_work(ty: u32, send: u64, recv: u64, bytes: usize, peer: usize, blk: usize) -> fnWork {
+    fnWork {
+        sendbuff: send as *const _,
+        recvbuff: recv as *mut _,
+        count: bytes as u64,
+        type_: ty as i32,
+        root: peer as i32,
+        blk: blk as i32,
+        chan: 0,
+        dtype: abi::FN_UINT8 as u8,
+        ..Default::default()
+    }
+}
+
+/// Plans one communicator's share of a group: collectives first, in issue order (every rank
+/// issues them in the same order), then one launch with every send and receive.
+pub fn plan(rank: usize, nchannels: usize, ops: &[(CUstream, Task)]) -> Result<Vec<Launch>> {
+    let mut launches: Vec<Launch> = Vec::new();
+    for (stream, task) in ops {
+        let Task::Coll(c) = task else { continue };
+        if c.count == 0 {
+            continue;
+        }
+        let kernel = kernel_name(c);
+        match launches.last_mut() {
+            Some(l) if l.kernel == kernel && l.stream == *stream && l.works.len() < FN_MAX_WORKS as usize => {
+                l.works.push(coll_work(c))
+            }
+            _ => launches.push(Launch { kernel, grid: nchannels as u32, stream: *stream, joined: vec![], works: vec![coll_work(c)] }),
+        }
+    }
+    if let Some(p2p) = plan_p2p(rank, ops)? {
+        launches.push(p2p);
+    }
+    Ok(launches)
+}
+
+fn plan_p2p(rank: usize, ops: &[(CUstream, Task)]) -> Result<Option<Launch>> {
+    let mut blocks: Vec<(bool, usize)> = Vec::new(); // (is_send, peer) per CTA
+    let mut works = Vec::new();
+    let mut streams: Vec<CUstream> = Vec::new();
+    let mut self_sends = std::collections::VecDeque::new();
+    let mut self_recvs = std::collections::VecDeque::new();
+    let mut block_of = |is_send: bool, peer: usize| match blocks.iter().position(|&b| b == (is_send, peer)) {
+        Some(i) => i,
+        None => {
+            blocks.push((is_send, peer));
+            blocks.len() - 1
+        }
+    };
+    for (stream, task) in ops {
+        let (is_send, buf, bytes, peer) = match *task {
+            Task::Send { buf, bytes, peer } => (true, buf, bytes, peer),
+            Task::Recv { buf, bytes, peer } => (false, buf, bytes, peer),
+            Task::Coll(_) => continue,
+        };
+        if bytes == 0 {
+            continue;
+        }
+        if !streams.contains(stream) {
+            streams.push(*stream);
+        }
+        if peer == rank {
+            if is_send { self_sends.push_back((buf, bytes)) } else { self_recvs.push_back((buf, bytes)) }
+            continue;
+        }
+        let blk = block_of(is_send, peer);
+        let (ty, send, recv) = if is_send { (abi::FN_WORK_SEND, buf, 0) } else { (abi::FN_WORK_RECV, 0, buf) };
+        works.push(p2p_work(ty, send, recv, bytes, peer, blk));
+    }
+    if self_sends.len() != self_recvs.len() {
+        return Err(Error::InvalidUsage(format!(
+            "rank {rank} posted {} send(s) to itself but {} receive(s) from itself in this group; they must pair up",
+            self_sends.len(),
+            self_recvs.len()
+        )));
+    }
+    for ((src, sb), (dst, rb)) in self_sends.into_iter().zip(self_recvs) {
+        if sb != rb {
+            return Err(Error::InvalidUsage(format!(
+                "rank {rank} sends {sb} bytes to itself but receives {rb} bytes from itself"
+            )));
+        }
+        let blk = block_of(true, rank);
+        works.push(p2p_work(abi::FN_WORK_COPY, src, dst, sb, rank, blk));
+    }
+    if works.is_empty() {
+        return Ok(None);
+    }
+    if works.len() > FN_MAX_WORKS as usize {
+        return Err(Error::InvalidUsage(format!(
+            "{} send/recv operations on one communicator in one group; at most {FN_MAX_WORKS} are supported",
+            works.len()
+        )));
+    }
+    let stream = streams[0];
+    Ok(Some(Launch { kernel: "fnCopy".into(), grid: blocks.len() as u32, stream, joined: streams[1..].to_vec(), works }))
+}
+
+/// Launches everything a group queued: each communicator's launches in order. Communicators
+/// are independent (their kernels wait on each other on the device, not on the host).
+pub fn launch_all(queued: Vec<Queued>) -> Result<()> {
+    let mut per_comm: Vec<(Arc<Comm>, Vec<(CUstream, Task)>)> = Vec::new();
+    for q in queued {
+        match per_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &q.comm)) {
+            Some((_, ops)) => ops.push((q.stream, q.task)),
+            None => per_comm.push((q.comm, vec![(q.stream, q.task)])),
+        }
+    }
+    // Plan everything before launching anything, so a planning error launches nothing.
+    let planned: Vec<(Arc<Comm>, Vec<Launch>)> = per_comm
+        .into_iter()
+        .map(|(comm, ops)| plan(comm.rank, comm.nchannels, &ops).map(|l| (comm, l)))
+        .collect::<Result<_>>()?;
+    for (comm, launches) in planned {
+        comm.launch(&launches)?;
+    }
+    Ok(())
+}
+
+/// Rough time of a group, for ncclGroupSimulateEnd: a launch latency per planned launch plus
+/// the bytes each rank moves over the link (ring algorithm factors), in microseconds.
+pub fn estimate_us(queued: &[Queued]) -> f64 {
+    const LAUNCH_US: f64 = 10.0;
+    const LINK_BYTES_PER_US: f64 = 300e3;
+    queued
+        .iter()
+        .map(|q| {
+            let n = q.comm.nranks as f64;
+            let moved = match q.task {
+                Task::Coll(c) => {
+                    let bytes = (c.count * types::dtype_size(c.dtype).unwrap_or(1)) as f64;
+                    match c.kind {
+                        CollKind::AllReduce => 2.0 * (n - 1.0) / n * bytes,
+                        CollKind::AllGather | CollKind::ReduceScatter => (n - 1.0) * bytes,
+                        CollKind::Broadcast | CollKind::Reduce => bytes,
+                    }
+                }
+                Task::Send { bytes, .. } | Task::Recv { bytes, .. } => bytes as f64,
+            };
+            LAUNCH_US + moved / LINK_BYTES_PER_US
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn coll(kind: CollKind, dtype: ncclDataType_t, op: u32, count: usize) -> Task {
+        Task::Coll(CollTask { kind, send: 0x1000, recv: 0x2000, count, dtype, op: DevOp::plain(op), root: 0 })
+    }
+
+    #[test]
+    fn batches_collectives_sharing_a_kernel() {
+        let s = std::ptr::null_mut();
+        let ops = vec![
+            (s, coll(CollKind::AllReduce, types::ncclFloat32, abi::FN_OP_SUM, 10)),
+            (s, coll(CollKind::ReduceScatter, types::ncclFloat32, abi::FN_OP_SUM, 10)),
+            (s, coll(CollKind::AllReduce, types::ncclInt32, abi::FN_OP_MAX, 10)),
+            (s, coll(CollKind::AllGather, types::ncclFloat16, abi::FN_OP_SUM, 10)),
+            (s, coll(CollKind::AllReduce, types::ncclFloat32, abi::FN_OP_SUM, 0)),
+        ];
+        let l = plan(0, 4, &ops).unwrap();
+        let names: Vec<_> = l.iter().map(|l| l.kernel.as_str()).collect();
+        assert_eq!(names, ["fnColl_f32_sum", "fnColl_i32_max", "fnCopy"]);
+        assert_eq!(l[0].works.len(), 2);
+        // The copy kernel counts bytes.
+        assert_eq!(l[2].works[0].count, 20);
+        assert_eq!(l[2].works[0].dtype as u32, abi::FN_UINT8);
+    }
+
+    #[test]
+    fn p2p_gets_one_cta_per_peer_and_direction() {
+        let s = std::ptr::null_mut();
+        let ops = vec![
+            (s, Task::Send { buf: 1, bytes: 8, peer: 1 }),
+            (s, Task::Recv { buf: 2, bytes: 8, peer: 1 }),
+            (s, Task::Send { buf: 3, bytes: 8, peer: 1 }),
+            (s, Task::Recv { buf: 4, bytes: 8, peer: 0 }),
+            (s, Task::Send { buf: 5, bytes: 8, peer: 0 }),
+            (s, Task::Send { buf: 6, bytes: 0, peer: 2 }),
+        ];
+        let l = plan(0, 4, &ops).unwrap();
+        assert_eq!(l.len(), 1);
+        let w = &l[0].works;
+        assert_eq!(w.iter().map(|w| w.blk).collect::<Vec<_>>(), [0, 1, 0, 2]);
+        assert_eq!(w[3].type_ as u32, abi::FN_WORK_COPY);
+        assert_eq!(l[0].grid, 3);
+    }
+
+    #[test]
+    fn unmatched_self_send_is_an_error() {
+        let s = std::ptr::null_mut();
+        let ops = vec![(s, Task::Send { buf: 1, bytes: 8, peer: 0 })];
+        assert!(matches!(plan(0, 4, &ops), Err(Error::InvalidUsage(_))));
+        let ops = vec![(s, Task::Send { buf: 1, bytes: 8, peer: 0 }), (s, Task::Recv { buf: 1, bytes: 4, peer: 0 })];
+        assert!(matches!(plan(0, 4, &ops), Err(Error::InvalidUsage(_))));
+    }
+}

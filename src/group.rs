@@ -1,0 +1,101 @@
+//! Group semantics: `ncclGroupStart`/`ncclGroupEnd` nest per thread; operations issued inside
+//! are queued and launched together at the outermost end. A call outside any group is an
+//! implicit group of one. An error inside a group is returned by that call, and again by the
+//! `ncclGroupEnd` that closes the group, which then launches nothing.
+
+use crate::comm::Comm;
+use crate::cuda::CUstream;
+use crate::enqueue::{self, Task};
+use crate::error::{Error, Result};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+/// One queued operation: which communicator, on which stream, doing what.
+pub struct Queued {
+    pub comm: Arc<Comm>,
+    pub stream: CUstream,
+    pub task: Task,
+}
+
+#[derive(Default)]
+struct GroupState {
+    depth: usize,
+    queued: Vec<Queued>,
+    error: Option<Error>,
+}
+
+thread_local! {
+    static GROUP: RefCell<GroupState> = RefCell::new(GroupState::default());
+}
+
+pub fn start() {
+    GROUP.with(|g| g.borrow_mut().depth += 1);
+}
+
+/// Closes one level; at the outermost level launches everything queued (or reports the error
+/// that happened inside the group).
+pub fn end() -> Result<()> {
+    let (queued, error) = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Err(Error::InvalidUsage("ncclGroupEnd called without a matching ncclGroupStart".into()));
+        }
+        g.depth -= 1;
+        if g.depth > 0 {
+            return Ok((Vec::new(), None));
+        }
+        Ok((std::mem::take(&mut g.queued), g.error.take()))
+    })?;
+    if let Some(e) = error {
+        return Err(e.context("an operation inside this group failed, so the group launched nothing"));
+    }
+    enqueue::launch_all(queued)
+}
+
+/// Drops everything queued in the current group (`ncclGroupSimulateEnd` reads it first).
+pub fn end_without_launch() -> Result<Vec<Queued>> {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Err(Error::InvalidUsage("ncclGroupSimulateEnd called without a matching ncclGroupStart".into()));
+        }
+        g.depth -= 1;
+        if g.depth > 0 {
+            return Ok(Vec::new());
+        }
+        g.error = None;
+        Ok(std::mem::take(&mut g.queued))
+    })
+}
+
+/// Queues operations (several for AlltoAll/Gather/Scatter) as one unit, launching them
+/// at once when no group is open.
+pub fn submit(ops: Vec<Queued>) -> Result<()> {
+    let outside = GROUP.with(move |g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 {
+            g.queued.extend(ops);
+            None
+        } else {
+            Some(ops)
+        }
+    });
+    match outside {
+        Some(ops) => enqueue::launch_all(ops),
+        None => Ok(()),
+    }
+}
+
+/// Records an argument error so that the enclosing group's end reports it too.
+pub fn record_error(e: &Error) {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 && g.error.is_none() {
+            g.error = Some(e.clone());
+        }
+    });
+}
+
+pub fn depth() -> usize {
+    GROUP.with(|g| g.borrow().depth)
+}

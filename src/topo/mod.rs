@@ -1,0 +1,177 @@
+//! Topology: who each rank is (host, process, GPU) and the rings the collectives run on.
+//!
+//! Everything here is pure: built from the peer table the bootstrap allgathers, unit-tested
+//! without GPUs or sockets.
+
+use crate::error::{Error, Result};
+
+/// What every rank tells every other rank at init.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub rank: u32,
+    /// Identifies the machine (NCCL_HOSTID, host name and boot id).
+    pub host_hash: u64,
+    pub pid: u32,
+    /// CUDA device ordinal in that process.
+    pub dev: i32,
+    /// PCI bus id of the GPU, NUL-padded: identifies the GPU across processes.
+    pub bus_id: [u8; 16],
+}
+
+impl PeerInfo {
+    pub const BYTES: usize = 4 + 8 + 4 + 4 + 16;
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(Self::BYTES);
+        v.extend_from_slice(&self.rank.to_le_bytes());
+        v.extend_from_slice(&self.host_hash.to_le_bytes());
+        v.extend_from_slice(&self.pid.to_le_bytes());
+        v.extend_from_slice(&self.dev.to_le_bytes());
+        v.extend_from_slice(&self.bus_id);
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<PeerInfo> {
+        if b.len() != Self::BYTES {
+            return Err(Error::Internal(format!("peer info of {} bytes, expected {}", b.len(), Self::BYTES)));
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        Ok(PeerInfo {
+            rank: u32_at(0),
+            host_hash: u64::from_le_bytes(b[4..12].try_into().unwrap()),
+            pid: u32_at(12),
+            dev: u32_at(16) as i32,
+            bus_id: b[20..36].try_into().unwrap(),
+        })
+    }
+
+    pub fn same_process(&self, other: &PeerInfo) -> bool {
+        self.host_hash == other.host_hash && self.pid == other.pid
+    }
+
+    pub fn same_gpu(&self, other: &PeerInfo) -> bool {
+        self.host_hash == other.host_hash && self.bus_id == other.bus_id
+    }
+
+    pub fn bus_id_str(&self) -> String {
+        String::from_utf8_lossy(&self.bus_id).trim_end_matches('\0').to_string()
+    }
+}
+
+/// NCCL-style host identity: NCCL_HOSTID if set, else host name plus boot id.
+pub fn host_hash() -> u64 {
+    let ident = match crate::env::hostid() {
+        Some(id) => id.to_string(),
+        None => {
+            let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+            format!("{}{}", crate::debug::host_name(), boot.trim())
+        }
+    };
+    fnv1a(ident.as_bytes())
+}
+
+/// FNV-1a: a stable hash (std's hasher is randomly seeded per process).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+}
+
+/// The ring order: ranks grouped by host, then by GPU (so ranks sharing a GPU sit side by side
+/// and cross the link as few times as possible), then by rank.
+pub fn ring_order(peers: &[PeerInfo]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..peers.len()).collect();
+    order.sort_by_key(|&r| (peers[r].host_hash, peers[r].bus_id, r));
+    order
+}
+
+/// One rank's view of a ring: neighbours and position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ring {
+    pub prev: usize,
+    pub next: usize,
+    pub index: usize,
+    pub user_ranks: Vec<usize>,
+}
+
+impl Ring {
+    pub fn new(order: &[usize], rank: usize) -> Ring {
+        let n = order.len();
+        let index = order.iter().position(|&r| r == rank).expect("rank is in the ring");
+        Ring { prev: order[(index + n - 1) % n], next: order[(index + 1) % n], index, user_ranks: order.to_vec() }
+    }
+}
+
+/// Channels (one ring each, one CTA each) for a communicator: NCCL_MIN_NCHANNELS and
+/// NCCL_MAX_NCHANNELS bound the default, itself capped so that every rank sharing a GPU can
+/// keep its CTAs resident at once (a ring only progresses if all its kernels run together).
+pub fn channel_count(ranks_per_gpu: usize, min_env: i64, max_env: i64) -> usize {
+    const DEFAULT: usize = 16;
+    const CTA_BUDGET_PER_GPU: usize = 64;
+    let max = (crate::abi::FN_MAX_CHANNELS as usize).min(if max_env > 0 { max_env as usize } else { usize::MAX });
+    let min = if min_env > 0 { min_env as usize } else { 1 };
+    let fit = (CTA_BUDGET_PER_GPU / ranks_per_gpu.max(1)).max(1);
+    DEFAULT.min(fit).max(min).min(max).max(1)
+}
+
+crate::int_param!(
+    /// NCCL_MIN_NCHANNELS: the fewest channels (rings) to use.
+    min_nchannels, "NCCL_MIN_NCHANNELS", 0
+);
+crate::int_param!(
+    /// NCCL_MAX_NCHANNELS: the most channels (rings) to use.
+    max_nchannels, "NCCL_MAX_NCHANNELS", 0
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(rank: u32, host: u64, pid: u32, bus: &str) -> PeerInfo {
+        let mut bus_id = [0u8; 16];
+        bus_id[..bus.len()].copy_from_slice(bus.as_bytes());
+        PeerInfo { rank, host_hash: host, pid, dev: 0, bus_id }
+    }
+
+    #[test]
+    fn peer_info_round_trip() {
+        let p = peer(3, 0xdead_beef_1234, 77, "0000:1B:00.0");
+        assert_eq!(PeerInfo::decode(&p.encode()).unwrap(), p);
+        assert!(PeerInfo::decode(&[0u8; 5]).is_err());
+        assert_eq!(p.bus_id_str(), "0000:1B:00.0");
+    }
+
+    #[test]
+    fn ring_groups_ranks_sharing_a_gpu() {
+        // Ranks 0,2 on GPU A and 1,3 on GPU B: the ring visits A,A,B,B.
+        let peers = [peer(0, 1, 1, "A"), peer(1, 1, 1, "B"), peer(2, 1, 1, "A"), peer(3, 1, 1, "B")];
+        assert_eq!(ring_order(&peers), vec![0, 2, 1, 3]);
+    }
+
+    #[test]
+    fn ring_neighbours_are_consistent() {
+        for n in 1..=9 {
+            let order: Vec<usize> = (0..n).rev().collect();
+            for r in 0..n {
+                let ring = Ring::new(&order, r);
+                assert_eq!(Ring::new(&order, ring.next).prev, r);
+                assert_eq!(Ring::new(&order, ring.prev).next, r);
+                assert_eq!(ring.user_ranks[ring.index], r);
+            }
+        }
+    }
+
+    #[test]
+    fn channels_respect_env_and_sharing() {
+        assert_eq!(channel_count(1, 0, 0), 16);
+        assert_eq!(channel_count(8, 0, 0), 8);
+        assert_eq!(channel_count(1, 0, 4), 4);
+        assert_eq!(channel_count(8, 12, 0), 12);
+        assert_eq!(channel_count(1, 0, 1000), 16);
+        assert_eq!(channel_count(1, 64, 0), 32);
+    }
+
+    #[test]
+    fn host_hash_is_stable() {
+        assert_eq!(fnv1a(b"abc"), fnv1a(b"abc"));
+        assert_ne!(fnv1a(b"abc"), fnv1a(b"abd"));
+    }
+}

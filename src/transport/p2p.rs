@@ -1,0 +1,254 @@
+//! P2P transport: connection FIFOs in GPU memory, written directly by the sending GPU.
+//!
+//! Every rank allocates one arena holding, for each connection it takes part in, the flag its
+//! sender writes (tail), the flag its receiver writes back (head, kept on the sender's side) and
+//! the FIFO itself (on the receiver). Peers reach the arena through a plain pointer (same
+//! process, with peer access enabled) or a CUDA IPC mapping (another process). The layout is a
+//! pure function of (ranks, channels), so a peer can compute any offset in our arena.
+
+use crate::abi::{fnConn, fnConnRecv, fnConnSend, FN_MAX_CHANNELS, FN_NSTEPS};
+use crate::cuda::{self, Context, DeviceBuffer, IpcMapping};
+use crate::error::{Error, Result};
+use crate::topo::PeerInfo;
+
+/// Flags sit on their own 128-byte line so a poller never shares a line with data.
+pub const FLAG_STRIDE: usize = 128;
+
+/// Which connections exist: ring neighbours get every channel, other peers (send/recv only)
+/// get `p2p_channels`. Symmetric, so both ends agree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnPlan {
+    pub nranks: usize,
+    pub ring_channels: usize,
+    pub p2p_channels: usize,
+    /// The ring order shared by every channel.
+    pub order: Vec<usize>,
+    pub fifo_bytes: usize,
+}
+
+impl ConnPlan {
+    /// Channels connecting ranks `a` and `b` (0 for a == b).
+    pub fn channels(&self, a: usize, b: usize) -> usize {
+        if a == b {
+            return 0;
+        }
+        let n = self.order.len();
+        let pos = |r: usize| self.order.iter().position(|&x| x == r).expect("rank in ring");
+        let (pa, pb) = (pos(a), pos(b));
+        let adjacent = (pa + 1) % n == pb || (pb + 1) % n == pa;
+        if adjacent {
+            self.ring_channels.max(self.p2p_channels)
+        } else {
+            self.p2p_channels
+        }
+    }
+
+    /// Index of connection (owner, peer, channel) among the owner's connections.
+    fn slot(&self, owner: usize, peer: usize, ch: usize) -> usize {
+        (0..peer).map(|p| self.channels(owner, p)).sum::<usize>() + ch
+    }
+
+    fn nslots(&self, owner: usize) -> usize {
+        (0..self.nranks).map(|p| self.channels(owner, p)).sum()
+    }
+
+    /// Offsets inside `owner`'s arena of the connection with `peer` on `ch`:
+    /// (head it keeps as a sender, tail it keeps as a receiver, its receive FIFO).
+    pub fn offsets(&self, owner: usize, peer: usize, ch: usize) -> (usize, usize, usize) {
+        let k = self.slot(owner, peer, ch);
+        let n = self.nslots(owner);
+        (k * FLAG_STRIDE, (n + k) * FLAG_STRIDE, 2 * n * FLAG_STRIDE + k * self.fifo_bytes)
+    }
+
+    pub fn arena_bytes(&self, owner: usize) -> usize {
+        let n = self.nslots(owner);
+        2 * n * FLAG_STRIDE + n * self.fifo_bytes
+    }
+
+    /// Bytes of one FIFO slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.fifo_bytes / FN_NSTEPS as usize
+    }
+}
+
+/// What a rank publishes about its arena.
+#[derive(Debug, Clone, Copy)]
+pub struct ArenaAddr {
+    pub ptr: u64,
+    pub ipc: [u8; 64],
+}
+
+impl ArenaAddr {
+    pub const BYTES: usize = 8 + 64;
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = self.ptr.to_le_bytes().to_vec();
+        v.extend_from_slice(&self.ipc);
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<ArenaAddr> {
+        if b.len() != Self::BYTES {
+            return Err(Error::Internal(format!("arena address of {} bytes, expected {}", b.len(), Self::BYTES)));
+        }
+        Ok(ArenaAddr { ptr: u64::from_le_bytes(b[..8].try_into().unwrap()), ipc: b[8..].try_into().unwrap() })
+    }
+}
+
+/// Our arena and our views of the peers' arenas.
+pub struct P2pTransport {
+    pub arena: DeviceBuffer,
+    /// IPC mappings of other processes' arenas, kept open while we use them.
+    _mappings: Vec<IpcMapping>,
+    /// Base address of each rank's arena as seen from our GPU.
+    pub bases: Vec<u64>,
+}
+
+impl P2pTransport {
+    /// Allocates our arena (current context = ours) and returns what peers need to reach it.
+    pub fn allocate(plan: &ConnPlan, rank: usize) -> Result<(DeviceBuffer, ArenaAddr)> {
+        let arena = DeviceBuffer::zeroed(plan.arena_bytes(rank))?;
+        let ipc = arena.ipc_handle()?;
+        let addr = ArenaAddr { ptr: arena.ptr, ipc };
+        Ok((arena, addr))
+    }
+
+    /// Maps every peer's arena into our address space.
+    pub fn connect(
+        arena: DeviceBuffer,
+        rank: usize,
+        me: &PeerInfo,
+        peers: &[PeerInfo],
+        addrs: &[ArenaAddr],
+        plan: &ConnPlan,
+    ) -> Result<P2pTransport> {
+        let mut mappings = Vec::new();
+        let mut bases = vec![0u64; peers.len()];
+        for (p, info) in peers.iter().enumerate() {
+            if p == rank {
+                bases[p] = arena.ptr;
+                continue;
+            }
+            if plan.channels(rank, p) == 0 {
+                continue;
+            }
+            if !cuda::can_access_peer(me.dev, info.dev)? && me.same_process(info) {
+                return Err(Error::InvalidUsage(format!(
+                    "GPU {} (rank {rank}) cannot access GPU {} (rank {p}) peer-to-peer, and the host-memory transport is not implemented yet",
+                    me.dev, info.dev
+                )));
+            }
+            if me.same_process(info) {
+                if info.dev != me.dev {
+                    let peer_ctx: Context = cuda::primary_context(info.dev)?;
+                    cuda::enable_peer_access(&peer_ctx)?;
+                }
+                bases[p] = addrs[p].ptr;
+            } else {
+                let m = IpcMapping::open(&addrs[p].ipc).map_err(|e| e.context(&format!("mapping rank {p}'s buffers")))?;
+                bases[p] = m.ptr;
+                mappings.push(m);
+            }
+        }
+        Ok(P2pTransport { arena, _mappings: mappings, bases })
+    }
+
+    /// The device-side connection table: conns[peer * FN_MAX_CHANNELS + ch].
+    pub fn conn_table(&self, plan: &ConnPlan, rank: usize) -> Vec<fnConn> {
+        let mut table = vec![fnConn::default(); plan.nranks * FN_MAX_CHANNELS as usize];
+        for p in 0..plan.nranks {
+            for ch in 0..plan.channels(rank, p) {
+                let (my_head, my_tail, my_fifo) = plan.offsets(rank, p, ch);
+                let (peer_head, peer_tail, peer_fifo) = plan.offsets(p, rank, ch);
+                let mine = self.bases[rank];
+                let theirs = self.bases[p];
+                table[p * FN_MAX_CHANNELS as usize + ch] = fnConn {
+                    send: fnConnSend {
+                        buff: (theirs + peer_fifo as u64) as *mut _,
+                        tail: (theirs + peer_tail as u64) as *mut _,
+                        head: (mine + my_head as u64) as *mut _,
+                        step: 0,
+                    },
+                    recv: fnConnRecv {
+                        buff: (mine + my_fifo as u64) as *mut _,
+                        tail: (mine + my_tail as u64) as *mut _,
+                        head: (theirs + peer_head as u64) as *mut _,
+                        step: 0,
+                    },
+                };
+            }
+        }
+        table
+    }
+}
+
+crate::int_param!(
+    /// NCCL_BUFFSIZE: bytes of one connection FIFO (all its slots).
+    buffsize, "NCCL_BUFFSIZE", 4 << 20
+);
+crate::int_param!(
+    /// NCCL_NCHANNELS_PER_NET_PEER's local twin: channels per send/recv peer pair.
+    p2p_nchannels, "NCCL_NCHANNELS_PER_PEER", 1
+);
+
+/// FIFO bytes rounded so each slot is a multiple of 16 bytes and at least 64 KiB in total.
+pub fn fifo_bytes(requested: i64) -> usize {
+    let steps = FN_NSTEPS as usize;
+    let req = usize::try_from(requested).unwrap_or(0).max(64 << 10);
+    req / (steps * 16) * steps * 16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(n: usize, ring: usize, p2p: usize) -> ConnPlan {
+        ConnPlan { nranks: n, ring_channels: ring, p2p_channels: p2p, order: (0..n).collect(), fifo_bytes: 1 << 16 }
+    }
+
+    #[test]
+    fn channels_are_symmetric() {
+        let p = plan(5, 4, 1);
+        for a in 0..5 {
+            for b in 0..5 {
+                assert_eq!(p.channels(a, b), p.channels(b, a));
+            }
+        }
+        assert_eq!(p.channels(0, 1), 4);
+        assert_eq!(p.channels(0, 4), 4);
+        assert_eq!(p.channels(0, 2), 1);
+        assert_eq!(p.channels(2, 2), 0);
+    }
+
+    #[test]
+    fn offsets_never_overlap_and_fit() {
+        for n in 1..7 {
+            let p = plan(n, 3, 2);
+            for owner in 0..n {
+                let mut seen = std::collections::HashSet::new();
+                for peer in 0..n {
+                    for ch in 0..p.channels(owner, peer) {
+                        let (h, t, f) = p.offsets(owner, peer, ch);
+                        assert!(seen.insert(h) && seen.insert(t) && seen.insert(f));
+                        assert!(f + p.fifo_bytes <= p.arena_bytes(owner));
+                        assert_eq!(f % 16, 0);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn arena_addr_round_trip() {
+        let a = ArenaAddr { ptr: 0x7f00_1234_0000, ipc: [7; 64] };
+        let b = ArenaAddr::decode(&a.encode()).unwrap();
+        assert_eq!((a.ptr, a.ipc), (b.ptr, b.ipc));
+    }
+
+    #[test]
+    fn fifo_sizes() {
+        assert_eq!(fifo_bytes(4 << 20), 4 << 20);
+        assert_eq!(fifo_bytes(1), 64 << 10);
+        assert_eq!(fifo_bytes((4 << 20) + 5) % (8 * 16), 0);
+    }
+}
