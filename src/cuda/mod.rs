@@ -207,6 +207,16 @@ impl DeviceBuffer {
         )
     }
 
+    /// Copies the buffer's first `out.len()` items back to the host (synchronous).
+    pub fn read<T: Copy>(&self, out: &mut [T]) -> Result<()> {
+        let bytes = std::mem::size_of_val(out);
+        if bytes > self.len {
+            return Err(Error::Internal(format!("device read of {bytes} B overflows {} B", self.len)));
+        }
+        // SAFETY: bounds checked; out is valid for `bytes` bytes of writes.
+        check(unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr() as *mut c_void, self.ptr, bytes) }, "cuMemcpyDtoH")
+    }
+
     pub fn ipc_handle(&self) -> Result<[u8; 64]> {
         let mut h = sys::CUipcMemHandle { reserved: [0; 64] };
         // SAFETY: ptr is the base of a cuMemAlloc allocation.
@@ -350,6 +360,12 @@ pub fn is_device_pointer(p: *const c_void) -> bool {
         )
     };
     res == CUresult::CUDA_SUCCESS
+}
+
+/// Waits for all work on a stream.
+pub fn stream_synchronize(stream: CUstream) -> Result<()> {
+    // SAFETY: the stream handle is valid in the current context.
+    check(unsafe { sys::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
 }
 
 /// Launches `func` with one by-value parameter block on `stream`.
