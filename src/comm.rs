@@ -182,10 +182,17 @@ pub struct Comm {
     pub user_ops: Mutex<Vec<Option<UserOp>>>,
     pub registrations: Mutex<HashSet<usize>>,
     watchdog: Duration,
+    /// The GPU side; `None` only for communicators that unit tests build without a GPU to
+    /// exercise argument checking.
+    gpu: Option<Gpu>,
+    leak: std::sync::atomic::AtomicBool,
+}
+
+/// A communicator's context, device resources and launch ordering.
+struct Gpu {
+    ctx: Context,
     launch_state: Mutex<LaunchState>,
     res: Option<Resources>,
-    leak: std::sync::atomic::AtomicBool,
-    ctx: Context,
 }
 
 const TAG_SPLIT: u32 = 0x5b17;
@@ -311,10 +318,12 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),
         watchdog,
-        launch_state: Mutex::new(LaunchState { last: Event::new()?, last_stream: None }),
-        res: Some(Resources { _transport: transport, dev_comm, _conns: conns, _ring_ranks: ring_ranks, flags }),
+        gpu: Some(Gpu {
+            launch_state: Mutex::new(LaunchState { last: Event::new()?, last_stream: None }),
+            res: Some(Resources { _transport: transport, dev_comm, _conns: conns, _ring_ranks: ring_ranks, flags }),
+            ctx,
+        }),
         leak: std::sync::atomic::AtomicBool::new(false),
-        ctx,
     })
 }
 
@@ -357,13 +366,41 @@ pub fn split_members(colors_keys: &[(i32, i32)], color: i32) -> Vec<usize> {
 }
 
 impl Comm {
-    fn res(&self) -> &Resources {
-        self.res.as_ref().expect("resources live until drop")
+    /// A communicator with no GPU behind it, for unit tests of argument checking: everything
+    /// up to the launch works, the launch itself fails.
+    #[cfg(test)]
+    pub fn without_gpu(bootstrap: Bootstrap, cc_major: i32) -> Comm {
+        let (rank, nranks) = (bootstrap.rank(), bootstrap.nranks());
+        let order: Vec<usize> = (0..nranks).collect();
+        Comm {
+            rank,
+            nranks,
+            dev: 0,
+            cc_major,
+            nchannels: 1,
+            config: CommConfig { blocking: true, ..Default::default() },
+            bootstrap,
+            peers: Vec::new(),
+            ring: Ring::new(&order, rank),
+            user_ops: Mutex::new(Vec::new()),
+            registrations: Mutex::new(HashSet::new()),
+            watchdog: Duration::ZERO,
+            gpu: None,
+            leak: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn gpu(&self) -> Result<(&Gpu, &Resources)> {
+        match &self.gpu {
+            Some(g @ Gpu { res: Some(r), .. }) => Ok((g, r)),
+            _ => Err(Error::Internal(format!("rank {}: communicator has no GPU resources", self.rank))),
+        }
     }
 
     /// Fails if a kernel reported a timeout or the communicator was aborted.
     pub fn check_health(&self) -> Result<()> {
-        let flags = &self.res().flags;
+        let Ok((_, res)) = self.gpu() else { return Ok(()) };
+        let flags = &res.flags;
         if flags.get(FLAG_ABORT) != 0 {
             crate::bail_usage!("communicator was aborted");
         }
@@ -380,11 +417,12 @@ impl Comm {
     /// Launches planned kernels on their streams, in order.
     pub fn launch(&self, launches: &[Launch]) -> Result<()> {
         self.check_health()?;
-        let _g = self.ctx.enter()?;
-        let mut st = self.launch_state.lock();
+        let (gpu, res) = self.gpu()?;
+        let _g = gpu.ctx.enter()?;
+        let mut st = gpu.launch_state.lock();
         for l in launches {
             let kernel = module::kernel(self.dev, &l.kernel)?;
-            let mut args = fnKernelArgs { comm: self.res().dev_comm.ptr as *mut _, nWorks: l.works.len() as i32, ..Default::default() };
+            let mut args = fnKernelArgs { comm: res.dev_comm.ptr as *mut _, nWorks: l.works.len() as i32, ..Default::default() };
             args.works[..l.works.len()].copy_from_slice(&l.works);
             let capturing = is_capturing(l.stream)?;
             // Our kernels on one communicator share FIFOs: keep them in issue order across streams.
@@ -412,8 +450,9 @@ impl Comm {
 
     /// Waits until our last launch finished, or the deadline passes (then false).
     pub fn wait_idle(&self, deadline: Option<Instant>) -> Result<bool> {
-        let _g = self.ctx.enter()?;
-        let st = self.launch_state.lock();
+        let Ok((gpu, _)) = self.gpu() else { return Ok(true) };
+        let _g = gpu.ctx.enter()?;
+        let st = gpu.launch_state.lock();
         loop {
             if st.last.is_done()? {
                 return Ok(true);
@@ -427,7 +466,9 @@ impl Comm {
 
     /// Asks every running kernel of this communicator to stop.
     pub fn request_abort(&self) {
-        self.res().flags.set(FLAG_ABORT, 1);
+        if let Ok((_, res)) = self.gpu() {
+            res.flags.set(FLAG_ABORT, 1);
+        }
     }
 
     /// Leaves the device memory allocated: abort could not confirm that our kernels stopped,
@@ -439,13 +480,14 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
+        let Some(mut gpu) = self.gpu.take() else { return };
         if self.leak.load(std::sync::atomic::Ordering::Relaxed) {
-            std::mem::forget(self.res.take());
+            std::mem::forget(gpu.res.take());
             return;
         }
         // Device memory is freed with our context current.
-        if let Ok(_g) = self.ctx.enter() {
-            self.res.take();
+        if let Ok(_g) = gpu.ctx.enter() {
+            gpu.res.take();
         }
     }
 }

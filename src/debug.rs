@@ -202,6 +202,10 @@ macro_rules! nccl_trace {
     };
 }
 
+/// Serialises unit tests that read the process-wide last-error text.
+#[cfg(test)]
+pub static LAST_ERROR_TEST_LOCK: Mutex<()> = Mutex::new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +226,7 @@ mod tests {
 
     #[test]
     fn last_error_is_truncated_and_terminated() {
+        let _l = LAST_ERROR_TEST_LOCK.lock();
         set_last_error(&"x".repeat(5000));
         assert_eq!(last_error().len(), 1023);
     }

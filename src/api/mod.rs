@@ -13,6 +13,9 @@ pub mod mem;
 pub mod query;
 pub mod version;
 
+#[cfg(test)]
+mod bad_input_tests;
+
 use crate::comm::ncclComm;
 use crate::error::{Error, Result};
 use crate::types::{ncclComm_t, ncclResult_t};
@@ -88,6 +91,7 @@ mod tests {
 
     #[test]
     fn panics_do_not_cross_the_boundary() {
+        let _l = crate::debug::LAST_ERROR_TEST_LOCK.lock();
         let code = boundary("ncclTest", || panic!("boom"));
         assert_eq!(code, ncclResult_t::ncclInternalError);
         assert!(crate::debug::last_error().contains("boom"));
@@ -95,6 +99,7 @@ mod tests {
 
     #[test]
     fn errors_map_to_codes() {
+        let _l = crate::debug::LAST_ERROR_TEST_LOCK.lock();
         let code = boundary("ncclTest", || Err(Error::InvalidArgument("count is too large".into())));
         assert_eq!(code, ncclResult_t::ncclInvalidArgument);
         assert!(crate::debug::last_error().contains("ncclTest: count is too large"));

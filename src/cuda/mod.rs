@@ -350,6 +350,9 @@ impl Drop for Event {
 
 /// Whether a pointer is device-accessible memory (device, managed or mapped host memory).
 pub fn is_device_pointer(p: *const c_void) -> bool {
+    if init().is_err() {
+        return false;
+    }
     let mut ty: u32 = 0;
     // SAFETY: valid out-pointer of the attribute's size (unsigned int).
     let res = unsafe {

@@ -1,0 +1,352 @@
+//! Table-driven bad-input test: every export, each bad argument, the exact code and the
+//! `ncclGetLastError` text. Communicators here come from a real bootstrap (loopback) with no
+//! GPU behind them, so everything before the launch is the production path.
+
+use super::{coll, device_api, group, init, mem, query, version};
+use crate::bootstrap::{new_unique_id, Bootstrap};
+use crate::comm::{ncclComm, Comm, Phase};
+use crate::types::ncclResult_t::*;
+use crate::types::*;
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Publishes `n` GPU-less communicators of one clique (one per rank) with compute capability `cc`.
+fn fake_comms(n: usize, cc: i32) -> Vec<ncclComm_t> {
+    let id = new_unique_id().expect("unique id");
+    let threads: Vec<_> =
+        (0..n).map(|r| std::thread::spawn(move || Bootstrap::init(&id, r, n, Duration::from_secs(20)))).collect();
+    threads
+        .into_iter()
+        .map(|t| {
+            let b = t.join().unwrap().expect("bootstrap");
+            ncclComm::publish(Phase::Ready(Arc::new(Comm::without_gpu(b, cc)))).0
+        })
+        .collect()
+}
+
+fn last_error() -> String {
+    // SAFETY: a static NUL-terminated buffer.
+    unsafe { CStr::from_ptr(version::ncclGetLastError(std::ptr::null_mut())) }.to_string_lossy().into_owned()
+}
+
+struct Case {
+    name: &'static str,
+    call: Box<dyn Fn() -> ncclResult_t>,
+    code: ncclResult_t,
+    text: &'static str,
+}
+
+fn case(name: &'static str, code: ncclResult_t, text: &'static str, call: impl Fn() -> ncclResult_t + 'static) -> Case {
+    Case { name, call: Box::new(call), code, text }
+}
+
+fn config() -> ncclConfig_t {
+    ncclConfig_t {
+        size: std::mem::size_of::<ncclConfig_t>(),
+        magic: NCCL_CONFIG_MAGIC,
+        version: NCCL_VERSION_CODE as u32,
+        blocking: NCCL_CONFIG_UNDEF_INT,
+        cgaClusterSize: NCCL_CONFIG_UNDEF_INT,
+        minCTAs: NCCL_CONFIG_UNDEF_INT,
+        maxCTAs: NCCL_CONFIG_UNDEF_INT,
+        netName: std::ptr::null(),
+        splitShare: NCCL_CONFIG_UNDEF_INT,
+        trafficClass: NCCL_CONFIG_UNDEF_INT,
+        commName: std::ptr::null(),
+        collnetEnable: NCCL_CONFIG_UNDEF_INT,
+        CTAPolicy: NCCL_CONFIG_UNDEF_INT,
+        shrinkShare: NCCL_CONFIG_UNDEF_INT,
+        nvlsCTAs: NCCL_CONFIG_UNDEF_INT,
+        nChannelsPerNetPeer: NCCL_CONFIG_UNDEF_INT,
+        nvlinkCentricSched: NCCL_CONFIG_UNDEF_INT,
+    }
+}
+
+fn init_config(mutate: impl Fn(&mut ncclConfig_t)) -> ncclResult_t {
+    let mut cfg = config();
+    mutate(&mut cfg);
+    let mut c: ncclComm_t = std::ptr::null_mut();
+    let id = ncclUniqueId { internal: [0; 128] };
+    // SAFETY: valid pointers; the config is checked before the id.
+    unsafe { init::ncclCommInitRankConfig(&mut c, 2, id, 0, &mut cfg) }
+}
+
+#[allow(clippy::too_many_lines)]
+fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
+    let null = std::ptr::null_mut::<c_void>();
+    let host = Box::leak(Box::new([0u64; 64])).as_mut_ptr() as *mut c_void;
+    let stream: cudaStream_t = std::ptr::null_mut();
+    let huge = usize::MAX / 2;
+    let garbage = 0x1000 as ncclComm_t;
+    let mut out: c_int = 0;
+    let outp = &mut out as *mut c_int;
+    let valid_id = new_unique_id().unwrap().to_unique_id();
+    // SAFETY (all closures below): every pointer passed is NULL, garbage on purpose (only ever
+    // compared against the registry), or valid for the call.
+    unsafe {
+        vec![
+            case("GetVersion NULL", ncclInvalidArgument, "ncclGetVersion: version is NULL", || version::ncclGetVersion(std::ptr::null_mut())),
+            case("GetUniqueId NULL", ncclInvalidArgument, "uniqueId is NULL", || init::ncclGetUniqueId(std::ptr::null_mut())),
+            case("InitRank NULL comm", ncclInvalidArgument, "ncclCommInitRank: comm is NULL", move || {
+                init::ncclCommInitRank(std::ptr::null_mut(), 2, valid_id, 0)
+            }),
+            case("InitRank nranks 0", ncclInvalidArgument, "nranks 0 must be at least 1", move || {
+                let mut c = std::ptr::null_mut();
+                init::ncclCommInitRank(&mut c, 0, valid_id, 0)
+            }),
+            case("InitRank rank = nranks", ncclInvalidArgument, "rank 2 is out of range for nranks 2", move || {
+                let mut c = std::ptr::null_mut();
+                init::ncclCommInitRank(&mut c, 2, valid_id, 2)
+            }),
+            case("InitRank rank -1", ncclInvalidArgument, "rank -1 is out of range", move || {
+                let mut c = std::ptr::null_mut();
+                init::ncclCommInitRank(&mut c, 2, valid_id, -1)
+            }),
+            case("InitRank garbage id", ncclInvalidArgument, "commId", || {
+                let mut c = std::ptr::null_mut();
+                init::ncclCommInitRank(&mut c, 2, ncclUniqueId { internal: [7; 128] }, 0)
+            }),
+            case("Config bad magic", ncclInvalidArgument, "config magic 0x1234", || init_config(|c| c.magic = 0x1234)),
+            case("Config too small", ncclInvalidArgument, "config size 8 is too small", || init_config(|c| c.size = 8)),
+            case("Config blocking 2", ncclInvalidArgument, "config.blocking = 2", || init_config(|c| c.blocking = 2)),
+            case("Config minCTAs 0", ncclInvalidArgument, "config.minCTAs = 0", || init_config(|c| c.minCTAs = 0)),
+            case("Config min > max", ncclInvalidArgument, "minCTAs = 8 is larger than config.maxCTAs = 2", || {
+                init_config(|c| {
+                    c.minCTAs = 8;
+                    c.maxCTAs = 2
+                })
+            }),
+            case("Config cgaClusterSize 9", ncclInvalidArgument, "cgaClusterSize = 9", || init_config(|c| c.cgaClusterSize = 9)),
+            case("InitAll NULL", ncclInvalidArgument, "ncclCommInitAll: comm is NULL", || init::ncclCommInitAll(std::ptr::null_mut(), 1, std::ptr::null())),
+            case("InitAll ndev 0", ncclInvalidArgument, "ndev 0 must be at least 1", || {
+                let mut c = [std::ptr::null_mut(); 1];
+                init::ncclCommInitAll(c.as_mut_ptr(), 0, std::ptr::null())
+            }),
+            case("InitAll bad device", ncclInvalidArgument, "invalid device -3", || {
+                let mut c = [std::ptr::null_mut(); 2];
+                init::ncclCommInitAll(c.as_mut_ptr(), 2, [0, -3].as_ptr())
+            }),
+            case("InitScalable nId 0", ncclInvalidArgument, "nId 0 must be at least 1", move || {
+                let mut c = std::ptr::null_mut();
+                let mut ids = [valid_id];
+                init::ncclCommInitRankScalable(&mut c, 2, 0, 0, ids.as_mut_ptr(), std::ptr::null_mut())
+            }),
+            case("InitScalable NULL ids", ncclInvalidArgument, "commIds is NULL", || {
+                let mut c = std::ptr::null_mut();
+                init::ncclCommInitRankScalable(&mut c, 2, 0, 1, std::ptr::null_mut(), std::ptr::null_mut())
+            }),
+            case("Split NULL comm", ncclInvalidArgument, "ncclCommSplit: comm is NULL", || {
+                let mut c = std::ptr::null_mut();
+                init::ncclCommSplit(std::ptr::null_mut(), 0, 0, &mut c, std::ptr::null_mut())
+            }),
+            case("Split NULL newcomm", ncclInvalidArgument, "newcomm is NULL", move || {
+                init::ncclCommSplit(comm, 0, 0, std::ptr::null_mut(), std::ptr::null_mut())
+            }),
+            case("Split color -2", ncclInvalidArgument, "color -2 must be non-negative", move || {
+                let mut c = std::ptr::null_mut();
+                init::ncclCommSplit(comm, -2, 0, &mut c, std::ptr::null_mut())
+            }),
+            case("Shrink bad flags", ncclInvalidArgument, "shrinkFlags 0x4", move || {
+                let mut c = std::ptr::null_mut();
+                init::ncclCommShrink(comm, std::ptr::null_mut(), 0, &mut c, std::ptr::null_mut(), 4)
+            }),
+            case("Shrink not implemented", ncclInvalidUsage, "ncclCommShrink is not implemented yet", move || {
+                let mut c = std::ptr::null_mut();
+                init::ncclCommShrink(comm, std::ptr::null_mut(), 0, &mut c, std::ptr::null_mut(), 0)
+            }),
+            case("Revoke bad flags", ncclInvalidArgument, "revokeFlags 0x1", move || init::ncclCommRevoke(comm, 1)),
+            case("Count NULL comm", ncclInvalidArgument, "ncclCommCount: comm is NULL", move || query::ncclCommCount(std::ptr::null_mut(), outp)),
+            case("Count NULL out", ncclInvalidArgument, "count is NULL", move || query::ncclCommCount(comm, std::ptr::null_mut())),
+            case("Count garbage comm", ncclInvalidArgument, "is not a communicator created by this library", move || query::ncclCommCount(garbage, outp)),
+            case("Count destroyed comm", ncclInvalidUsage, "was already destroyed", move || query::ncclCommCount(gone, outp)),
+            case("CuDevice NULL out", ncclInvalidArgument, "device is NULL", move || query::ncclCommCuDevice(comm, std::ptr::null_mut())),
+            case("UserRank NULL out", ncclInvalidArgument, "rank is NULL", move || query::ncclCommUserRank(comm, std::ptr::null_mut())),
+            case("AsyncError NULL out", ncclInvalidArgument, "asyncError is NULL", move || query::ncclCommGetAsyncError(comm, std::ptr::null_mut())),
+            case("AllReduce NULL comm", ncclInvalidArgument, "ncclAllReduce: comm is NULL", move || {
+                coll::ncclAllReduce(host, host, 4, ncclFloat32, ncclSum, std::ptr::null_mut(), stream)
+            }),
+            case("AllReduce NULL sendbuff", ncclInvalidArgument, "sendbuff is NULL", move || {
+                coll::ncclAllReduce(null, host, 4, ncclFloat32, ncclSum, comm, stream)
+            }),
+            case("AllReduce NULL recvbuff", ncclInvalidArgument, "recvbuff is NULL", move || {
+                coll::ncclAllReduce(host, null, 4, ncclFloat32, ncclSum, comm, stream)
+            }),
+            case("AllReduce count overflow", ncclInvalidArgument, "overflows the addressable size", move || {
+                coll::ncclAllReduce(host, host, huge, ncclFloat64, ncclSum, comm, stream)
+            }),
+            case("AllReduce dtype 12", ncclInvalidArgument, "datatype 12 is not a valid", move || {
+                coll::ncclAllReduce(host, host, 4, 12, ncclSum, comm, stream)
+            }),
+            case("AllReduce dtype -1", ncclInvalidArgument, "datatype -1 is not a valid", move || {
+                coll::ncclAllReduce(host, host, 4, -1, ncclSum, comm, stream)
+            }),
+            case("AllReduce op 5 unknown", ncclInvalidArgument, "op 5 is not a valid ncclRedOp_t", move || {
+                coll::ncclAllReduce(host, host, 4, ncclFloat32, 5, comm, stream)
+            }),
+            case("AllReduce op -1", ncclInvalidArgument, "op -1 is not a valid", move || {
+                coll::ncclAllReduce(host, host, 4, ncclFloat32, -1, comm, stream)
+            }),
+            case("AllReduce fp8 on sm80", ncclInvalidArgument, "needs compute capability 9.0", move || {
+                coll::ncclAllReduce(host, host, 4, ncclFloat8e4m3, ncclSum, old, stream)
+            }),
+            case("AllReduce host memory", ncclInvalidArgument, "is not memory the GPU can access", move || {
+                coll::ncclAllReduce(host, host, 4, ncclFloat32, ncclSum, comm, stream)
+            }),
+            case("Reduce root 2", ncclInvalidArgument, "root 2 is out of range (communicator has 2 ranks)", move || {
+                coll::ncclReduce(host, host, 4, ncclFloat32, ncclSum, 2, comm, stream)
+            }),
+            case("Reduce root -1", ncclInvalidArgument, "root -1 is out of range", move || {
+                coll::ncclReduce(host, host, 4, ncclFloat32, ncclSum, -1, comm, stream)
+            }),
+            case("Broadcast NULL recvbuff", ncclInvalidArgument, "recvbuff is NULL", move || {
+                coll::ncclBroadcast(host, null, 4, ncclInt8, 0, comm, stream)
+            }),
+            case("Bcast root 5", ncclInvalidArgument, "root 5 is out of range", move || coll::ncclBcast(host, 4, ncclInt8, 5, comm, stream)),
+            case("AllGather overflow", ncclInvalidArgument, "sendcount", move || {
+                coll::ncclAllGather(host, host, usize::MAX / 16, ncclFloat64, comm, stream)
+            }),
+            case("ReduceScatter NULL sendbuff", ncclInvalidArgument, "sendbuff is NULL", move || {
+                coll::ncclReduceScatter(null, host, 4, ncclInt32, ncclMax, comm, stream)
+            }),
+            case("AlltoAll NULL recvbuff", ncclInvalidArgument, "recvbuff is NULL", move || {
+                coll::ncclAlltoAll(host, null, 4, ncclInt32, comm, stream)
+            }),
+            case("Gather root 9", ncclInvalidArgument, "root 9 is out of range", move || {
+                coll::ncclGather(host, host, 4, ncclInt32, 9, comm, stream)
+            }),
+            case("Scatter bad dtype", ncclInvalidArgument, "datatype 40", move || coll::ncclScatter(host, host, 4, 40, 0, comm, stream)),
+            case("Send peer 2", ncclInvalidArgument, "peer 2 is out of range", move || coll::ncclSend(host, 4, ncclUint8, 2, comm, stream)),
+            case("Recv peer -1", ncclInvalidArgument, "peer -1 is out of range", move || coll::ncclRecv(host, 4, ncclUint8, -1, comm, stream)),
+            case("Send NULL buffer", ncclInvalidArgument, "sendbuff is NULL", move || coll::ncclSend(null, 4, ncclUint8, 1, comm, stream)),
+            case("PreMulSum NULL op", ncclInvalidArgument, "op is NULL", move || {
+                coll::ncclRedOpCreatePreMulSum(std::ptr::null_mut(), host, ncclFloat32, ncclScalarHostImmediate, comm)
+            }),
+            case("PreMulSum NULL scalar", ncclInvalidArgument, "scalar is NULL", move || {
+                let mut op = 0;
+                coll::ncclRedOpCreatePreMulSum(&mut op, null, ncclFloat32, ncclScalarHostImmediate, comm)
+            }),
+            case("PreMulSum bad residence", ncclInvalidArgument, "residence 7", move || {
+                let mut op = 0;
+                coll::ncclRedOpCreatePreMulSum(&mut op, host, ncclFloat32, 7, comm)
+            }),
+            case("PreMulSum wrong dtype use", ncclInvalidArgument, "created for ncclFloat32 but is used with ncclInt32", move || {
+                let mut op = 0;
+                let s = 2.0f32;
+                assert_eq!(coll::ncclRedOpCreatePreMulSum(&mut op, &s as *const f32 as *mut c_void, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
+                let r = coll::ncclAllReduce(host, host, 4, ncclInt32, op, comm, stream);
+                assert_eq!(coll::ncclRedOpDestroy(op, comm), ncclSuccess);
+                r
+            }),
+            case("RedOpDestroy builtin", ncclInvalidArgument, "built-in operator", move || coll::ncclRedOpDestroy(ncclSum, comm)),
+            case("RedOpDestroy unknown", ncclInvalidArgument, "op 17 is not a user operator", move || coll::ncclRedOpDestroy(17, comm)),
+            case("GroupEnd without start", ncclInvalidUsage, "ncclGroupEnd called without a matching ncclGroupStart", || group::ncclGroupEnd()),
+            case("Error inside group reported at end", ncclInvalidArgument, "inside this group failed", move || {
+                assert_eq!(group::ncclGroupStart(), ncclSuccess);
+                assert_eq!(coll::ncclAllReduce(host, host, 4, 99, ncclSum, comm, stream), ncclInvalidArgument);
+                group::ncclGroupEnd()
+            }),
+            case("SimulateEnd NULL", ncclInvalidArgument, "simInfo is NULL", || group::ncclGroupSimulateEnd(std::ptr::null_mut())),
+            case("SimulateEnd bad magic", ncclInvalidArgument, "simInfo magic 0x0", || {
+                let mut s = ncclSimInfo_t { size: std::mem::size_of::<ncclSimInfo_t>(), magic: 0, version: 0, estimatedTime: -1.0 };
+                group::ncclGroupSimulateEnd(&mut s)
+            }),
+            case("MemAlloc NULL", ncclInvalidArgument, "ptr is NULL", || mem::ncclMemAlloc(std::ptr::null_mut(), 64)),
+            case("MemAlloc size 0", ncclInvalidArgument, "size is 0", || {
+                let mut p = std::ptr::null_mut();
+                mem::ncclMemAlloc(&mut p, 0)
+            }),
+            case("MemFree foreign", ncclInvalidArgument, "was not allocated by ncclMemAlloc", move || mem::ncclMemFree(host)),
+            case("Register NULL buff", ncclInvalidArgument, "buff is NULL", move || {
+                let mut h = std::ptr::null_mut();
+                mem::ncclCommRegister(comm, null, 64, &mut h)
+            }),
+            case("Register NULL handle", ncclInvalidArgument, "handle is NULL", move || {
+                mem::ncclCommRegister(comm, host, 64, std::ptr::null_mut())
+            }),
+            case("Deregister foreign handle", ncclInvalidArgument, "is not a registration of this communicator", move || {
+                mem::ncclCommDeregister(comm, host)
+            }),
+            case("WindowRegister bad flags", ncclInvalidArgument, "winFlags 0x8", move || {
+                let mut w = std::ptr::null_mut();
+                mem::ncclCommWindowRegister(comm, host, 64, &mut w, 8)
+            }),
+            case("WindowRegister not implemented", ncclInvalidUsage, "not implemented yet", move || {
+                let mut w = std::ptr::null_mut();
+                mem::ncclCommWindowRegister(comm, host, 64, &mut w, 0)
+            }),
+            case("DevCommCreate NULL reqs", ncclInvalidArgument, "reqs is NULL", move || {
+                device_api::ncclDevCommCreate(comm, std::ptr::null(), host)
+            }),
+            case("DevCommCreate not implemented", ncclInvalidUsage, "ncclDevCommCreate (NCCL device API) is not implemented yet", move || {
+                device_api::ncclDevCommCreate(comm, host, host)
+            }),
+            case("LsaBarrier bad count", ncclInvalidArgument, "nBarriers 0", move || {
+                device_api::ncclLsaBarrierCreateRequirement(ncclTeam_t { nRanks: 2, rank: 0, stride: 1 }, 0, host, host)
+            }),
+        ]
+    }
+}
+
+#[test]
+fn every_export_rejects_bad_input() {
+    let _l = crate::debug::LAST_ERROR_TEST_LOCK.lock();
+    let comms = fake_comms(2, 9);
+    let old = fake_comms(1, 8)[0];
+    let gone = fake_comms(1, 9)[0];
+    // SAFETY: destroying a valid handle; later uses must be reported, not dereferenced.
+    assert_eq!(unsafe { init::ncclCommDestroy(gone) }, ncclSuccess);
+    let mut failures = Vec::new();
+    for c in cases(comms[0], old, gone) {
+        crate::debug::set_last_error("");
+        let code = (c.call)();
+        let text = last_error();
+        if code != c.code || !text.contains(c.text) {
+            failures.push(format!("{}: got {code:?} {text:?}, want {:?} containing {:?}", c.name, c.code, c.text));
+        }
+    }
+    assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn queries_and_teams_answer_on_a_good_comm() {
+    let comms = fake_comms(2, 9);
+    for (r, &c) in comms.iter().enumerate() {
+        let (mut n, mut rank) = (0, -1);
+        let mut err = ncclInternalError;
+        // SAFETY: valid handles and out-pointers.
+        unsafe {
+            assert_eq!(query::ncclCommCount(c, &mut n), ncclSuccess);
+            assert_eq!(query::ncclCommUserRank(c, &mut rank), ncclSuccess);
+            assert_eq!(query::ncclCommGetAsyncError(c, &mut err), ncclSuccess);
+            let world = device_api::ncclTeamWorld(c);
+            assert_eq!(world, ncclTeam_t { nRanks: 2, rank: r as c_int, stride: 1 });
+            assert_eq!(device_api::ncclTeamRankToWorld(c, world, 1), 1);
+            assert_eq!(device_api::ncclTeamRankToWorld(c, world, 2), -1);
+            assert_eq!(device_api::ncclTeamRail(c).nRanks, 1);
+        }
+        assert_eq!((n, rank, err), (2, r as c_int, ncclSuccess));
+    }
+    // SAFETY: NULL is documented as accepted.
+    unsafe {
+        assert_eq!(init::ncclCommDestroy(std::ptr::null_mut()), ncclSuccess);
+        assert_eq!(init::ncclCommAbort(std::ptr::null_mut()), ncclSuccess);
+        assert_eq!(device_api::ncclTeamWorld(std::ptr::null_mut()).nRanks, 0);
+    }
+    for c in comms {
+        // SAFETY: each handle destroyed once.
+        assert_eq!(unsafe { init::ncclCommDestroy(c) }, ncclSuccess);
+    }
+}
+
+#[test]
+fn error_strings_cover_every_code() {
+    for code in 0..8 {
+        // SAFETY: returns a static string for any int.
+        let s = unsafe { CStr::from_ptr(version::ncclGetErrorString(code)) }.to_string_lossy().into_owned();
+        assert!(!s.is_empty() && s != "unknown result code", "code {code}");
+    }
+    // SAFETY: as above.
+    let s = unsafe { CStr::from_ptr(version::ncclGetErrorString(99)) };
+    assert_eq!(s.to_str().unwrap(), "unknown result code");
+}
