@@ -67,9 +67,12 @@ fn probe_output(lang: Lang, nccl_include: &Path, tag: &str) -> String {
 }
 
 fn compare_probe(lang: Lang) {
+    // Find everything on the test's own thread, so a missing dependency reports cleanly.
+    let (our_inc, nv_inc) = (our_include(), nvidia_include());
+    cuda_include();
     let (ours, theirs) = std::thread::scope(|s| {
-        let a = s.spawn(|| probe_output(lang, &our_include(), "ours"));
-        let b = s.spawn(|| probe_output(lang, &nvidia_include(), "nvidia"));
+        let a = s.spawn(|| probe_output(lang, &our_inc, "ours"));
+        let b = s.spawn(|| probe_output(lang, &nv_inc, "nvidia"));
         (a.join().unwrap(), b.join().unwrap())
     });
     if ours != theirs {
