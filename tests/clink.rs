@@ -1,0 +1,69 @@
+//! Builds `tests/c/link_app.c` as a user would (`cc app.c -I include -lnccl`, plus the CUDA
+//! include directory) against the freshly built library, runs it with LD_LIBRARY_PATH, and
+//! requires every check in it to pass and the calls to land in our library.
+
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// A directory holding only `libnccl.so` and the `libnccl.so.2` SONAME link, both pointing at
+/// the cdylib cargo just built (`target/<profile>/deps` has no `libnccl.so.2`).
+fn private_lib_dir() -> PathBuf {
+    let so = cdylib();
+    let dir = scratch("clink/lib");
+    for name in ["libnccl.so", "libnccl.so.2"] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&so, &link)
+            .unwrap_or_else(|e| panic!("cannot link {} -> {}: {e}", link.display(), so.display()));
+    }
+    dir
+}
+
+#[test]
+fn c_app_links_with_lnccl_and_runs() {
+    let lib = private_lib_dir();
+    let app = scratch("clink").join("link_app");
+    run_ok(
+        Command::new("cc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+            .arg(root().join("tests/c/link_app.c"))
+            .arg("-I")
+            .arg(our_include())
+            .arg("-I")
+            .arg(cuda_include())
+            .arg("-L")
+            .arg(&lib)
+            .arg("-lnccl")
+            .arg("-o")
+            .arg(&app),
+    );
+
+    let dynamic = stdout_of(Command::new("readelf").arg("-d").arg(&app));
+    assert!(
+        dynamic.contains("Shared library: [libnccl.so.2]"),
+        "the app should record NEEDED libnccl.so.2 (our SONAME); readelf -d:\n{dynamic}"
+    );
+
+    let out = Command::new(&app)
+        .env("LD_LIBRARY_PATH", &lib)
+        .env_remove("LD_PRELOAD")
+        .env("NCCL_DEBUG", "WARN")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", app.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "link_app failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+        out.status
+    );
+    let loaded = stdout.lines().find_map(|l| l.strip_prefix("library: ")).unwrap_or("<not reported>");
+    assert!(
+        loaded.starts_with(lib.to_str().unwrap()),
+        "link_app's ncclGetVersion came from {loaded}, not from {}", lib.display()
+    );
+    assert!(stdout.contains(", 0 failed"), "link_app did not report its checks:\n{stdout}");
+}
