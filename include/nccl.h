@@ -138,7 +138,7 @@ typedef enum {
 
 
 /**
- * The status every NCCL call returns. Only ever produced by us, so a Rust enum is safe.
+ * The status every NCCL call returns.
  */
 typedef enum {
   ncclSuccess = 0,
@@ -153,14 +153,14 @@ typedef enum {
 } ncclResult_t;
 
 /**
- * 128 opaque bytes; `bootstrap::id` defines what we put inside.
+ * 128 opaque bytes from ncclGetUniqueId, to be passed to every rank unchanged.
  */
 typedef struct {
   char internal[NCCL_UNIQUE_ID_BYTES];
 } ncclUniqueId;
 
 /**
- * `ncclConfig_t` v22800. Older callers pass a smaller `size`: read only what it covers.
+ * Communicator options; initialize with NCCL_CONFIG_INITIALIZER.
  */
 typedef struct {
   size_t size;
@@ -191,6 +191,205 @@ typedef struct {
   unsigned int version;
   float estimatedTime;
 } ncclSimInfo_t;
+
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+
+/**
+ * The legacy in-place broadcast.
+ */
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+/**
+ * Stops the communicator's kernels and frees everything it holds. NULL is accepted.
+ */
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+
+ncclResult_t ncclCommCount(ncclComm_t comm, int *count);
+
+ncclResult_t ncclCommCuDevice(ncclComm_t comm, int *device);
+
+ncclResult_t ncclCommDeregister(ncclComm_t comm, void *handle);
+
+/**
+ * NULL is accepted and ignored, as NCCL does.
+ */
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm);
+
+/**
+ * ncclInProgress while a nonblocking init runs, ncclRemoteError after a collective timed out
+ * (NCCL_WATCHDOG_TIMEOUT_MS), the init failure, or ncclSuccess.
+ */
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+
+/**
+ * One process, `ndev` ranks on devlist (or devices 0..ndev-1 when NULL); devices may repeat.
+ */
+ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
+
+/**
+ * ncclCommInitRank with several unique ids (every rank passes the same nId ids).
+ */
+ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config);
+
+/**
+ * Registers a device buffer with the communicator; release it with ncclCommDeregister.
+ */
+ncclResult_t ncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **handle);
+
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
+
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
+
+ncclResult_t ncclCommUserRank(ncclComm_t comm, int *rank);
+
+ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+
+ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
+
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+const char *ncclGetErrorString(ncclResult_t result);
+
+/**
+ * The last WARN text of this process; `comm` may be NULL, as in NCCL.
+ */
+const char *ncclGetLastError(ncclComm_t comm);
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
+
+ncclResult_t ncclGetVersion(int *version);
+
+ncclResult_t ncclGroupEnd(void);
+
+/**
+ * Ends the group without launching and reports the time the tuner's cost model expects it to
+ * take, in `simInfo->estimatedTime` (microseconds, as NCCL).
+ */
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+
+ncclResult_t ncclGroupStart(void);
+
+/**
+ * Device memory on the caller's current device (device 0 if none is current).
+ */
+ncclResult_t ncclMemAlloc(void **ptr, size_t size);
+
+/**
+ * Frees memory from ncclMemAlloc; NULL is a no-op.
+ */
+ncclResult_t ncclMemFree(void *ptr);
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
+
+/**
+ * A sum where each rank first multiplies its input by `*scalar` (host value read now, or a
+ * device value read by every collective that uses the op).
+ */
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
+
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
+
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t pncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t pncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t pncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t pncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t pncclCommAbort(ncclComm_t comm);
+
+ncclResult_t pncclCommCount(ncclComm_t comm, int *count);
+
+ncclResult_t pncclCommCuDevice(ncclComm_t comm, int *device);
+
+ncclResult_t pncclCommDeregister(ncclComm_t comm, void *handle);
+
+ncclResult_t pncclCommDestroy(ncclComm_t comm);
+
+ncclResult_t pncclCommFinalize(ncclComm_t comm);
+
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+
+ncclResult_t pncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
+
+ncclResult_t pncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+
+ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
+
+ncclResult_t pncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config);
+
+ncclResult_t pncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **handle);
+
+ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
+
+ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
+
+ncclResult_t pncclCommUserRank(ncclComm_t comm, int *rank);
+
+ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+
+ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
+
+ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+const char *pncclGetErrorString(ncclResult_t result);
+
+const char *pncclGetLastError(ncclComm_t comm);
+
+ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId);
+
+ncclResult_t pncclGetVersion(int *version);
+
+ncclResult_t pncclGroupEnd(void);
+
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+
+ncclResult_t pncclGroupStart(void);
+
+ncclResult_t pncclMemAlloc(void **ptr, size_t size);
+
+ncclResult_t pncclMemFree(void *ptr);
+
+ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
+
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
+
+ncclResult_t pncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t pncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
 
 /* Re-reads the logging environment (NCCL_DEBUG, ...). Kept for old callers only. */
 __attribute__((deprecated("ncclResetDebugInit is not part of the supported NCCL API and will be removed")))

@@ -8,7 +8,8 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-/// The status every NCCL call returns. Only ever produced by us, so a Rust enum is safe.
+/// The status every NCCL call returns.
+// (Only ever produced by the library, so a Rust enum is safe here.)
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ncclResult_t {
@@ -72,7 +73,8 @@ pub const ncclMaxRedOp: ncclRedOp_t = 0x7fffffff;
 pub const ncclScalarDevice: ncclScalarResidence_t = 0;
 pub const ncclScalarHostImmediate: ncclScalarResidence_t = 1;
 
-/// 128 opaque bytes; `bootstrap::id` defines what we put inside.
+/// 128 opaque bytes from ncclGetUniqueId, to be passed to every rank unchanged.
+// bootstrap::id defines what goes inside.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ncclUniqueId {
@@ -101,7 +103,8 @@ pub type ncclComm_t = *mut crate::comm::ncclComm;
 /// cbindgen:ignore
 pub type ncclWindow_t = *mut c_void;
 
-/// `ncclConfig_t` v22800. Older callers pass a smaller `size`: read only what it covers.
+/// Communicator options; initialize with NCCL_CONFIG_INITIALIZER.
+// v22800. Older callers pass a smaller `size`: read only what it covers.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ncclConfig_t {

@@ -195,8 +195,9 @@ pub unsafe extern "C" fn pncclCommInitRankConfig(
     ncclCommInitRankConfig(comm, nranks, commId, rank, config)
 }
 
-/// Several roots spread the rendezvous in NCCL; every rank has every id, so one root (the
-/// first) serves all ranks here.
+/// ncclCommInitRank with several unique ids (every rank passes the same nId ids).
+// Several roots spread the rendezvous in NCCL; every rank has every id, so one root (the
+// first) serves all ranks here.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommInitRankScalable(
     newcomm: *mut ncclComm_t,
@@ -233,7 +234,7 @@ pub unsafe extern "C" fn pncclCommInitRankScalable(
     ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config)
 }
 
-/// One process, `ndev` ranks: one init thread per rank (devices may repeat).
+/// One process, `ndev` ranks on devlist (or devices 0..ndev-1 when NULL); devices may repeat.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
     boundary("ncclCommInitAll", || {
@@ -431,7 +432,8 @@ pub unsafe extern "C" fn pncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     ncclCommDestroy(comm)
 }
 
-/// Stops our kernels (they poll the abort flag), then frees everything. NULL is accepted.
+/// Stops the communicator's kernels and frees everything it holds. NULL is accepted.
+// The kernels poll a host-mapped abort flag.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     boundary("ncclCommAbort", || {

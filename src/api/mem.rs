@@ -67,8 +67,9 @@ struct Registration {
     _len: usize,
 }
 
-/// Records a buffer as registered with the communicator. Registration is a performance hint in
-/// NCCL; the Simple ring path copies through FIFOs and does not need it, so nothing else changes.
+/// Registers a device buffer with the communicator; release it with ncclCommDeregister.
+// Registration is a performance hint in NCCL; the Simple ring path copies through FIFOs and
+// does not need it yet, so nothing else changes.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
     boundary("ncclCommRegister", || {

@@ -55,8 +55,8 @@ pub unsafe extern "C" fn pncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -
     ncclCommUserRank(comm, rank)
 }
 
-/// ncclInProgress while a nonblocking init runs, a kernel timeout as ncclRemoteError, else
-/// the init failure or ncclSuccess. The call itself succeeds whenever its arguments are good.
+/// ncclInProgress while a nonblocking init runs, ncclRemoteError after a collective timed out
+/// (NCCL_WATCHDOG_TIMEOUT_MS), the init failure, or ncclSuccess.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
     boundary("ncclCommGetAsyncError", || {
