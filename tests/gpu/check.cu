@@ -92,6 +92,7 @@ struct Opts {
   int timeoutS = 1200;
   double caseTimeoutS = 120;
   int maxPrint = 5;
+  bool dryRun = false;
 };
 static Opts g;
 
@@ -100,7 +101,7 @@ static void usage() {
       "usage: check [--mode threads|procs|mpi] [--devs 0,1,...] [--quick] [--seed N]\n"
       "             [--counts a,b,c] [--large-bytes N (0=off)] [--colls AllReduce,Reduce,...]\n"
       "             [--dtypes float32,int8,...] [--ops sum,prod,max,min,avg,pmsH,pmsD]\n"
-      "             [--roots all|ends] [--no-unaligned] [--failures-only]\n"
+      "             [--roots all|ends] [--no-unaligned] [--failures-only] [--dry-run (list case counts)]\n"
       "             [--matrix] [--graph [--graph-iters N --graph-count N]] [--leak [--leak-iters N]]\n"
       "             [--watchdog [--wd-timeout-ms N --wd-mode never|mismatch --wd-poll-s S]]\n"
       "             [--timeout S (global, default 1200)] [--case-timeout S (default 120)]\n");
@@ -170,6 +171,7 @@ static void parseArgs(int argc, char** argv) {
     } else if (a == "--roots") g.rootsAll = !strcmp(need(), "all");
     else if (a == "--no-unaligned") g.unaligned = false;
     else if (a == "--failures-only") g.verbose = false;
+    else if (a == "--dry-run") g.dryRun = true;
     else if (a == "--matrix") g.tMatrix = true;
     else if (a == "--graph") g.tGraph = true;
     else if (a == "--graph-iters") g.graphIters = atoi(need());
@@ -1110,6 +1112,17 @@ int main(int argc, char** argv) {
     setenv("NCCL_WATCHDOG_TIMEOUT_MS", b, 0);
   }
 
+  if (g.dryRun) {  // case counts per collective, no CUDA (plan a run's length)
+    if (g.devs.empty()) { fprintf(stderr, "--dry-run needs --devs\n"); return 2; }
+    C.nranks = (int)g.devs.size();
+    C.fp8 = true;
+    std::vector<Case> v = buildMatrix();
+    long per[NCOLLS] = {0}, big = 0;
+    for (auto& c : v) { per[c.coll]++; big += c.count >= (1u << 20); }
+    for (int c = 0; c < NCOLLS; c++) if (per[c]) printf("%-14s %6ld cases\n", kCollName[c], per[c]);
+    printf("total %zu cases (%ld with count >= 1M), nranks %d\n", v.size(), big, C.nranks);
+    return 0;
+  }
   if (g.mode == "threads") {
     if (g.devs.empty()) {
       int nd = 0;
