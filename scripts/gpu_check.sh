@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# The whole GPU check in one call on the device machine (DESIGN §6): build the checker, the
+# benchmark and the examples there (no Rust there; our library comes prebuilt in
+# target/release), run the correctness matrix in every process layout, graph / leak / watchdog
+# tests, the examples, optionally the A/B benchmark, and end with a summary table as the LAST
+# lines printed.  Every step runs under `timeout`, and a global budget keeps the whole call
+# inside the device's 10-minute limit (steps past the budget are reported as SKIP).
+#
+# usage: scripts/gpu_check.sh [options]
+#   --quick            reduced matrix everywhere, fewer graph/leak iterations
+#   --only LIST        only these steps or groups (comma list): build,check,procs,onegpu,mpi,
+#                      graph,leak,watchdog,examples,bench   (e.g. --only check,graph)
+#   --skip LIST        everything except these
+#   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
+#   --bench-only       build + the A/B benchmark only
+#   --bench-args "..." extra arguments for ab_bench.sh (e.g. "--max 256M --colls all_reduce")
+#   --lib ours|ref     library the correctness steps use (default ours; ref = NVIDIA's NCCL,
+#                      to validate the checker itself: single-GPU multi-rank steps are skipped
+#                      since NCCL refuses two ranks on one GPU, and so is the watchdog)
+#   --budget SECONDS   stop starting steps after this much wall time (default 540)
+#   --no-build         reuse binaries in $BUILD
+# env: OUT (default ./gpu-out), BUILD (default build/gpu), CUDA_ARCH (default from nvidia-smi),
+#      NCCL_REF (reference NCCL root), CUDA_HOME (default /usr/local/cuda)
+set -u
+export NCCL_NVLS_ENABLE=0
+
+T_START=$(date +%s)
+QUICK=0; ONLY=""; SKIP=""; BENCH=0; BENCH_ONLY=0; BENCH_ARGS=""; LIB=ours; BUDGET=540; NOBUILD=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --only) ONLY=",$2,"; shift ;;
+    --skip) SKIP=",$2,"; shift ;;
+    --bench) BENCH=1 ;;
+    --bench-only) BENCH=1; BENCH_ONLY=1 ;;
+    --bench-args) BENCH_ARGS=$2; shift ;;
+    --lib) LIB=$2; shift ;;
+    --budget) BUDGET=$2; shift ;;
+    --no-build) NOBUILD=1 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    *) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUT/logs"
+OUT=$(cd "$OUT" && pwd)
+LOG=$OUT/logs
+BUILD=${BUILD:-$ROOT/build/gpu}
+mkdir -p "$BUILD"
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+NVCC=$CUDA/bin/nvcc
+REF=${NCCL_REF:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl}
+OURLIB=$ROOT/target/release/libnccl.so
+export PATH=$CUDA/bin:$PATH
+
+# --- what the build links against and what the runs load ---------------------------------------
+INC=$ROOT/include
+if [ ! -f "$INC/nccl.h" ]; then
+  echo "gpu_check: NOTE include/nccl.h missing; compiling against NVIDIA's header (same ABI)"
+  INC=$REF/include
+fi
+if [ -f "$OURLIB" ]; then
+  LINK="-L$ROOT/target/release -lnccl"
+  # NEEDED is libnccl.so.2 (our SONAME): give the loader a file by that name.
+  mkdir -p "$BUILD/ourlib"
+  ln -sf "$OURLIB" "$BUILD/ourlib/libnccl.so.2"
+  ln -sf "$OURLIB" "$BUILD/ourlib/libnccl.so"
+else
+  echo "gpu_check: NOTE $OURLIB missing; linking against the reference library"
+  mkdir -p "$BUILD/reflib"
+  ln -sf "$REF/lib/libnccl.so.2" "$BUILD/reflib/libnccl.so"
+  LINK="-L$BUILD/reflib -lnccl"
+  [ "$LIB" = ours ] && { echo "gpu_check: no library of ours to test; use --lib ref"; }
+fi
+if [ "$LIB" = ref ]; then RUNLIB=$REF/lib; else RUNLIB=$BUILD/ourlib; fi
+export LD_LIBRARY_PATH="$RUNLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+NG=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
+[ "$NG" -ge 1 ] 2>/dev/null || NG=0
+CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+ARCH=${CUDA_ARCH:-sm_${CC:-90}}
+HAVE_MPI=0; command -v mpicc >/dev/null && command -v mpirun >/dev/null && HAVE_MPI=1
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x NCCL_DEBUG -x NCCL_WATCHDOG_TIMEOUT_MS"
+
+echo "gpu_check: $(date -u +%FT%TZ) lib=$LIB ($RUNLIB) gpus=$NG arch=$ARCH quick=$QUICK out=$OUT"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu_check:   /'
+[ "$NG" -ge 2 ] && nvidia-smi topo -m 2>/dev/null | head -4 | sed 's/^/gpu_check:   /'
+
+# --- step runner -------------------------------------------------------------------------------
+NAMES=(); RESULTS=(); TIMES=(); DETAILS=()
+wanted() {  # wanted NAME GROUP
+  if [ $BENCH_ONLY = 1 ]; then [ "$2" = bench ] || [ "$2" = build ]; return; fi
+  [ "$2" = bench ] && [ $BENCH = 0 ] && return 1
+  if [ -n "$ONLY" ]; then case "$ONLY" in *",$1,"*|*",$2,"*) ;; *) [ "$2" = build ] || return 1 ;; esac; fi
+  if [ -n "$SKIP" ]; then case "$SKIP" in *",$1,"*|*",$2,"*) return 1 ;; esac; fi
+  return 0
+}
+record() { NAMES+=("$1"); RESULTS+=("$2"); TIMES+=("$3"); DETAILS+=("$4"); }
+# step NAME GROUP TIMEOUT CMD...   (output to $LOG/NAME.log)
+step() {
+  local name=$1 group=$2 tmo=$3; shift 3
+  wanted "$name" "$group" || return 0
+  local now=$(date +%s); local left=$((BUDGET - (now - T_START)))
+  if [ $left -lt 15 ]; then record "$name" SKIP 0 "over the ${BUDGET}s budget"; return 0; fi
+  [ $tmo -gt $left ] && tmo=$left
+  echo "gpu_check: [$(($(date +%s) - T_START))s] $name (timeout ${tmo}s): $*"
+  local t0=$(date +%s)
+  timeout -k 10 "$tmo" "$@" >"$LOG/$name.log" 2>&1
+  local rc=$?
+  local dt=$(($(date +%s) - t0))
+  local res=PASS
+  case $rc in 0) ;; 124|137) res=TIMEOUT ;; *) res="FAIL($rc)" ;; esac
+  local det
+  det=$(grep -E "^(OVERALL|SUMMARY|GRAPH:|LEAK:|WATCHDOG:|single_process:|mpi_per_gpu:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  record "$name" "$res" "$dt" "$det"
+  echo "gpu_check:   -> $res in ${dt}s ${det}"
+}
+skip() { wanted "$1" "$2" && record "$1" SKIP 0 "$3"; return 0; }
+
+# --- build (parallel nvcc) ---------------------------------------------------------------------
+NVFLAGS="-O2 -std=c++17 -arch=$ARCH -I$INC -Xcompiler -Wall"
+build() {
+  local pids=() rc=0 TO="timeout -k 5 300"
+  $TO $NVCC $NVFLAGS -o "$BUILD/check" tests/gpu/check.cu $LINK -lpthread -ldl >"$LOG/build_check.log" 2>&1 & pids+=($!)
+  $TO $NVCC $NVFLAGS -o "$BUILD/nccl_bench" benches/nccl_bench.cu $LINK -ldl >"$LOG/build_bench.log" 2>&1 & pids+=($!)
+  if [ $HAVE_MPI = 1 ]; then
+    $TO $NVCC -ccbin mpicxx -DCHECK_MPI $NVFLAGS -o "$BUILD/check_mpi" tests/gpu/check.cu $LINK -lpthread -ldl >"$LOG/build_check_mpi.log" 2>&1 & pids+=($!)
+    $TO mpicc -O2 -Wall -I"$INC" -I"$CUDA/include" -o "$BUILD/mpi_per_gpu" examples/mpi_per_gpu.c $LINK -L"$CUDA/lib64" -lcudart >"$LOG/build_mpi_example.log" 2>&1 & pids+=($!)
+  fi
+  $TO gcc -O2 -Wall -I"$INC" -I"$CUDA/include" -o "$BUILD/single_process" examples/single_process.c $LINK -L"$CUDA/lib64" -lcudart >"$LOG/build_single_example.log" 2>&1 & pids+=($!)
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  for f in "$LOG"/build_*.log; do [ -s "$f" ] && { echo "== $f"; cat "$f"; }; done
+  return $rc
+}
+if [ $NOBUILD = 0 ]; then
+  # A shell function cannot run under `timeout`; each compiler call has its own instead.
+  echo "gpu_check: [$(($(date +%s) - T_START))s] build ($ARCH, -I$INC, $LINK)"
+  t0=$(date +%s)
+  if build >"$LOG/build.log" 2>&1; then res=PASS; else res=FAIL; fi
+  record build $res $(($(date +%s) - t0)) "$(ls "$BUILD" | grep -v ourlib | tr '\n' ' ')"
+  echo "gpu_check:   -> $res"
+  [ $res = FAIL ] && cat "$LOG/build.log" | head -n 40
+else
+  record build SKIP 0 "--no-build"
+fi
+
+# --- correctness -------------------------------------------------------------------------------
+Q=""; [ $QUICK = 1 ] && Q="--quick"
+GI=100; LI=100; [ $QUICK = 1 ] && { GI=20; LI=20; }
+CHK=$BUILD/check
+ONE_GPU_OK=1; [ "$LIB" = ref ] && ONE_GPU_OK=0   # NCCL refuses two ranks on one GPU
+
+if [ "$NG" -ge 2 ]; then
+  step check_threads_2gpu check 300 "$CHK" --mode threads --devs 0,1 $Q
+  step check_procs_2gpu procs 240 "$CHK" --mode procs --devs 0,1 --quick --failures-only
+  step graph_2gpu graph 120 "$CHK" --graph --devs 0,1 --graph-iters $GI
+  step leak_2gpu leak 240 "$CHK" --leak --devs 0,1 --leak-iters $LI
+  PAIR=0,1
+else
+  PAIR=0,0
+fi
+if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
+  step graph_1gpu_4 graph 120 "$CHK" --graph --devs 0,0,0,0 --graph-iters 20
+  if [ "$NG" -lt 2 ]; then
+    step check_threads_1gpu_2 check 300 "$CHK" --mode threads --devs 0,0 $Q --failures-only
+    step leak_1gpu_2 leak 240 "$CHK" --leak --devs 0,0 --leak-iters $LI
+  fi
+  [ "$LIB" = ours ] && step watchdog watchdog 90 env NCCL_WATCHDOG_TIMEOUT_MS=2000 "$CHK" --watchdog --devs $PAIR
+else
+  skip watchdog watchdog "reference NCCL has no device-side timeout"
+fi
+# examples
+if [ "$NG" -ge 1 ]; then
+  step example_single examples 120 "$BUILD/single_process"
+  if [ $HAVE_MPI = 1 ]; then
+    NP=$NG; [ $NP -lt 2 ] && NP=2
+    [ $NP -gt $NG ] && [ $ONE_GPU_OK = 0 ] && NP=$NG
+    step example_mpi examples 120 $MPIRUN -np $NP "$BUILD/mpi_per_gpu"
+  else
+    skip example_mpi examples "no mpicc/mpirun"
+  fi
+fi
+# several ranks on one GPU (ours only)
+if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
+  [ "$NG" -ge 2 ] && step check_threads_1gpu_2 onegpu 200 "$CHK" --mode threads --devs 0,0 --quick --failures-only
+  step check_threads_1gpu_4 onegpu 200 "$CHK" --mode threads --devs 0,0,0,0 --quick --failures-only
+  step check_threads_1gpu_8 onegpu 240 "$CHK" --mode threads --devs 0,0,0,0,0,0,0,0 --quick --failures-only
+  step check_procs_1gpu_2 onegpu 200 "$CHK" --mode procs --devs 0,0 --quick --failures-only
+  step check_procs_1gpu_4 onegpu 200 "$CHK" --mode procs --devs 0,0,0,0 --quick --failures-only
+  step check_procs_1gpu_8 onegpu 240 "$CHK" --mode procs --devs 0,0,0,0,0,0,0,0 --quick --failures-only
+else
+  skip onegpu onegpu "reference NCCL refuses several ranks on one GPU"
+fi
+if [ $HAVE_MPI = 1 ] && [ "$NG" -ge 1 ]; then
+  NP=2; MDEVS=""; [ "$NG" -lt 2 ] && { [ $ONE_GPU_OK = 1 ] || NP=1; MDEVS="--devs 0"; }
+  step check_mpi mpi 200 $MPIRUN -np $NP "$BUILD/check_mpi" --mode mpi $MDEVS --quick --failures-only \
+       --colls AllReduce,Reduce,Broadcast,AllGather,ReduceScatter,AlltoAll,SendRecv
+else
+  skip check_mpi mpi "no mpi build"
+fi
+
+# --- A/B benchmark -----------------------------------------------------------------------------
+if [ $BENCH = 1 ] && [ "$NG" -ge 1 ]; then
+  BDEVS=0,1; [ "$NG" -lt 2 ] && BDEVS=0
+  now=$(date +%s); left=$((BUDGET - (now - T_START) - 10))
+  step bench bench $left env OUT="$OUT" scripts/ab_bench.sh --bin "$BUILD/nccl_bench" --devs $BDEVS --ours "$OURLIB" \
+       --timeout 150 $BENCH_ARGS
+fi
+
+# --- report ------------------------------------------------------------------------------------
+NFAIL=0
+for i in "${!NAMES[@]}"; do
+  case "${RESULTS[$i]}" in PASS|SKIP) ;; *) NFAIL=$((NFAIL + 1))
+    echo; echo "---- ${NAMES[$i]}: ${RESULTS[$i]} (last lines of $LOG/${NAMES[$i]}.log)"
+    grep -vE "^(r[0-9]+ )?#" "$LOG/${NAMES[$i]}.log" 2>/dev/null | grep -E "FAIL|ERROR|HANG|TIMEOUT|FATAL|error|rank [0-9]+ \[" | head -n 12
+    tail -n 6 "$LOG/${NAMES[$i]}.log" 2>/dev/null ;;
+  esac
+done
+if [ -f "$OUT/ab/summary.txt" ] && wanted bench bench; then
+  echo; echo "---- A/B benchmark (full table: $OUT/ab/summary.txt)"
+  sed -n '/min_ratio/,$p' "$OUT/ab/summary.txt"
+fi
+echo
+echo "==================== GPU CHECK SUMMARY (lib=$LIB, gpus=$NG, quick=$QUICK, logs $LOG) ===================="
+printf "%-22s %-12s %7s  %s\n" step result "time_s" detail
+for i in "${!NAMES[@]}"; do
+  printf "%-22s %-12s %7s  %s\n" "${NAMES[$i]}" "${RESULTS[$i]}" "${TIMES[$i]}" "${DETAILS[$i]}"
+done
+TOTAL=$(($(date +%s) - T_START))
+if [ $NFAIL = 0 ]; then echo "GPU CHECK: PASS (${#NAMES[@]} steps, ${TOTAL}s)"; exit 0; fi
+echo "GPU CHECK: FAIL ($NFAIL of ${#NAMES[@]} steps failed, ${TOTAL}s)"
+exit 1
