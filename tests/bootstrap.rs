@@ -95,6 +95,28 @@ fn threads(n: usize) {
 }
 
 #[test]
+fn handle_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Bootstrap>();
+}
+
+#[test]
+fn bad_arguments() {
+    let id = BootstrapId { magic: 1, root: "127.0.0.1:9".parse().unwrap(), root_by_rank0: false };
+    for (rank, n, t) in [(0, 0, HONEST), (2, 2, HONEST), (0, 1, Duration::ZERO)] {
+        assert!(
+            matches!(Bootstrap::init(&id, rank, n, t), Err(Error::InvalidArgument(_))),
+            "rank {rank} of {n}, {t:?}"
+        );
+    }
+    let b = Bootstrap::init(&new_unique_id().unwrap(), 0, 1, HONEST).unwrap();
+    assert!(matches!(b.send(1, 0, b""), Err(Error::InvalidArgument(_))));
+    assert!(matches!(b.recv(1, 0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(b.broadcast(1, Some(b"")), Err(Error::InvalidArgument(_))));
+    assert!(matches!(b.broadcast(0, None), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
 fn threads_1() {
     threads(1);
 }
@@ -277,7 +299,9 @@ fn strangers_on_the_root_port_are_dropped() {
     frame[8..12].copy_from_slice(&(2u32 << 20).to_le_bytes());
     oversized.write_all(&frame[..12]).unwrap();
     let mut not_a_registration = connect();
-    not_a_registration.write_all(&wire::encode(&Msg::Hello { magic: id.magic, from: 0, link: LinkKind::Ring })).unwrap();
+    not_a_registration
+        .write_all(&wire::encode(&Msg::Hello { magic: id.magic, from: 0, link: LinkKind::Ring }))
+        .unwrap();
     let mut truncated = connect();
     truncated.write_all(&register_frame(id.magic, 0, 2)[..20]).unwrap();
     truncated.shutdown(std::net::Shutdown::Write).unwrap();
@@ -304,7 +328,9 @@ fn strangers_on_the_root_port_are_dropped() {
     let mut reply = Vec::new();
     bad_magic.read_to_end(&mut reply).unwrap();
     match wire::decode_complete(&reply, wire::MAX_CONTROL_BODY).unwrap() {
-        Msg::Refused { reason: RefuseReason::Rejected, text } => assert!(text.contains("magic does not match"), "{text}"),
+        Msg::Refused { reason: RefuseReason::Rejected, text } => {
+            assert!(text.contains("magic does not match"), "{text}")
+        }
         other => panic!("{other:?}"),
     }
 }

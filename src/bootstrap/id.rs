@@ -94,7 +94,9 @@ pub fn comm_id_magic(root: &SocketAddr) -> u64 {
 /// Splits `NCCL_COMM_ID`'s `<host>:<port>` (`[v6addr]:port` for IPv6 literals).
 pub fn split_host_port(s: &str) -> Result<(&str, u16)> {
     let bad = |why: &str| {
-        Error::InvalidArgument(format!("NCCL_COMM_ID={s:?} is not <host>:<port> ({why}); e.g. NCCL_COMM_ID=10.0.0.1:29500"))
+        Error::InvalidArgument(format!(
+            "NCCL_COMM_ID={s:?} is not <host>:<port> ({why}); e.g. NCCL_COMM_ID=10.0.0.1:29500"
+        ))
     };
     let (host, port) = s.trim().rsplit_once(':').ok_or_else(|| bad("no ':'"))?;
     let host = match host.strip_prefix('[') {
@@ -202,7 +204,10 @@ mod tests {
         assert_eq!(split_host_port(" node-3.cluster:80 "), Ok(("node-3.cluster", 80)));
         assert_eq!(split_host_port("[::1]:7"), Ok(("::1", 7)));
         for bad in ["10.0.0.1", "10.0.0.1:0", "10.0.0.1:70000", ":80", "::1:80", "[::1:80", "host:x"] {
-            assert!(matches!(split_host_port(bad), Err(Error::InvalidArgument(m)) if m.contains("NCCL_COMM_ID")), "{bad}");
+            assert!(
+                matches!(split_host_port(bad), Err(Error::InvalidArgument(m)) if m.contains("NCCL_COMM_ID")),
+                "{bad}"
+            );
         }
     }
 }

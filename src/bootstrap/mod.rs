@@ -93,11 +93,16 @@ pub struct Bootstrap {
 
 impl Bootstrap {
     /// Register with the root, receive the peer table, connect the ring (to next, from prev).
-    /// `timeout` bounds every wait; on failure the error names the missing/bad rank(s).
+    /// `timeout` bounds every wait (cut to [`root::MAX_TIMEOUT`]); on failure the error names
+    /// the missing/bad rank(s).
     pub fn init(id: &BootstrapId, rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap> {
         if nranks == 0 || nranks > u32::MAX as usize || rank >= nranks {
             crate::bail_arg!("bootstrap: rank {rank} is out of range for nranks {nranks}");
         }
+        if timeout.is_zero() {
+            crate::bail_arg!("bootstrap: a zero timeout leaves no time to rendezvous; set NCCL_BOOTSTRAP_TIMEOUT > 0");
+        }
+        let timeout = timeout.min(root::MAX_TIMEOUT);
         let start = Instant::now();
         let mut acceptor = Acceptor::new(net::listen(net::local_ip())?)?;
         let listen = acceptor.local_addr()?;
@@ -109,7 +114,7 @@ impl Bootstrap {
         let mailbox = Mutex::new(Mailbox::default());
         let ring = match nranks {
             1 => None,
-            _ => Some(Mutex::new(connect_ring(me, &peers, &mut acceptor, &mailbox, Instant::now() + timeout)?)),
+            _ => Some(Mutex::new(connect_ring(me, &peers, &mut acceptor, &mailbox, timeout)?)),
         };
         crate::nccl_info!(
             Subsys::BOOTSTRAP,
@@ -212,7 +217,9 @@ impl Bootstrap {
             self.mailbox.lock().push(rank, tag, seq, data.to_vec());
         } else {
             let addr = self.peers[peer];
-            let what = || format!("bootstrap: rank {rank} sending {} bytes with tag {tag} to rank {peer} at {addr}", data.len());
+            let what = || {
+                format!("bootstrap: rank {rank} sending {} bytes with tag {tag} to rank {peer} at {addr}", data.len())
+            };
             let mut conn = FrameStream::connect(addr, deadline).map_err(|e| e.context(&what()))?;
             let mut frames = wire::encode(&Msg::Hello { magic, from: rank as u32, link: LinkKind::P2p });
             frames.extend(wire::encode_data(tag, seq, data));
@@ -283,14 +290,20 @@ impl Bootstrap {
                  every rank must call the same bootstrap collectives in the same order",
                 self.me.rank
             ))),
-            other => Err(Error::Remote(format!("bootstrap: rank {} got a {} frame on its ring link", self.me.rank, other.kind_name()))),
+            other => Err(Error::Remote(format!(
+                "bootstrap: rank {} got a {} frame on its ring link",
+                self.me.rank,
+                other.kind_name()
+            ))),
         }
     }
 }
 
 fn check_len(len: usize) -> Result<()> {
     match len > MAX_DATA_BODY - 12 {
-        true => Err(Error::InvalidArgument(format!("bootstrap: {len} bytes exceed the {MAX_DATA_BODY}-byte message limit"))),
+        true => {
+            Err(Error::InvalidArgument(format!("bootstrap: {len} bytes exceed the {MAX_DATA_BODY}-byte message limit")))
+        }
         false => Ok(()),
     }
 }
@@ -339,10 +352,14 @@ fn connect_ring(
     peers: &[SocketAddr],
     acceptor: &mut Acceptor,
     mailbox: &Mutex<Mailbox>,
-    deadline: Instant,
+    timeout: Duration,
 ) -> Result<Ring> {
+    let deadline = Instant::now() + timeout;
     let (next, prev) = ((me.rank + 1) % me.nranks, (me.rank + me.nranks - 1) % me.nranks);
-    let what = format!("bootstrap: rank {} connecting its ring link to rank {next} at {}", me.rank, peers[next]);
+    let what = format!(
+        "bootstrap: rank {} could not open its ring link to rank {next} at {} (did rank {next} fail?)",
+        me.rank, peers[next]
+    );
     let mut out = FrameStream::connect(peers[next], deadline).map_err(|e| e.context(&what))?;
     out.send(&Msg::Hello { magic: me.magic, from: me.rank as u32, link: LinkKind::Ring }, deadline)
         .map_err(|e| e.context(&what))?;
@@ -353,12 +370,10 @@ fn connect_ring(
                     return Ok(Ring { next: out, prev: inp, op: 0 });
                 }
             }
-            None => {
-                return Err(Error::System(format!(
-                    "bootstrap: rank {prev} did not open its ring link to rank {} within the timeout; it may have failed",
-                    me.rank
-                )))
-            }
+            None => return Err(Error::System(format!(
+                "bootstrap: rank {prev} did not open its ring link to rank {} within {timeout:?}; it may have failed",
+                me.rank
+            ))),
         }
     }
 }
@@ -366,7 +381,13 @@ fn connect_ring(
 /// Screens a connection on a rank's listener: a p2p message goes to the mailbox, the expected
 /// ring link is returned, anything else (wrong magic, unknown rank, garbage) is dropped and
 /// logged.
-fn admit(me: Me, mailbox: &Mutex<Mailbox>, a: Arrival, deadline: Instant, ring_from: Option<usize>) -> Option<FrameStream> {
+fn admit(
+    me: Me,
+    mailbox: &Mutex<Mailbox>,
+    a: Arrival,
+    deadline: Instant,
+    ring_from: Option<usize>,
+) -> Option<FrameStream> {
     let Arrival { mut conn, from: addr, msg } = a;
     let here = me.rank;
     match msg {
@@ -383,22 +404,33 @@ fn admit(me: Me, mailbox: &Mutex<Mailbox>, a: Arrival, deadline: Instant, ring_f
                             crate::nccl_warn!("Bootstrap rank {here}: dropped a repeated message #{seq} from rank {from} with tag {tag}");
                         }
                     }
-                    Ok(other) => crate::nccl_warn!("Bootstrap rank {here}: rank {from} sent {} instead of data", other.kind_name()),
+                    Ok(other) => crate::nccl_warn!(
+                        "Bootstrap rank {here}: rank {from} sent {} instead of data",
+                        other.kind_name()
+                    ),
                     Err(e) => crate::nccl_warn!("Bootstrap rank {here}: lost a message from rank {from} ({addr}): {e}"),
                 }
                 None
             }
         },
         Msg::Hello { magic, from, .. } if magic == me.magic => {
-            crate::nccl_warn!("Bootstrap rank {here}: dropped a connection from {addr} claiming rank {from} of {}", me.nranks);
+            crate::nccl_warn!(
+                "Bootstrap rank {here}: dropped a connection from {addr} claiming rank {from} of {}",
+                me.nranks
+            );
             None
         }
         Msg::Hello { .. } => {
-            crate::nccl_warn!("Bootstrap rank {here}: dropped a connection from {addr} with a wrong magic (another job?)");
+            crate::nccl_warn!(
+                "Bootstrap rank {here}: dropped a connection from {addr} with a wrong magic (another job?)"
+            );
             None
         }
         other => {
-            crate::nccl_warn!("Bootstrap rank {here}: dropped a connection from {addr} that opened with {}", other.kind_name());
+            crate::nccl_warn!(
+                "Bootstrap rank {here}: dropped a connection from {addr} that opened with {}",
+                other.kind_name()
+            );
             None
         }
     }

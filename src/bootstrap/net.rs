@@ -244,7 +244,10 @@ fn read_some(stream: &TcpStream, buf: &mut Vec<u8>, max_body: usize) -> std::res
     buf.truncate(len + *r.as_ref().unwrap_or(&0));
     match r {
         Ok(0) if len == 0 => Err(NetError::Closed),
-        Ok(0) => Err(wire::decode_complete(buf, max_body).err().unwrap_or(WireError::Truncated { have: len, need: len + 1 }).into()),
+        Ok(0) => Err(wire::decode_complete(buf, max_body)
+            .err()
+            .unwrap_or(WireError::Truncated { have: len, need: len + 1 })
+            .into()),
         Ok(_) => Ok(true),
         Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(false),
         Err(e) => Err(e.into()),
@@ -447,7 +450,11 @@ impl Acceptor {
                         break;
                     }
                     Err(NetError::Closed) => {
-                        crate::nccl_info!(Subsys::BOOTSTRAP, "Bootstrap listener {here}: {} connected and closed without a word", p.from);
+                        crate::nccl_info!(
+                            Subsys::BOOTSTRAP,
+                            "Bootstrap listener {here}: {} connected and closed without a word",
+                            p.from
+                        );
                         dead.push(i);
                     }
                     Err(e) => {
@@ -475,7 +482,9 @@ impl Acceptor {
         while self.pending.len() < MAX_PENDING {
             match self.listener.accept() {
                 Ok((stream, from)) => match stream.set_nonblocking(true) {
-                    Ok(()) => self.pending.push(Pending { stream, from, buf: Vec::new(), expires: now + FIRST_FRAME_TIMEOUT }),
+                    Ok(()) => {
+                        self.pending.push(Pending { stream, from, buf: Vec::new(), expires: now + FIRST_FRAME_TIMEOUT })
+                    }
                     Err(e) => crate::nccl_warn!("Bootstrap: cannot use the connection from {from}: {e}"),
                 },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -562,10 +571,7 @@ mod tests {
         assert_eq!(names(select_addrs(Some("lo"), &h)), ["lo/127.0.0.1", "lo/::1"]);
         assert_eq!(names(select_addrs(Some("=eth1"), &h)), ["eth1/10.0.0.2"]);
         assert_eq!(names(select_addrs(Some("=eth"), &h)), Vec::<String>::new());
-        assert_eq!(
-            names(select_addrs(Some("^eth"), &h)),
-            ["lo/127.0.0.1", "docker0/172.17.0.1", "lo/::1"]
-        );
+        assert_eq!(names(select_addrs(Some("^eth"), &h)), ["lo/127.0.0.1", "docker0/172.17.0.1", "lo/::1"]);
         assert_eq!(names(select_addrs(Some("docker,eth1"), &h)), ["docker0/172.17.0.1", "eth1/10.0.0.2"]);
         assert!(select_addrs(Some("nonexistent"), &h).is_empty());
     }

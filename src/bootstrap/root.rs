@@ -12,6 +12,10 @@ use super::net::{Acceptor, FrameStream};
 use super::wire::{Msg, RefuseReason};
 use crate::error::{Error, Result};
 
+/// Longest wait the bootstrap honours (longer requests are cut to it), so that deadline
+/// arithmetic cannot overflow whatever a caller or a peer asks for.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// A rank's registration, as decoded from [`Msg::Register`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Registration {
@@ -82,7 +86,7 @@ impl<C: Copy + Debug> RootState<C> {
             None => {
                 self.nranks = Some((reg.nranks as usize, reg.rank));
                 self.slots = vec![None; reg.nranks as usize];
-                self.first = Some((now, reg.timeout));
+                self.first = Some((now, reg.timeout.min(MAX_TIMEOUT)));
             }
         }
         if let Some((_, by)) = self.slots[rank] {
@@ -336,6 +340,16 @@ mod tests {
     }
 
     #[test]
+    fn huge_timeouts_are_capped() {
+        let t0 = Instant::now();
+        let mut s = RootState::new(MAGIC);
+        let mut r = reg(0, 2);
+        r.timeout = Duration::MAX;
+        assert_eq!(s.on_register(1u32, r, t0), None);
+        assert_eq!(s.deadline(), Some(t0 + MAX_TIMEOUT));
+    }
+
+    #[test]
     fn no_deadline_before_the_first_registration() {
         let mut s = RootState::<u32>::new(MAGIC);
         assert_eq!(s.poll(Instant::now() + Duration::from_secs(3600)), None);
@@ -353,10 +367,18 @@ mod tests {
             check_reply(Msg::Refused { reason: RefuseReason::Missing, text: text.clone() }, 0, 2, root),
             Err(Error::System(text))
         );
-        match check_reply(Msg::Refused { reason: RefuseReason::Rejected, text: "rank 1 already registered".into() }, 1, 2, root) {
+        match check_reply(
+            Msg::Refused { reason: RefuseReason::Rejected, text: "rank 1 already registered".into() },
+            1,
+            2,
+            root,
+        ) {
             Err(Error::InvalidUsage(m)) => assert!(m.contains("refused rank 1: rank 1 already registered"), "{m}"),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(check_reply(Msg::Data { tag: 0, seq: 0, payload: vec![] }, 0, 2, root), Err(Error::Remote(_))));
+        assert!(matches!(
+            check_reply(Msg::Data { tag: 0, seq: 0, payload: vec![] }, 0, 2, root),
+            Err(Error::Remote(_))
+        ));
     }
 }

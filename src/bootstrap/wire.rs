@@ -344,7 +344,13 @@ mod tests {
 
     fn samples() -> Vec<Msg> {
         vec![
-            Msg::Register { magic: 0xdead_beef_1234, rank: 3, nranks: 8, listen: v4("10.1.2.3:4567"), timeout_ms: 5000 },
+            Msg::Register {
+                magic: 0xdead_beef_1234,
+                rank: 3,
+                nranks: 8,
+                listen: v4("10.1.2.3:4567"),
+                timeout_ms: 5000,
+            },
             Msg::Register {
                 magic: 1,
                 rank: 0,
