@@ -1,0 +1,495 @@
+//! The TCP bootstrap end to end: ranks as threads of one process, ranks as separate processes,
+//! and hostile or broken participants. Every test has a hard upper bound; nothing may hang.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nccl::bootstrap::wire::{self, LinkKind, Msg, RefuseReason};
+use nccl::bootstrap::*;
+use nccl::error::Error;
+use nccl::types::ncclUniqueId;
+
+/// Timeout given to ranks that are expected to succeed: generous, the machine may be loaded.
+const HONEST: Duration = Duration::from_secs(20);
+/// Timeout in the failure tests: every failure must be reported about this fast.
+const SHORT: Duration = Duration::from_secs(2);
+/// No test may take longer than this.
+const HARD: Duration = Duration::from_secs(30);
+
+/// Runs `f(i)` for i in 0..n on threads and returns the results in order; panics (instead of
+/// hanging) if they are not all done within [`HARD`], and re-raises a thread's panic.
+fn run_threads<T: Send + 'static>(n: usize, f: impl Fn(usize) -> T + Send + Sync + 'static) -> Vec<T> {
+    let f = Arc::new(f);
+    let (tx, rx) = mpsc::channel();
+    for i in 0..n {
+        let (f, tx) = (f.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i)));
+            let _ = tx.send((i, r));
+        });
+    }
+    let deadline = Instant::now() + HARD;
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    for _ in 0..n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, Ok(v))) => out[i] = Some(v),
+            Ok((i, Err(p))) => {
+                eprintln!("thread {i} panicked");
+                std::panic::resume_unwind(p)
+            }
+            Err(_) => panic!("threads still running after {HARD:?}: a hang"),
+        }
+    }
+    out.into_iter().map(Option::unwrap).collect()
+}
+
+fn block(rank: usize, big: bool) -> Vec<u8> {
+    let len = if big { 300_000 + rank * 1000 } else { (rank % 5) * 3 + rank / 5 };
+    (0..len).map(|i| (rank * 31 + i * 7) as u8).collect()
+}
+
+fn p2p_msg(from: usize, to: usize, tag: u32, nth: usize) -> Vec<u8> {
+    format!("{from}->{to} tag {tag} #{nth}").repeat(1 + (from + to) % 3).into_bytes()
+}
+
+/// What every honest rank does: collectives and p2p, checking every byte.
+fn exercise(b: &Bootstrap) {
+    let (r, n) = (b.rank(), b.nranks());
+    let all = b.allgather(&block(r, false)).unwrap();
+    assert_eq!(all, (0..n).map(|q| block(q, false)).collect::<Vec<_>>(), "allgather on rank {r}");
+    if n <= 8 {
+        // Blocks larger than socket buffers, all ranks sending at once.
+        let all = b.allgather(&block(r, true)).unwrap();
+        assert!((0..n).all(|q| all[q] == block(q, true)), "big allgather on rank {r}");
+    }
+    let mut roots = vec![0, n / 2, n - 1];
+    roots.dedup();
+    for root in roots {
+        let data = format!("broadcast from {root}").repeat(root + 1).into_bytes();
+        let got = b.broadcast(root, (r == root).then_some(&data[..])).unwrap();
+        assert_eq!(got, data, "broadcast from {root} on rank {r}");
+    }
+    b.barrier().unwrap();
+    // Two tags, two messages on one of them, received in another order than sent.
+    for peer in 0..n {
+        b.send(peer, 7, &p2p_msg(r, peer, 7, 0)).unwrap();
+        b.send(peer, 9, &p2p_msg(r, peer, 9, 0)).unwrap();
+        b.send(peer, 9, &p2p_msg(r, peer, 9, 1)).unwrap();
+    }
+    for peer in (0..n).rev() {
+        assert_eq!(b.recv(peer, 9).unwrap(), p2p_msg(peer, r, 9, 0));
+        assert_eq!(b.recv(peer, 9).unwrap(), p2p_msg(peer, r, 9, 1));
+        assert_eq!(b.recv(peer, 7).unwrap(), p2p_msg(peer, r, 7, 0));
+    }
+    b.barrier().unwrap();
+}
+
+fn threads(n: usize) {
+    let id = new_unique_id().unwrap();
+    run_threads(n, move |r| exercise(&Bootstrap::init(&id, r, n, HONEST).unwrap()));
+}
+
+#[test]
+fn handle_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Bootstrap>();
+}
+
+#[test]
+fn bad_arguments() {
+    let id = BootstrapId { magic: 1, root: "127.0.0.1:9".parse().unwrap(), root_by_rank0: false };
+    for (rank, n, t) in [(0, 0, HONEST), (2, 2, HONEST), (0, 1, Duration::ZERO)] {
+        assert!(
+            matches!(Bootstrap::init(&id, rank, n, t), Err(Error::InvalidArgument(_))),
+            "rank {rank} of {n}, {t:?}"
+        );
+    }
+    let b = Bootstrap::init(&new_unique_id().unwrap(), 0, 1, HONEST).unwrap();
+    assert!(matches!(b.send(1, 0, b""), Err(Error::InvalidArgument(_))));
+    assert!(matches!(b.recv(1, 0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(b.broadcast(1, Some(b"")), Err(Error::InvalidArgument(_))));
+    assert!(matches!(b.broadcast(0, None), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn threads_1() {
+    threads(1);
+}
+
+#[test]
+fn threads_2() {
+    threads(2);
+}
+
+#[test]
+fn threads_8() {
+    threads(8);
+}
+
+#[test]
+fn threads_64() {
+    threads(64);
+}
+
+/// `NCCL_COMM_ID` mode: a fixed address, no root until rank 0's init starts it; ranks that
+/// come first keep retrying.
+#[test]
+fn comm_id_root_started_by_rank0() {
+    let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let id = BootstrapId::from_comm_id(addr);
+    assert_eq!(BootstrapId::from_unique_id(&id.to_unique_id()), Ok(id));
+    run_threads(4, move |r| {
+        if r == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        exercise(&Bootstrap::init(&id, r, 4, HONEST).unwrap())
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Separate processes: the test binary re-runs itself as each rank.
+
+const CHILD_TEST: &str = "FNB_CHILD_TEST";
+
+fn hex(id: &ncclUniqueId) -> String {
+    id.internal.iter().map(|&c| format!("{:02x}", c as u8)).collect()
+}
+
+fn unhex(s: &str) -> ncclUniqueId {
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    for (i, c) in id.internal.iter_mut().enumerate() {
+        *c = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap() as std::ffi::c_char;
+    }
+    id
+}
+
+/// In a child: runs one rank and returns true. In the parent: returns false.
+fn child_rank(test: &str) -> bool {
+    if std::env::var(CHILD_TEST).as_deref() != Ok(test) {
+        return false;
+    }
+    let var = |k: &str| std::env::var(k).unwrap();
+    let id = BootstrapId::from_unique_id(&unhex(&var("FNB_CHILD_ID"))).unwrap();
+    let (rank, n) = (var("FNB_CHILD_RANK").parse().unwrap(), var("FNB_CHILD_NRANKS").parse().unwrap());
+    exercise(&Bootstrap::init(&id, rank, n, HONEST).unwrap());
+    println!("FNB_CHILD_OK rank {rank}");
+    true
+}
+
+fn wait_all(mut children: Vec<Child>) {
+    let deadline = Instant::now() + HARD;
+    let mut done = vec![None; children.len()];
+    while done.iter().any(Option::is_none) {
+        for (c, d) in children.iter_mut().zip(done.iter_mut()) {
+            if d.is_none() {
+                *d = c.try_wait().unwrap();
+            }
+        }
+        if Instant::now() > deadline {
+            children.iter_mut().for_each(|c| drop(c.kill()));
+            panic!("child ranks still running after {HARD:?}: a hang");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (r, mut c) in children.into_iter().enumerate() {
+        let mut out = String::new();
+        c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        assert!(done[r].unwrap().success(), "rank {r} failed:\n{out}");
+        assert!(out.contains(&format!("FNB_CHILD_OK rank {r}")), "rank {r} did not run its test:\n{out}");
+    }
+}
+
+fn processes(test: &str, n: usize) {
+    if child_rank(test) {
+        return;
+    }
+    let id = new_unique_id().unwrap();
+    let children = (0..n)
+        .map(|r| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", test, "--nocapture", "--test-threads=1"])
+                .env(CHILD_TEST, test)
+                .env("FNB_CHILD_ID", hex(&id.to_unique_id()))
+                .env("FNB_CHILD_RANK", r.to_string())
+                .env("FNB_CHILD_NRANKS", n.to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    wait_all(children);
+}
+
+#[test]
+fn processes_2() {
+    processes("processes_2", 2);
+}
+
+#[test]
+fn processes_8() {
+    processes("processes_8", 8);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile and broken participants.
+
+fn expect_err(r: Result<Bootstrap, Error>) -> Error {
+    match r {
+        Ok(_) => panic!("init should have failed"),
+        Err(e) => e,
+    }
+}
+
+/// Runs `n` honest ranks of `id` and checks they rendezvous and allgather correctly.
+fn honest_ranks(id: BootstrapId, n: usize) {
+    run_threads(n, move |r| {
+        let b = Bootstrap::init(&id, r, n, HONEST).unwrap();
+        let all = b.allgather(&block(r, false)).unwrap();
+        assert_eq!(all, (0..n).map(|q| block(q, false)).collect::<Vec<_>>());
+    });
+}
+
+/// True once the other end has closed (or reset) the connection.
+fn closed_by_peer(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) => return !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+        }
+    }
+}
+
+fn register_frame(magic: u64, rank: u32, nranks: u32) -> Vec<u8> {
+    let listen: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    wire::encode(&Msg::Register { magic, rank, nranks, listen, timeout_ms: 2000 })
+}
+
+#[test]
+fn wrong_magic_is_refused_and_honest_ranks_complete() {
+    let id = new_unique_id().unwrap();
+    let stranger = BootstrapId { magic: id.magic ^ 0xff, ..id };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || tx.send(Bootstrap::init(&stranger, 0, 2, SHORT).map(drop)));
+    honest_ranks(id, 2);
+    match rx.recv_timeout(HARD).unwrap() {
+        Err(Error::InvalidUsage(m)) => assert!(m.contains("magic does not match"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn strangers_on_the_root_port_are_dropped() {
+    let id = new_unique_id().unwrap();
+    let t0 = Instant::now();
+    let connect = || TcpStream::connect(id.root).unwrap();
+    let mut random = connect();
+    random.write_all(&[0x5a; 64]).unwrap();
+    let mut http = connect();
+    http.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    let mut oversized = connect();
+    let mut frame = register_frame(id.magic, 0, 2);
+    frame[8..12].copy_from_slice(&(2u32 << 20).to_le_bytes());
+    oversized.write_all(&frame[..12]).unwrap();
+    let mut not_a_registration = connect();
+    not_a_registration
+        .write_all(&wire::encode(&Msg::Hello { magic: id.magic, from: 0, link: LinkKind::Ring }))
+        .unwrap();
+    let mut truncated = connect();
+    truncated.write_all(&register_frame(id.magic, 0, 2)[..20]).unwrap();
+    truncated.shutdown(std::net::Shutdown::Write).unwrap();
+    let _silent = connect();
+    let mut bad_magic = connect();
+    bad_magic.write_all(&register_frame(id.magic ^ 1, 0, 2)).unwrap();
+
+    // The stranger traffic disturbs nobody, and the silent connection delays nobody: the honest
+    // ranks finish well before the root would drop it.
+    honest_ranks(id, 3);
+    assert!(t0.elapsed() < Duration::from_secs(4), "honest ranks were held up: {:?}", t0.elapsed());
+
+    for (name, s) in [
+        ("random", &mut random),
+        ("http", &mut http),
+        ("oversized", &mut oversized),
+        ("not a registration", &mut not_a_registration),
+        ("truncated", &mut truncated),
+    ] {
+        assert!(closed_by_peer(s, Duration::from_secs(5)), "{name} connection left open");
+    }
+    // A well-formed registration with the wrong magic gets an explanation before the close.
+    bad_magic.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut reply = Vec::new();
+    bad_magic.read_to_end(&mut reply).unwrap();
+    match wire::decode_complete(&reply, wire::MAX_CONTROL_BODY).unwrap() {
+        Msg::Refused { reason: RefuseReason::Rejected, text } => {
+            assert!(text.contains("magic does not match"), "{text}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn two_ranks_claiming_one_rank_number() {
+    let id = new_unique_id().unwrap();
+    let (tx, rx) = mpsc::channel();
+    for claimant in 0..2 {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let r = Bootstrap::init(&id, 1, 2, HONEST).map(|b| b.allgather(b"one").unwrap());
+            let _ = tx.send((claimant, r));
+        });
+    }
+    // The second claimant is refused as soon as both have registered; only then does rank 0
+    // arrive, so the root cannot have finished before the duplicate shows up.
+    let (loser, refused) = rx.recv_timeout(HARD).unwrap();
+    match refused {
+        Err(Error::InvalidUsage(m)) => assert!(m.contains("rank 1 already registered by"), "{m}"),
+        other => panic!("claimant {loser}: {other:?}"),
+    }
+    let zero = run_threads(1, move |_| Bootstrap::init(&id, 0, 2, HONEST).unwrap().allgather(b"zero").unwrap());
+    let (winner, accepted) = rx.recv_timeout(HARD).unwrap();
+    assert_ne!(winner, loser);
+    let expect = vec![b"zero".to_vec(), b"one".to_vec()];
+    assert_eq!(accepted.unwrap(), expect);
+    assert_eq!(zero[0], expect);
+}
+
+#[test]
+fn disagreeing_nranks_is_refused() {
+    let id = new_unique_id().unwrap();
+    let zero = std::thread::spawn(move || Bootstrap::init(&id, 0, 2, HONEST).map(|b| b.allgather(b"0").unwrap()));
+    // Let rank 0's registration fix nranks = 2 first.
+    std::thread::sleep(Duration::from_millis(500));
+    match Bootstrap::init(&id, 1, 3, SHORT) {
+        Err(Error::InvalidUsage(m)) => assert!(m.contains("nranks 3 differs from 2 given by rank 0"), "{m}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let one = run_threads(1, move |_| Bootstrap::init(&id, 1, 2, HONEST).unwrap().allgather(b"1").unwrap());
+    assert_eq!(zero.join().unwrap().unwrap(), one[0]);
+}
+
+#[test]
+fn missing_rank_is_named_to_everyone() {
+    let id = new_unique_id().unwrap();
+    let t0 = Instant::now();
+    let errs = run_threads(2, move |r| expect_err(Bootstrap::init(&id, r, 3, SHORT)));
+    for e in errs {
+        match e {
+            Error::System(m) => assert_eq!(
+                m,
+                "bootstrap: rank(s) [2] never registered with the root within 2s; \
+                 check that every process called ncclCommInitRank with the same unique id"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    let took = t0.elapsed();
+    assert!(took >= SHORT && took < SHORT + Duration::from_secs(2), "took {took:?}");
+}
+
+#[test]
+fn unreachable_root_fails_within_the_timeout() {
+    let root = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let id = BootstrapId { magic: 1, root, root_by_rank0: false };
+    let t0 = Instant::now();
+    match run_threads(1, move |_| expect_err(Bootstrap::init(&id, 0, 2, SHORT))).remove(0) {
+        Error::System(m) => assert!(m.contains("could not reach the root") && m.contains(&root.to_string()), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(t0.elapsed() < SHORT + Duration::from_secs(1), "took {:?}", t0.elapsed());
+}
+
+#[test]
+fn silent_root_fails_within_the_timeout() {
+    // Connections complete in the kernel's backlog, but nobody ever answers.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let id = BootstrapId { magic: 1, root: listener.local_addr().unwrap(), root_by_rank0: false };
+    let t0 = Instant::now();
+    match run_threads(1, move |_| expect_err(Bootstrap::init(&id, 0, 2, SHORT))).remove(0) {
+        Error::System(m) => assert!(m.contains("got no peer table from the root"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(t0.elapsed() < SHORT + Duration::from_secs(2), "took {:?}", t0.elapsed());
+    drop(listener);
+}
+
+/// A rank that registers and then dies: its ring neighbours fail, naming it.
+#[test]
+fn dead_rank_is_named_by_its_ring_neighbours() {
+    let id = new_unique_id().unwrap();
+    let dead_listener: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(id.root).unwrap();
+        let reg = Msg::Register { magic: id.magic, rank: 2, nranks: 3, listen: dead_listener, timeout_ms: 2000 };
+        s.write_all(&wire::encode(&reg)).unwrap();
+        assert!(closed_by_peer(&mut s, HARD), "the root never answered the fake rank");
+    });
+    let t0 = Instant::now();
+    let errs = run_threads(2, move |r| expect_err(Bootstrap::init(&id, r, 3, SHORT)));
+    fake.join().unwrap();
+    // Rank 1's next is rank 2 (refused connection); rank 0's prev is rank 2 (never connects).
+    for (r, e) in errs.iter().enumerate() {
+        let m = e.to_string();
+        assert!(m.contains("rank 2"), "rank {r}: {m}");
+        assert!(matches!(e, Error::System(_)), "rank {r}: {e:?}");
+    }
+    assert!(t0.elapsed() < SHORT + Duration::from_secs(2), "took {:?}", t0.elapsed());
+}
+
+#[test]
+fn strangers_on_a_rank_listener_are_dropped() {
+    let id = new_unique_id().unwrap();
+    let (addr_tx, addr_rx) = mpsc::channel::<SocketAddr>();
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let strangers = std::thread::spawn(move || {
+        let addr = addr_rx.recv_timeout(HARD).unwrap();
+        let connect = || TcpStream::connect(addr).unwrap();
+        let mut garbage = connect();
+        garbage.write_all(&[0xff; 100]).unwrap();
+        let mut wrong_magic = connect();
+        let hello = |magic, from| wire::encode(&Msg::Hello { magic, from, link: LinkKind::P2p });
+        // A forged message rank 1 is about to wait for: it must never be delivered.
+        let forged = wire::encode(&Msg::Data { tag: 5, seq: 0, payload: b"forged".to_vec() });
+        wrong_magic.write_all(&[hello(id.magic ^ 1, 0), forged].concat()).unwrap();
+        let mut bad_rank = connect();
+        bad_rank.write_all(&hello(id.magic, 7)).unwrap();
+        let mut oversized = connect();
+        let mut frame = hello(id.magic, 0);
+        frame[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        oversized.write_all(&frame[..12]).unwrap();
+        let silent = connect();
+        ready_tx.send(()).unwrap();
+        let mut all = [garbage, wrong_magic, bad_rank, oversized];
+        let closed = all.iter_mut().map(|s| closed_by_peer(s, Duration::from_secs(5))).collect::<Vec<_>>();
+        drop(silent);
+        closed
+    });
+    let (addr_tx, ready_rx) = (std::sync::Mutex::new(addr_tx), std::sync::Mutex::new(ready_rx));
+    let results = run_threads(2, move |r| {
+        let b = Bootstrap::init(&id, r, 2, HONEST).unwrap();
+        if r == 1 {
+            addr_tx.lock().unwrap().send(b.listen_addr()).unwrap();
+            let t = Instant::now();
+            let got = b.recv(0, 5).unwrap();
+            Some((got, t.elapsed(), b.allgather(b"x").unwrap()))
+        } else {
+            // Send only once the strangers are queued ahead of us on rank 1's listener.
+            ready_rx.lock().unwrap().recv_timeout(HARD).unwrap();
+            b.send(1, 5, b"real").unwrap();
+            b.allgather(b"x").unwrap();
+            None
+        }
+    });
+    let (got, took, all) = results[1].clone().unwrap();
+    assert_eq!(got, b"real");
+    assert_eq!(all, vec![b"x".to_vec(), b"x".to_vec()]);
+    assert!(took < Duration::from_secs(4), "recv was held up for {took:?}");
+    assert_eq!(strangers.join().unwrap(), [true; 4], "every misbehaving connection is closed");
+}
