@@ -13,19 +13,28 @@ use crate::types::*;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-/// A buffer argument: NULL is refused when it will be touched, and (NCCL_CHECK_POINTERS=1, the
-/// default) so is memory the GPU cannot address, which would otherwise kill the context.
-fn buffer(p: *const c_void, bytes: usize, used: bool, arg: &str) -> Result<u64> {
-    if !used || bytes == 0 {
-        return Ok(p as u64);
+/// One buffer argument: its pointer, the bytes the operation touches, and whether this rank
+/// touches it at all (a non-root's receive buffer of a Reduce may be NULL).
+struct Buf<'a>(*const c_void, usize, bool, &'a str);
+
+/// Checks buffer arguments: first that none that will be touched is NULL, then (with
+/// NCCL_CHECK_POINTERS=1, the default) that the GPU can address them, which would otherwise
+/// kill the CUDA context.
+fn buffers<const N: usize>(bufs: [Buf; N]) -> Result<[u64; N]> {
+    let touched = |b: &Buf| b.2 && b.1 > 0;
+    for b in bufs.iter().filter(|b| touched(b)) {
+        if b.0.is_null() {
+            crate::bail_arg!("{} is NULL but {} bytes must be accessed", b.3, b.1);
+        }
     }
-    if p.is_null() {
-        crate::bail_arg!("{arg} is NULL but {bytes} bytes must be accessed");
+    if crate::comm::check_pointers() != 0 {
+        for b in bufs.iter().filter(|b| touched(b)) {
+            if !crate::cuda::is_device_pointer(b.0) {
+                crate::bail_arg!("{} {:p} is not memory the GPU can access (allocate it with cudaMalloc or register it)", b.3, b.0);
+            }
+        }
     }
-    if crate::comm::check_pointers() != 0 && !crate::cuda::is_device_pointer(p) {
-        crate::bail_arg!("{arg} {p:p} is not memory the GPU can access (allocate it with cudaMalloc or register it)");
-    }
-    Ok(p as u64)
+    Ok(bufs.map(|b| b.0 as u64))
 }
 
 /// Element size, refusing unknown types and fp8 on GPUs older than Hopper.
@@ -133,8 +142,10 @@ fn collective(
         CollKind::AllGather => (bytes_of(count, elem, 1, "sendcount")?, bytes_of(count, elem, n, "sendcount")?, true, true),
         CollKind::ReduceScatter => (bytes_of(count, elem, n, "recvcount")?, bytes_of(count, elem, 1, "recvcount")?, true, true),
     };
-    let send = buffer(sendbuff, send_bytes, send_used, "sendbuff")?;
-    let recv = buffer(recvbuff, recv_bytes, recv_used, "recvbuff")?;
+    let [send, recv] = buffers([
+        Buf(sendbuff, send_bytes, send_used, "sendbuff"),
+        Buf(recvbuff, recv_bytes, recv_used, "recvbuff"),
+    ])?;
     crate::nccl_info!(
         crate::debug::Subsys::COLL,
         "{kind:?}: sendbuff {sendbuff:p} recvbuff {recvbuff:p} count {count} datatype {} op {op:?} root {root} comm {comm:p} [nranks={n}] stream {stream:p}",
@@ -330,8 +341,10 @@ fn p2p_pattern(
     // Per-peer blocks for the side that talks to every rank, one block otherwise.
     let strided_send = matches!(pattern, Pattern::AlltoAll | Pattern::Scatter(_));
     let strided_recv = matches!(pattern, Pattern::AlltoAll | Pattern::Gather(_));
-    let send = buffer(sendbuff, if strided_send { all } else { block }, !sends_to.is_empty(), "sendbuff")?;
-    let recv = buffer(recvbuff, if strided_recv { all } else { block }, !recvs_from.is_empty(), "recvbuff")?;
+    let [send, recv] = buffers([
+        Buf(sendbuff, if strided_send { all } else { block }, !sends_to.is_empty(), "sendbuff"),
+        Buf(recvbuff, if strided_recv { all } else { block }, !recvs_from.is_empty(), "recvbuff"),
+    ])?;
     let mut tasks = Vec::new();
     for &p in &sends_to {
         let buf = if strided_send { send + (p * block) as u64 } else { send };
@@ -444,7 +457,7 @@ fn point_to_point(
     let elem = dtype_arg(&c, dtype)?;
     let peer = rank_arg(peer, c.nranks, "peer")?;
     let bytes = bytes_of(count, elem, 1, "count")?;
-    let buf = buffer(buff, bytes, true, if is_send { "sendbuff" } else { "recvbuff" })?;
+    let [buf] = buffers([Buf(buff, bytes, true, if is_send { "sendbuff" } else { "recvbuff" })])?;
     let task = if is_send { Task::Send { buf, bytes, peer } } else { Task::Recv { buf, bytes, peer } };
     submit(&c, stream, vec![task])
 }
