@@ -48,13 +48,13 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
 }
 
 // FIFO slots are written by another GPU or live in host memory: read them with volatile loads,
-// which bypass the non-coherent L1 and observe the latest coherent value.
+// which bypass the non-coherent L1 and observe the latest coherent value. No "memory" clobber: the
+// barriers around each step (asm volatile, clobbering memory) already order them.
 __device__ __forceinline__ uint4 loadVolatile16(const void* p) {
   uint4 v;
   asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
+               : "l"(p));
   return v;
 }
 
