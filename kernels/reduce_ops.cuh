@@ -1,0 +1,143 @@
+// reduce_ops.cuh: element arithmetic for the 12 data types and the reduction operators.
+//
+// Native types compute in T (integers wrap as in C). __half, __nv_bfloat16 and the two fp8 types
+// compute in float and round back to nearest-even once per operation (fp8 saturates to the largest
+// finite value, as cuda_fp8.h's constructors do), so every rank rounds identically.
+#pragma once
+#include <stdint.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include "device_abi.h"
+
+// Conv<T>: the type T is computed in (Acc) and the conversions to and from it.
+template <typename T>
+struct Conv {
+  using Acc = T;
+  static __device__ __forceinline__ Acc up(T x) { return x; }
+  static __device__ __forceinline__ T down(Acc x) { return x; }
+};
+template <>
+struct Conv<__half> {
+  using Acc = float;
+  static __device__ __forceinline__ float up(__half x) { return __half2float(x); }
+  static __device__ __forceinline__ __half down(float x) { return __float2half_rn(x); }
+};
+template <>
+struct Conv<__nv_bfloat16> {
+  using Acc = float;
+  static __device__ __forceinline__ float up(__nv_bfloat16 x) { return __bfloat162float(x); }
+  static __device__ __forceinline__ __nv_bfloat16 down(float x) { return __float2bfloat16_rn(x); }
+};
+template <>
+struct Conv<__nv_fp8_e4m3> {
+  using Acc = float;
+  static __device__ __forceinline__ float up(__nv_fp8_e4m3 x) { return float(x); }
+  static __device__ __forceinline__ __nv_fp8_e4m3 down(float x) { return __nv_fp8_e4m3(x); }
+};
+template <>
+struct Conv<__nv_fp8_e5m2> {
+  using Acc = float;
+  static __device__ __forceinline__ float up(__nv_fp8_e5m2 x) { return float(x); }
+  static __device__ __forceinline__ __nv_fp8_e5m2 down(float x) { return __nv_fp8_e5m2(x); }
+};
+
+// max/min: fmax/fmin for floating point (a NaN loses to a number, as in NCCL), compare otherwise.
+template <typename A> __device__ __forceinline__ A accMax(A a, A b) { return a < b ? b : a; }
+template <typename A> __device__ __forceinline__ A accMin(A a, A b) { return b < a ? b : a; }
+template <> __device__ __forceinline__ float accMax(float a, float b) { return fmaxf(a, b); }
+template <> __device__ __forceinline__ float accMin(float a, float b) { return fminf(a, b); }
+template <> __device__ __forceinline__ double accMax(double a, double b) { return fmax(a, b); }
+template <> __device__ __forceinline__ double accMin(double a, double b) { return fmin(a, b); }
+
+template <typename T> __device__ __forceinline__ T elAdd(T a, T b) {
+  using C = Conv<T>;
+  return C::down(static_cast<typename C::Acc>(C::up(a) + C::up(b)));
+}
+template <typename T> __device__ __forceinline__ T elMul(T a, T b) {
+  using C = Conv<T>;
+  return C::down(static_cast<typename C::Acc>(C::up(a) * C::up(b)));
+}
+template <typename T> __device__ __forceinline__ T elMax(T a, T b) {
+  using C = Conv<T>;
+  return C::down(accMax(C::up(a), C::up(b)));
+}
+template <typename T> __device__ __forceinline__ T elMin(T a, T b) {
+  using C = Conv<T>;
+  return C::down(accMin(C::up(a), C::up(b)));
+}
+
+// An operator has: kReduce (false only for the pure-copy kernel), reduce(a, b), pre(x) applied to
+// this rank's own input where it enters a reduction, and post(x) applied where a final reduced value
+// is produced; kPre/kPost say whether pre/post are more than the identity (movements that only copy
+// then share one type-independent mover). Constructed once per work from the work and nRanks.
+template <typename T>
+struct OpSum {
+  static constexpr bool kReduce = true, kPre = false, kPost = false;
+  __device__ OpSum(const fnWork&, int) {}
+  __device__ __forceinline__ T reduce(T a, T b) const { return elAdd(a, b); }
+  __device__ __forceinline__ T pre(T x) const { return x; }
+  __device__ __forceinline__ T post(T x) const { return x; }
+};
+template <typename T>
+struct OpProd {
+  static constexpr bool kReduce = true, kPre = false, kPost = false;
+  __device__ OpProd(const fnWork&, int) {}
+  __device__ __forceinline__ T reduce(T a, T b) const { return elMul(a, b); }
+  __device__ __forceinline__ T pre(T x) const { return x; }
+  __device__ __forceinline__ T post(T x) const { return x; }
+};
+template <typename T>
+struct OpMax {
+  static constexpr bool kReduce = true, kPre = false, kPost = false;
+  __device__ OpMax(const fnWork&, int) {}
+  __device__ __forceinline__ T reduce(T a, T b) const { return elMax(a, b); }
+  __device__ __forceinline__ T pre(T x) const { return x; }
+  __device__ __forceinline__ T post(T x) const { return x; }
+};
+template <typename T>
+struct OpMin {
+  static constexpr bool kReduce = true, kPre = false, kPost = false;
+  __device__ OpMin(const fnWork&, int) {}
+  __device__ __forceinline__ T reduce(T a, T b) const { return elMin(a, b); }
+  __device__ __forceinline__ T pre(T x) const { return x; }
+  __device__ __forceinline__ T post(T x) const { return x; }
+};
+// Sum of scalar * input. The scalar is a device pointer (read once here) or the low sizeof(T)
+// bytes of the immediate.
+template <typename T>
+struct OpPreMulSum {
+  static constexpr bool kReduce = true, kPre = true, kPost = false;
+  T scalar;
+  __device__ OpPreMulSum(const fnWork& w, int) {
+    if (w.scalarIsPtr) {
+      scalar = *reinterpret_cast<const T*>(w.scalar);
+    } else {
+      uint64_t bits = w.scalar;
+      memcpy(&scalar, &bits, sizeof(T));  // little-endian: the low bytes
+    }
+  }
+  __device__ __forceinline__ T reduce(T a, T b) const { return elAdd(a, b); }
+  __device__ __forceinline__ T pre(T x) const { return elMul(x, scalar); }
+  __device__ __forceinline__ T post(T x) const { return x; }
+};
+// Integer average: the sum, divided (C integer division) by nRanks where the final value appears.
+template <typename T>
+struct OpSumPostDiv {
+  static constexpr bool kReduce = true, kPre = false, kPost = true;
+  int nRanks;  // an int, not T: 8-bit types cannot hold more than 127/255 ranks
+  __device__ OpSumPostDiv(const fnWork&, int n) : nRanks(n) {}
+  __device__ __forceinline__ T reduce(T a, T b) const { return elAdd(a, b); }
+  __device__ __forceinline__ T pre(T x) const { return x; }
+  __device__ __forceinline__ T post(T x) const { return static_cast<T>(x / nRanks); }
+};
+// The pure data-movement kernel (fnCopy): reduction works are not compiled for it.
+template <typename T>
+struct OpNone {
+  static constexpr bool kReduce = false, kPre = false, kPost = false;
+  __device__ OpNone(const fnWork&, int) {}
+  __device__ OpNone() {}
+  __device__ __forceinline__ T reduce(T a, T) const { return a; }
+  __device__ __forceinline__ T pre(T x) const { return x; }
+  __device__ __forceinline__ T post(T x) const { return x; }
+};
