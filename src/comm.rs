@@ -414,6 +414,16 @@ impl Comm {
         }
     }
 
+    /// Makes sure the kernels these launches need are loaded on our device.
+    pub fn load_kernels(&self, launches: &[Launch]) -> Result<()> {
+        let (gpu, _) = self.gpu()?;
+        let _g = gpu.ctx.enter()?;
+        for l in launches {
+            module::kernel(self.dev, &l.kernel)?;
+        }
+        Ok(())
+    }
+
     /// Launches planned kernels on their streams, in order.
     pub fn launch(&self, launches: &[Launch]) -> Result<()> {
         self.check_health()?;

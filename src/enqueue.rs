@@ -214,6 +214,11 @@ pub fn launch_all(queued: Vec<Queued>) -> Result<()> {
         .into_iter()
         .map(|(comm, ops)| plan(comm.rank, comm.nchannels, &ops).map(|l| (comm, l)))
         .collect::<Result<_>>()?;
+    // Load every kernel before launching any: loading code must not wait behind a kernel of this
+    // group that spins until a peer's kernel (not launched yet) arrives.
+    for (comm, launches) in &planned {
+        comm.load_kernels(launches)?;
+    }
     for (comm, launches) in planned {
         comm.launch(&launches)?;
     }

@@ -29,14 +29,38 @@ unsafe impl Send for CUmoduleHandle {}
 /// Per device ordinal, the modules loaded into its primary context.
 static LOADED: Mutex<Vec<Option<Loaded>>> = Mutex::new(Vec::new());
 
+/// Switches the calling thread to relaxed stream-capture mode while it lives: loading code is
+/// not allowed while a stream of the context is being captured in global mode, and a kernel may
+/// be first needed inside a user's CUDA-graph capture.
+struct RelaxedCapture(sys::CUstreamCaptureMode);
+
+impl RelaxedCapture {
+    fn new() -> Result<RelaxedCapture> {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: valid in/out pointer; the previous mode comes back in `mode`.
+        check(unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }, "cuThreadExchangeStreamCaptureMode")?;
+        Ok(RelaxedCapture(mode))
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        // SAFETY: restores the mode saved in new().
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut self.0) };
+    }
+}
+
 /// Looks a kernel up by name for `dev`, loading the fatbins into the current (that device's
-/// primary) context the first time.
+/// primary) context the first time. The kernel's code is loaded now, not at its first launch:
+/// with CUDA's lazy loading a load can wait for the device to go idle, which a kernel spinning
+/// on a peer never does.
 pub fn kernel(dev: i32, name: &str) -> Result<Kernel> {
     let mut all = LOADED.lock();
     let idx = dev as usize;
     if all.len() <= idx {
         all.resize_with(idx + 1, || None);
     }
+    let _relaxed = RelaxedCapture::new()?;
     if all[idx].is_none() {
         let mut modules = Vec::new();
         for (file, image) in FATBINS {
@@ -58,6 +82,8 @@ pub fn kernel(dev: i32, name: &str) -> Result<Kernel> {
         let mut f: CUfunction = std::ptr::null_mut();
         // SAFETY: m is a loaded module; f a valid out-pointer.
         if unsafe { sys::cuModuleGetFunction(&mut f, m.0, cname.as_ptr()) } == sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: f is a function of a loaded module.
+            check(unsafe { sys::cuFuncLoad(f) }, "cuFuncLoad").map_err(|e| e.context(name))?;
             loaded.kernels.insert(name.to_string(), Kernel(f));
             return Ok(Kernel(f));
         }
