@@ -280,9 +280,14 @@ static double timeColl(const Sizes& s, int inplace) {
       CUDACHECK(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeGlobal));
     }
     for (int i = 0; i < o.iters; i++) issueAll(s, inplace);
+    // End every capture before instantiating: instantiation is refused while another stream of
+    // the process is still capturing in global mode.
     for (int r = 0; r < N; r++) {
       CUDACHECK(cudaSetDevice(R[r].dev));
       CUDACHECK(cudaStreamEndCapture(R[r].stream, &graphs[r]));
+    }
+    for (int r = 0; r < N; r++) {
+      CUDACHECK(cudaSetDevice(R[r].dev));
       CUDACHECK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
       CUDACHECK(cudaGraphDestroy(graphs[r]));
     }

@@ -221,6 +221,7 @@ pub fn launch_all(queued: Vec<Queued>) -> Result<()> {
     }
     for (comm, launches) in planned {
         comm.launch(&launches)?;
+        crate::nccl_info!(crate::debug::Subsys::COLL, "rank {}: launched {} kernel(s)", comm.rank, launches.len());
     }
     Ok(())
 }

@@ -417,10 +417,12 @@ pub unsafe extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
         settled(handle);
         let phase = std::mem::replace(&mut *handle.phase.lock(), Phase::Initializing);
         if let Phase::Ready(c) | Phase::Finalized(c) = &phase {
+            crate::nccl_info!(crate::debug::Subsys::INIT, "comm {comm:p} rank {} nranks {} cudaDev {} - Destroy START", c.rank, c.nranks, c.dev);
             // Our kernels time out (NCCL_WATCHDOG_TIMEOUT_MS) rather than hang, so this ends.
             c.wait_idle(None)?;
         }
         drop(phase);
+        crate::nccl_info!(crate::debug::Subsys::INIT, "comm {comm:p} - Destroy COMPLETE");
         // SAFETY: checked by comm_arg; the caller gives the handle up with this call.
         unsafe { ncclComm::retire(comm) };
         SUCCESS

@@ -830,12 +830,20 @@ static bool testGraph() {
   }
   ncclResult_t ge = ncclGroupEnd();
   if (ge != ncclSuccess && err.empty()) err = std::string("ncclGroupEnd during capture: ") + ncclGetErrorString(ge);
+  // End every capture before instantiating any graph: instantiation is not allowed while another
+  // stream is still capturing in global mode.
+  std::vector<bool> captured(C.local.size(), false);
   for (size_t i = 0; i < C.local.size(); i++) {
     Rank& R = C.local[i];
     CUDACHECK(cudaSetDevice(R.dev));
     cudaError_t e = cudaStreamEndCapture(R.stream, &graphs[i]);
     if (e != cudaSuccess) { if (err.empty()) err = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(e); continue; }
-    e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
+    captured[i] = true;
+  }
+  for (size_t i = 0; i < C.local.size(); i++) {
+    if (!captured[i]) continue;
+    CUDACHECK(cudaSetDevice(C.local[i].dev));
+    cudaError_t e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
     if (e != cudaSuccess && err.empty()) err = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
   }
   if (!err.empty()) {
