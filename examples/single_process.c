@@ -11,18 +11,18 @@
 
 #define CUDACHECK(cmd)                                                                              \
   do {                                                                                              \
-    cudaError_t e = (cmd);                                                                          \
-    if (e != cudaSuccess) {                                                                         \
-      fprintf(stderr, "FAIL %s:%d CUDA error '%s' in %s\n", __FILE__, __LINE__, cudaGetErrorString(e), #cmd); \
+    cudaError_t cudacheck_err_ = (cmd);                                                                          \
+    if (cudacheck_err_ != cudaSuccess) {                                                                         \
+      fprintf(stderr, "FAIL %s:%d CUDA error '%s' in %s\n", __FILE__, __LINE__, cudaGetErrorString(cudacheck_err_), #cmd); \
       exit(1);                                                                                      \
     }                                                                                               \
   } while (0)
 
 #define NCCLCHECK(cmd)                                                                              \
   do {                                                                                              \
-    ncclResult_t r = (cmd);                                                                         \
-    if (r != ncclSuccess) {                                                                         \
-      fprintf(stderr, "FAIL %s:%d NCCL error '%s' in %s\n", __FILE__, __LINE__, ncclGetErrorString(r), #cmd); \
+    ncclResult_t ncclcheck_res_ = (cmd);                                                                         \
+    if (ncclcheck_res_ != ncclSuccess) {                                                                         \
+      fprintf(stderr, "FAIL %s:%d NCCL error '%s' in %s\n", __FILE__, __LINE__, ncclGetErrorString(ncclcheck_res_), #cmd); \
       exit(1);                                                                                      \
     }                                                                                               \
   } while (0)

@@ -12,7 +12,7 @@
 /* Threads per CTA for every kernel. */
 #define FN_NTHREADS 512
 /* Most channels (rings, one CTA each) a communicator uses. */
-#define FN_MAX_CHANNELS 32
+#define FN_MAX_CHANNELS 64
 /* FIFO slots per connection: a sender may run this many steps ahead of its receiver. */
 #define FN_NSTEPS 8
 /* Work items carried by value in one launch's parameters. */
