@@ -104,8 +104,9 @@ impl Ring {
 /// NCCL_MAX_NCHANNELS bound the default, itself capped so that every rank sharing a GPU can
 /// keep its CTAs resident at once (a ring only progresses if all its kernels run together).
 pub fn channel_count(ranks_per_gpu: usize, min_env: i64, max_env: i64) -> usize {
-    // 32 CTAs reach ~320 GB/s all-reduce bus bandwidth on 2x H200 NV18, 16 only ~280 (measured).
-    const DEFAULT: usize = 32;
+    // All-reduce bus bandwidth at 1 GB on 2x H200 NV18 (2026-11-22): 16 CTAs ~280 GB/s,
+    // 32 ~320, 48 ~337, 64 ~353 (NCCL 2.28.9: 327).
+    const DEFAULT: usize = 64;
     const CTA_BUDGET_PER_GPU: usize = 64;
     let max = (crate::abi::FN_MAX_CHANNELS as usize).min(if max_env > 0 { max_env as usize } else { usize::MAX });
     let min = if min_env > 0 { min_env as usize } else { 1 };
@@ -162,12 +163,12 @@ mod tests {
 
     #[test]
     fn channels_respect_env_and_sharing() {
-        assert_eq!(channel_count(1, 0, 0), 32);
+        assert_eq!(channel_count(1, 0, 0), 64);
         assert_eq!(channel_count(2, 0, 0), 32);
         assert_eq!(channel_count(8, 0, 0), 8);
         assert_eq!(channel_count(1, 0, 4), 4);
         assert_eq!(channel_count(8, 12, 0), 12);
-        assert_eq!(channel_count(1, 0, 1000), 32);
+        assert_eq!(channel_count(1, 0, 1000), 64);
         assert_eq!(channel_count(1, 100, 0), 64);
     }
 
