@@ -208,8 +208,23 @@ __device__ __forceinline__ void p2pCopy(const Group& g, const fnWork& w) {
                                                         static_cast<uint8_t*>(w.recvbuff), nullptr, w.count);
 }
 
+// The part of a p2p work that CTA b runs (nParts contiguous, FN_ALIGN-aligned byte ranges over
+// consecutive channels), or false when b runs none of it.
+__device__ __forceinline__ bool p2pPart(const fnWork& w, int b, fnWork& part) {
+  const int parts = w.nParts ? w.nParts : 1, j = b - w.blk;
+  if (j < 0 || j >= parts) return false;
+  const uint64_t per = alignUp(divUp(w.count, parts), FN_ALIGN);
+  const uint64_t lo = min(uint64_t(j) * per, w.count);
+  part = w;
+  part.count = min(lo + per, w.count) - lo;
+  part.chan = w.chan + j;
+  if (w.sendbuff) part.sendbuff = static_cast<const uint8_t*>(w.sendbuff) + lo;
+  if (w.recvbuff) part.recvbuff = static_cast<uint8_t*>(w.recvbuff) + lo;
+  return true;
+}
+
 // Runs the launch's works in order. A collective runs on every CTA (CTA b = channel b); a p2p work
-// only on CTA `blk`. A p2p-only CTA holding both sends and receives splits into a send half
+// only on CTAs blk..blk+nParts-1. A p2p-only CTA holding both sends and receives splits into a send half
 // (sends and copies) and a receive half that progress independently.
 template <typename T, typename Op>
 __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
@@ -220,7 +235,8 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
   for (int i = 0; i < nWorks; i++) {
     const int type = args.works[i].type;
     collective |= type < FN_WORK_SEND;
-    if (args.works[i].blk == b) {
+    fnWork part;
+    if (type >= FN_WORK_SEND && p2pPart(args.works[i], b, part)) {
       sends |= type == FN_WORK_SEND || type == FN_WORK_COPY;
       recvs |= type == FN_WORK_RECV;
     }
@@ -235,12 +251,15 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
     switch (w.type) {
       case FN_WORK_SEND:
       case FN_WORK_COPY:
-      case FN_WORK_RECV:
-        if (w.blk != b || (split && recvHalf != (w.type == FN_WORK_RECV))) continue;
-        if (w.type == FN_WORK_SEND) ok = p2pSend(g, comm, w);
-        else if (w.type == FN_WORK_RECV) ok = p2pRecv(g, comm, w);
-        else p2pCopy(g, w);
+      case FN_WORK_RECV: {
+        fnWork part;
+        if (!p2pPart(w, b, part) || (split && recvHalf != (w.type == FN_WORK_RECV))) continue;
+        if (part.count == 0) continue;  // both ends skip the same empty part
+        if (w.type == FN_WORK_SEND) ok = p2pSend(g, comm, part);
+        else if (w.type == FN_WORK_RECV) ok = p2pRecv(g, comm, part);
+        else p2pCopy(g, part);
         break;
+      }
       // Pure movement: instantiated on same-width storage so kernels of one width share the code.
       case FN_WORK_BROADCAST:
         ok = broadcast<B, OpNone<B>>(g, comm, w, OpNone<B>());

@@ -108,12 +108,14 @@ typedef struct fnWork {
                           pointer to it when scalarIsPtr */
   int32_t type;        /* fnWorkType */
   int32_t root;        /* Reduce/Broadcast: root rank; Send/Recv: peer rank */
-  int32_t blk;         /* Send/Recv/Copy: the CTA that runs it; collectives use every CTA */
-  int32_t chan;        /* Send/Recv: the channel (connection) it uses */
+  int32_t blk;         /* Send/Recv/Copy: the first CTA that runs it; collectives use every CTA */
+  int32_t chan;        /* Send/Recv: the channel (connection) of its first part */
   uint8_t op;          /* fnRedOp */
   uint8_t dtype;       /* fnDataType */
   uint8_t scalarIsPtr;
-  uint8_t pad[5];
+  uint8_t nParts;      /* Send/Recv/Copy: split into this many contiguous FN_ALIGN-aligned byte
+                          ranges; part j runs on CTA blk + j over channel chan + j (0 means 1) */
+  uint8_t pad[4];
 } fnWork;
 
 /* The kernel parameter, passed by value: the comm and the works to run in order. */

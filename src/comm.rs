@@ -8,7 +8,7 @@
 use crate::abi::{self, fnDevComm, fnKernelArgs, fnRing, FN_NTHREADS};
 use crate::bootstrap::{Bootstrap, BootstrapId};
 use crate::cuda::{self, module, Context, CUstream, DeviceBuffer, Event, HostMapped};
-use crate::enqueue::{DevOp, Launch};
+use crate::enqueue::{DevOp, Launch, P2pShape};
 use crate::error::{Error, Result};
 use crate::topo::{self, PeerInfo, Ring};
 use crate::transport::p2p::{self, ConnPlan, P2pTransport};
@@ -179,6 +179,8 @@ pub struct Comm {
     pub bootstrap: Bootstrap,
     pub peers: Vec<PeerInfo>,
     pub ring: Ring,
+    /// Which connections exist and how many channels each has.
+    pub conns: ConnPlan,
     pub user_ops: Mutex<Vec<Option<UserOp>>>,
     pub registrations: Mutex<HashSet<usize>>,
     watchdog: Duration,
@@ -315,6 +317,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         bootstrap,
         peers,
         ring,
+        conns: plan,
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),
         watchdog,
@@ -382,6 +385,7 @@ impl Comm {
             bootstrap,
             peers: Vec::new(),
             ring: Ring::new(&order, rank),
+            conns: ConnPlan { nranks, ring_channels: 1, p2p_channels: 1, order: order.clone(), fifo_bytes: 0 },
             user_ops: Mutex::new(Vec::new()),
             registrations: Mutex::new(HashSet::new()),
             watchdog: Duration::ZERO,
@@ -412,6 +416,15 @@ impl Comm {
             ))),
             x => Err(Error::Internal(format!("rank {}: device reported error code {x}", self.rank))),
         }
+    }
+
+    pub fn p2p_shape(&self) -> P2pShape {
+        P2pShape { rank: self.rank, nranks: self.nranks, nchannels: self.nchannels }
+    }
+
+    /// Channels of our connection with `peer`.
+    pub fn conn_channels(&self, peer: usize) -> usize {
+        self.conns.channels(self.rank, peer)
     }
 
     /// Makes sure the kernels these launches need are loaded on our device.

@@ -100,23 +100,54 @@ fn coll_work(t: &CollTask) -> fnWork {
     }
 }
 
-fn p2p_work(ty: u32, send: u64, recv: u64, bytes: usize, peer: usize, blk: usize) -> fnWork {
+fn p2p_work(ty: u32, send: u64, recv: u64, bytes: usize, peer: usize, lane: &Lane, parts: usize) -> fnWork {
     fnWork {
         sendbuff: send as *const _,
         recvbuff: recv as *mut _,
         count: bytes as u64,
         type_: ty as i32,
         root: peer as i32,
-        blk: blk as i32,
+        blk: lane.first_cta as i32,
         chan: 0,
         dtype: abi::FN_UINT8 as u8,
+        nParts: parts as u8,
         ..Default::default()
     }
 }
 
+/// The CTAs serving one (peer, direction): parts of each message run on its first CTAs, over
+/// channels 0, 1, ... of the connection, in issue order, so both ends agree part by part.
+struct Lane {
+    is_send: bool,
+    peer: usize,
+    first_cta: usize,
+    ctas: usize,
+}
+
+/// What p2p planning needs to know about the communicator; every input is the same on both ends
+/// of a connection, so sender and receiver split a message the same way.
+#[derive(Debug, Clone, Copy)]
+pub struct P2pShape {
+    pub rank: usize,
+    pub nranks: usize,
+    /// CTAs one rank may use for a launch (its channel budget).
+    pub nchannels: usize,
+}
+
+/// A message is split over this many parts (channels): enough that each part carries at least
+/// P2P_MIN_PART bytes, at most the channels the connection has, and at most an equal share of the
+/// rank's CTA budget among its 2(n-1) peer lanes so that every lane can run at once.
+fn p2p_parts(shape: &P2pShape, conn_channels: usize, bytes: usize) -> usize {
+    const P2P_MIN_PART: usize = 256 << 10;
+    let lanes = (2 * shape.nranks.saturating_sub(1)).max(1);
+    let cap = (shape.nchannels / lanes).max(1).min(conn_channels.max(1)).min(u8::MAX as usize);
+    bytes.div_ceil(P2P_MIN_PART).clamp(1, cap)
+}
+
 /// Plans one communicator's share of a group: collectives first, in issue order (every rank
 /// issues them in the same order), then one launch with every send and receive.
-pub fn plan(rank: usize, nchannels: usize, ops: &[(CUstream, Task)]) -> Result<Vec<Launch>> {
+pub fn plan(shape: &P2pShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(CUstream, Task)]) -> Result<Vec<Launch>> {
+    let nchannels = shape.nchannels;
     let mut launches: Vec<Launch> = Vec::new();
     for (stream, task) in ops {
         let Task::Coll(c) = task else { continue };
@@ -131,23 +162,25 @@ pub fn plan(rank: usize, nchannels: usize, ops: &[(CUstream, Task)]) -> Result<V
             _ => launches.push(Launch { kernel, grid: nchannels as u32, stream: *stream, joined: vec![], works: vec![coll_work(c)] }),
         }
     }
-    if let Some(p2p) = plan_p2p(rank, ops)? {
+    if let Some(p2p) = plan_p2p(shape, conn_channels, ops)? {
         launches.push(p2p);
     }
     Ok(launches)
 }
 
-fn plan_p2p(rank: usize, ops: &[(CUstream, Task)]) -> Result<Option<Launch>> {
-    let mut blocks: Vec<(bool, usize)> = Vec::new(); // (is_send, peer) per CTA
-    let mut works = Vec::new();
+fn plan_p2p(shape: &P2pShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(CUstream, Task)]) -> Result<Option<Launch>> {
+    let rank = shape.rank;
+    // Messages in issue order per lane, with their part counts.
+    let mut lanes: Vec<Lane> = Vec::new();
+    let mut msgs: Vec<(usize, u32, u64, u64, usize, usize)> = Vec::new(); // (lane, type, send, recv, bytes, parts)
     let mut streams: Vec<CUstream> = Vec::new();
     let mut self_sends = std::collections::VecDeque::new();
     let mut self_recvs = std::collections::VecDeque::new();
-    let mut block_of = |is_send: bool, peer: usize| match blocks.iter().position(|&b| b == (is_send, peer)) {
+    let mut lane_of = |is_send: bool, peer: usize| match lanes.iter().position(|l| (l.is_send, l.peer) == (is_send, peer)) {
         Some(i) => i,
         None => {
-            blocks.push((is_send, peer));
-            blocks.len() - 1
+            lanes.push(Lane { is_send, peer, first_cta: 0, ctas: 0 });
+            lanes.len() - 1
         }
     };
     for (stream, task) in ops {
@@ -166,9 +199,10 @@ fn plan_p2p(rank: usize, ops: &[(CUstream, Task)]) -> Result<Option<Launch>> {
             if is_send { self_sends.push_back((buf, bytes)) } else { self_recvs.push_back((buf, bytes)) }
             continue;
         }
-        let blk = block_of(is_send, peer);
+        let lane = lane_of(is_send, peer);
+        let parts = p2p_parts(shape, conn_channels(peer), bytes);
         let (ty, send, recv) = if is_send { (abi::FN_WORK_SEND, buf, 0) } else { (abi::FN_WORK_RECV, 0, buf) };
-        works.push(p2p_work(ty, send, recv, bytes, peer, blk));
+        msgs.push((lane, ty, send, recv, bytes, parts));
     }
     if self_sends.len() != self_recvs.len() {
         return Err(Error::InvalidUsage(format!(
@@ -183,20 +217,32 @@ fn plan_p2p(rank: usize, ops: &[(CUstream, Task)]) -> Result<Option<Launch>> {
                 "rank {rank} sends {sb} bytes to itself but receives {rb} bytes from itself"
             )));
         }
-        let blk = block_of(true, rank);
-        works.push(p2p_work(abi::FN_WORK_COPY, src, dst, sb, rank, blk));
+        let lane = lane_of(true, rank);
+        let parts = p2p_parts(shape, shape.nchannels, sb);
+        msgs.push((lane, abi::FN_WORK_COPY, src, dst, sb, parts));
     }
-    if works.is_empty() {
+    if msgs.is_empty() {
         return Ok(None);
     }
-    if works.len() > FN_MAX_WORKS as usize {
+    if msgs.len() > FN_MAX_WORKS as usize {
         return Err(Error::InvalidUsage(format!(
             "{} send/recv operations on one communicator in one group; at most {FN_MAX_WORKS} are supported",
-            works.len()
+            msgs.len()
         )));
     }
-    let stream = streams[0];
-    Ok(Some(Launch { kernel: "fnCopy".into(), grid: blocks.len() as u32, stream, joined: streams[1..].to_vec(), works }))
+    for &(lane, .., parts) in &msgs {
+        lanes[lane].ctas = lanes[lane].ctas.max(parts);
+    }
+    let mut next = 0;
+    for l in &mut lanes {
+        l.first_cta = next;
+        next += l.ctas;
+    }
+    let works = msgs
+        .iter()
+        .map(|&(lane, ty, send, recv, bytes, parts)| p2p_work(ty, send, recv, bytes, lanes[lane].peer, &lanes[lane], parts))
+        .collect();
+    Ok(Some(Launch { kernel: "fnCopy".into(), grid: next as u32, stream: streams[0], joined: streams[1..].to_vec(), works }))
 }
 
 /// Launches everything a group queued: each communicator's launches in order. Communicators
@@ -212,7 +258,7 @@ pub fn launch_all(queued: Vec<Queued>) -> Result<()> {
     // Plan everything before launching anything, so a planning error launches nothing.
     let planned: Vec<(Arc<Comm>, Vec<Launch>)> = per_comm
         .into_iter()
-        .map(|(comm, ops)| plan(comm.rank, comm.nchannels, &ops).map(|l| (comm, l)))
+        .map(|(comm, ops)| plan(&comm.p2p_shape(), &|peer| comm.conn_channels(peer), &ops).map(|l| (comm, l)))
         .collect::<Result<_>>()?;
     // Load every kernel before launching any: loading code must not wait behind a kernel of this
     // group that spins until a peer's kernel (not launched yet) arrives.
@@ -259,6 +305,12 @@ mod tests {
         Task::Coll(CollTask { kind, send: 0x1000, recv: 0x2000, count, dtype, op: DevOp::plain(op), root: 0 })
     }
 
+    const SHAPE: P2pShape = P2pShape { rank: 0, nranks: 3, nchannels: 4 };
+
+    fn plan0(ops: &[(CUstream, Task)]) -> Result<Vec<Launch>> {
+        plan(&SHAPE, &|_| 4, ops)
+    }
+
     #[test]
     fn batches_collectives_sharing_a_kernel() {
         let s = std::ptr::null_mut();
@@ -269,7 +321,7 @@ mod tests {
             (s, coll(CollKind::AllGather, types::ncclFloat16, abi::FN_OP_SUM, 10)),
             (s, coll(CollKind::AllReduce, types::ncclFloat32, abi::FN_OP_SUM, 0)),
         ];
-        let l = plan(0, 4, &ops).unwrap();
+        let l = plan0(&ops).unwrap();
         let names: Vec<_> = l.iter().map(|l| l.kernel.as_str()).collect();
         assert_eq!(names, ["fnColl_f32_sum", "fnColl_i32_max", "fnCopy"]);
         assert_eq!(l[0].works.len(), 2);
@@ -279,30 +331,48 @@ mod tests {
     }
 
     #[test]
-    fn p2p_gets_one_cta_per_peer_and_direction() {
+    fn p2p_gets_lanes_per_peer_and_direction() {
         let s = std::ptr::null_mut();
+        let big = 1 << 20;
         let ops = vec![
             (s, Task::Send { buf: 1, bytes: 8, peer: 1 }),
-            (s, Task::Recv { buf: 2, bytes: 8, peer: 1 }),
-            (s, Task::Send { buf: 3, bytes: 8, peer: 1 }),
+            (s, Task::Recv { buf: 2, bytes: big, peer: 1 }),
+            (s, Task::Send { buf: 3, bytes: big, peer: 1 }),
             (s, Task::Recv { buf: 4, bytes: 8, peer: 0 }),
             (s, Task::Send { buf: 5, bytes: 8, peer: 0 }),
             (s, Task::Send { buf: 6, bytes: 0, peer: 2 }),
         ];
-        let l = plan(0, 4, &ops).unwrap();
+        let l = plan0(&ops).unwrap();
         assert_eq!(l.len(), 1);
         let w = &l[0].works;
-        assert_eq!(w.iter().map(|w| w.blk).collect::<Vec<_>>(), [0, 1, 0, 2]);
+        // 3 ranks, 4 CTAs: each of the 4 peer lanes may use one part; the self copy may use 4.
+        assert_eq!(w.iter().map(|w| (w.blk, w.nParts)).collect::<Vec<_>>(), [(0, 1), (1, 1), (0, 1), (2, 1)]);
         assert_eq!(w[3].type_ as u32, abi::FN_WORK_COPY);
         assert_eq!(l[0].grid, 3);
+    }
+
+    #[test]
+    fn big_messages_are_split_the_same_way_on_both_ends() {
+        let two = P2pShape { rank: 0, nranks: 2, nchannels: 64 };
+        assert_eq!(p2p_parts(&two, 64, 8), 1);
+        assert_eq!(p2p_parts(&two, 64, 1 << 20), 4);
+        assert_eq!(p2p_parts(&two, 64, 1 << 30), 32);
+        assert_eq!(p2p_parts(&two, 8, 1 << 30), 8);
+        let eight_on_one_gpu = P2pShape { rank: 0, nranks: 8, nchannels: 8 };
+        assert_eq!(p2p_parts(&eight_on_one_gpu, 8, 1 << 30), 1);
+        let s = std::ptr::null_mut();
+        let ops = vec![(s, Task::Send { buf: 0, bytes: 1 << 30, peer: 1 }), (s, Task::Recv { buf: 0, bytes: 1 << 20, peer: 1 })];
+        let l = plan(&two, &|_| 64, &ops).unwrap();
+        assert_eq!(l[0].works.iter().map(|w| (w.blk, w.nParts)).collect::<Vec<_>>(), [(0, 32), (32, 4)]);
+        assert_eq!(l[0].grid, 36);
     }
 
     #[test]
     fn unmatched_self_send_is_an_error() {
         let s = std::ptr::null_mut();
         let ops = vec![(s, Task::Send { buf: 1, bytes: 8, peer: 0 })];
-        assert!(matches!(plan(0, 4, &ops), Err(Error::InvalidUsage(_))));
+        assert!(matches!(plan0(&ops), Err(Error::InvalidUsage(_))));
         let ops = vec![(s, Task::Send { buf: 1, bytes: 8, peer: 0 }), (s, Task::Recv { buf: 1, bytes: 4, peer: 0 })];
-        assert!(matches!(plan(0, 4, &ops), Err(Error::InvalidUsage(_))));
+        assert!(matches!(plan0(&ops), Err(Error::InvalidUsage(_))));
     }
 }

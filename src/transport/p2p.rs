@@ -187,8 +187,9 @@ crate::int_param!(
     buffsize, "NCCL_BUFFSIZE", 4 << 20
 );
 crate::int_param!(
-    /// NCCL_NCHANNELS_PER_NET_PEER's local twin: channels per send/recv peer pair.
-    p2p_nchannels, "NCCL_NCHANNELS_PER_PEER", 1
+    /// NCCL_NCHANNELS_PER_PEER: channels to a peer that is not a ring neighbour (ring neighbours
+    /// get every channel); a large send/recv is split over them.
+    p2p_nchannels, "NCCL_NCHANNELS_PER_PEER", 4
 );
 
 /// FIFO bytes rounded so each slot is a multiple of 16 bytes and at least 64 KiB in total.

@@ -1,7 +1,7 @@
 """Helpers shared by the PyTorch tests in tests/torch/ (no torch import at module level beyond
 what the callers already did, so that `python3 -m py_compile` works anywhere).
 
-- which libnccl is mapped into this process (/proc/self/maps), checked against $EXPECT_NCCL_LIB
+- which libnccl this process's NCCL calls bind to, checked against $EXPECT_NCCL_LIB
 - rank/world/device from torchrun's environment
 - the c10d store (to exchange small results between ranks without using the library under test)
 """
@@ -32,22 +32,39 @@ def mapped_nccl_libs():
     return libs
 
 
+def _file_providing(symbol):
+    """Path of the mapped file whose code the process-wide lookup of `symbol` lands in: the
+    library libtorch_cuda's NCCL calls bind to (LD_PRELOAD comes first in that lookup)."""
+    import ctypes
+    try:
+        addr = ctypes.cast(getattr(ctypes.CDLL(None), symbol), ctypes.c_void_p).value
+    except AttributeError:
+        return None
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= addr < hi and len(parts) == 6:
+                return parts[5].strip()
+    return None
+
+
 def nccl_lib_check(rank):
-    """Returns (ok, line). ok is False when $EXPECT_NCCL_LIB is set and the one mapped libnccl is
-    not that file (compared by realpath), or when no libnccl or more than one is mapped."""
+    """Returns (ok, line). ok is False when $EXPECT_NCCL_LIB is set and the library that the
+    global symbol lookup of ncclCommInitRankConfig resolves to is not that file (compared by
+    realpath). Several libnccl files may be mapped (torch preloads NVIDIA's by path); only the
+    one the calls bind to matters."""
     libs = mapped_nccl_libs()
     expect = os.environ.get("EXPECT_NCCL_LIB", "")
-    real = [os.path.realpath(p) for p in libs]
-    if not libs:
-        return False, f"NCCL_LIB rank={rank} match=no path=<none mapped> expect={expect or '-'}"
-    if len(set(real)) > 1:
-        return False, (f"NCCL_LIB rank={rank} match=no path={','.join(libs)} "
-                       f"(several libnccl mapped) expect={expect or '-'}")
+    used = _file_providing("ncclCommInitRankConfig")
+    if not used:
+        return False, f"NCCL_LIB rank={rank} match=no path=<ncclCommInitRankConfig not found> mapped={','.join(libs) or '-'}"
+    real = os.path.realpath(used)
     if not expect:
-        return True, f"NCCL_LIB rank={rank} match=unchecked path={libs[0]} real={real[0]}"
-    ok = real[0] == os.path.realpath(expect)
-    return ok, (f"NCCL_LIB rank={rank} match={'yes' if ok else 'no'} path={libs[0]} "
-                f"real={real[0]} expect={os.path.realpath(expect)}")
+        return True, f"NCCL_LIB rank={rank} match=unchecked path={used} real={real} mapped={','.join(libs)}"
+    ok = real == os.path.realpath(expect)
+    return ok, (f"NCCL_LIB rank={rank} match={'yes' if ok else 'no'} path={used} real={real} "
+                f"expect={os.path.realpath(expect)} mapped={','.join(libs)}")
 
 
 def dist_env():
