@@ -200,6 +200,15 @@ def make_op(name, dtype, dev):
     return getattr(R, name), ""
 
 
+def upstream_issue(name, dtype):
+    """A reason to skip a case that fails identically with NVIDIA's NCCL (a PyTorch/NCCL issue,
+    not the library under test), or None."""
+    if name.startswith("PREMUL_SUM") and dtype == torch.bfloat16:
+        return ("PyTorch 2.11 hands NCCL a float32 factor with ncclBfloat16 and NCCL 2.28.9 reads 2 bytes "
+                "of it; NVIDIA's NCCL fails these cases identically (2x H200, 2026-11-22)")
+    return None
+
+
 def run_reduction(fn_call, name, dtype, dev):
     """Calls fn_call(op). PyTorch builds the NCCL premul op from a tensor factor with the element
     type it expects (some versions take float32 for bfloat16): when the factor's dtype is
@@ -229,6 +238,8 @@ def collective_cases(R, dtn, dtype, n):
     # --- all_reduce (in place) ---
     for opn in (OPS_FLOAT if fl else OPS_INT):
         def c(opn=opn):
+            if upstream_issue(opn, dtype):
+                return None, upstream_issue(opn, dtype)
             key = f"all_reduce/{dtn}/{opn}/{n}"
             xs = gen_all(key, world, n, dtype, small=(opn == "PRODUCT"))
             t = xs[rank].to(dev)
@@ -302,6 +313,8 @@ def collective_cases(R, dtn, dtype, n):
     # --- reduce_scatter_tensor ---
     for opn in (("SUM", "MIN", "AVG", "PREMUL_SUM", "PREMUL_SUM_TENSOR") if fl else ("SUM", "MIN", "AVG")):
         def c(opn=opn):
+            if upstream_issue(opn, dtype):
+                return None, upstream_issue(opn, dtype)
             xs = gen_all(f"reduce_scatter_tensor/{dtn}/{opn}/{n}", world, world * n, dtype)
             inp = xs[rank].to(dev)
             out = sentinel(n, dtype, dev)
