@@ -9,7 +9,7 @@
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
 #   --only LIST        only these steps or groups (comma list): build,check,procs,onegpu,mpi,
-#                      graph,leak,watchdog,examples,bench   (e.g. --only check,graph)
+#                      graph,leak,watchdog,examples,torch,bench   (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
 #   --bench-only       build + the A/B benchmark only
@@ -115,7 +115,7 @@ step() {
   local res=PASS
   case $rc in 0) ;; 124|137) res=TIMEOUT ;; *) res="FAIL($rc)" ;; esac
   local det
-  det=$(grep -E "^(OVERALL|SUMMARY|GRAPH:|LEAK:|WATCHDOG:|single_process:|mpi_per_gpu:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  det=$(grep -E "^(OVERALL|SUMMARY|GRAPH:|LEAK:|WATCHDOG:|single_process:|mpi_per_gpu:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
   record "$name" "$res" "$dt" "$det"
   echo "gpu_check:   -> $res in ${dt}s ${det}"
 }
@@ -201,6 +201,14 @@ if [ $HAVE_MPI = 1 ] && [ "$NG" -ge 1 ]; then
        --colls AllReduce,Reduce,Broadcast,AllGather,ReduceScatter,AlltoAll,SendRecv
 else
   skip check_mpi mpi "no mpi build"
+fi
+
+# --- PyTorch drop-in (LD_PRELOAD under torchrun; scripts/torch_check.sh has its own summary) ----
+if [ "$LIB" = ours ] && [ "$NG" -ge 2 ] && python3 -c 'import torch' >/dev/null 2>&1; then
+  now=$(date +%s); left=$((BUDGET - (now - T_START) - 20))
+  step torch torch $left env OUT="$OUT" bash scripts/torch_check.sh --budget $((left - 10))
+else
+  skip torch torch "needs our library, 2 GPUs and PyTorch"
 fi
 
 # --- A/B benchmark -----------------------------------------------------------------------------

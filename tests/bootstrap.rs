@@ -226,6 +226,11 @@ fn processes(test: &str, n: usize) {
 }
 
 #[test]
+fn processes_1() {
+    processes("processes_1", 1);
+}
+
+#[test]
 fn processes_2() {
     processes("processes_2", 2);
 }
@@ -233,6 +238,11 @@ fn processes_2() {
 #[test]
 fn processes_8() {
     processes("processes_8", 8);
+}
+
+#[test]
+fn processes_64() {
+    processes("processes_64", 64);
 }
 
 // ---------------------------------------------------------------------------------------------
