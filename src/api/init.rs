@@ -406,27 +406,34 @@ pub unsafe extern "C" fn pncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
     ncclCommFinalize(comm)
 }
 
-/// NULL is accepted and ignored, as NCCL does.
+/// Destroy and abort share this: NULL is accepted and ignored (as NCCL does), a background init
+/// is waited out, `stop` quiesces the communicator, then the handle is retired and everything it
+/// holds is freed. If `stop` fails the communicator stays as it was.
+fn teardown(comm: ncclComm_t, stop: impl FnOnce(&Comm) -> Result<()>) -> Result<ncclResult_t> {
+    if comm.is_null() {
+        return SUCCESS;
+    }
+    let handle = comm_arg(comm)?;
+    settled(handle);
+    let live = match &*handle.phase.lock() {
+        Phase::Ready(c) | Phase::Finalized(c) => Some(c.clone()),
+        _ => None,
+    };
+    if let Some(c) = live {
+        crate::nccl_info!(crate::debug::Subsys::INIT, "comm {comm:p} rank {} nranks {} cudaDev {} - teardown START", c.rank, c.nranks, c.dev);
+        stop(&c)?;
+    }
+    // SAFETY: checked by comm_arg; the caller gives the handle up with this call.
+    unsafe { ncclComm::retire(comm) };
+    crate::nccl_info!(crate::debug::Subsys::INIT, "comm {comm:p} - teardown COMPLETE");
+    SUCCESS
+}
+
+/// Waits for the communicator's work, then frees everything it holds. NULL is accepted.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
-    boundary("ncclCommDestroy", || {
-        if comm.is_null() {
-            return SUCCESS;
-        }
-        let handle = comm_arg(comm)?;
-        settled(handle);
-        let phase = std::mem::replace(&mut *handle.phase.lock(), Phase::Initializing);
-        if let Phase::Ready(c) | Phase::Finalized(c) = &phase {
-            crate::nccl_info!(crate::debug::Subsys::INIT, "comm {comm:p} rank {} nranks {} cudaDev {} - Destroy START", c.rank, c.nranks, c.dev);
-            // Our kernels time out (NCCL_WATCHDOG_TIMEOUT_MS) rather than hang, so this ends.
-            c.wait_idle(None)?;
-        }
-        drop(phase);
-        crate::nccl_info!(crate::debug::Subsys::INIT, "comm {comm:p} - Destroy COMPLETE");
-        // SAFETY: checked by comm_arg; the caller gives the handle up with this call.
-        unsafe { ncclComm::retire(comm) };
-        SUCCESS
-    })
+    // Our kernels time out (NCCL_WATCHDOG_TIMEOUT_MS) rather than hang, so the wait ends.
+    boundary("ncclCommDestroy", || teardown(comm, |c| c.wait_idle(None).map(|_| ())))
 }
 
 #[no_mangle]
@@ -439,23 +446,14 @@ pub unsafe extern "C" fn pncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     boundary("ncclCommAbort", || {
-        if comm.is_null() {
-            return SUCCESS;
-        }
-        let handle = comm_arg(comm)?;
-        settled(handle);
-        let phase = std::mem::replace(&mut *handle.phase.lock(), Phase::Initializing);
-        if let Phase::Ready(c) | Phase::Finalized(c) = &phase {
+        teardown(comm, |c| {
             c.request_abort();
             if !c.wait_idle(Some(Instant::now() + Duration::from_secs(10)))? {
                 crate::nccl_warn!("ncclCommAbort: kernels of rank {} did not stop within 10 s; leaving their buffers allocated", c.rank);
                 c.leak_resources();
             }
-        }
-        drop(phase);
-        // SAFETY: as in ncclCommDestroy.
-        unsafe { ncclComm::retire(comm) };
-        SUCCESS
+            Ok(())
+        })
     })
 }
 
