@@ -217,7 +217,7 @@ ncclResult_t ncclCommCuDevice(ncclComm_t comm, int *device);
 ncclResult_t ncclCommDeregister(ncclComm_t comm, void *handle);
 
 /**
- * NULL is accepted and ignored, as NCCL does.
+ * Waits for the communicator's work, then frees everything it holds. NULL is accepted.
  */
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 

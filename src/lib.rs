@@ -17,5 +17,6 @@ pub mod enqueue;
 pub mod group;
 pub mod topo;
 pub mod transport;
+pub mod tuner;
 #[allow(non_snake_case, non_upper_case_globals)]
 pub mod api;
