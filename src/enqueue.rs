@@ -250,7 +250,8 @@ fn plan_p2p(shape: &P2pShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(CU
 /// Launches everything a group queued: each communicator's launches in order. Communicators
 /// are independent (their kernels wait on each other on the device, not on the host).
 pub fn launch_all(queued: Vec<Queued>) -> Result<()> {
-    let mut per_comm: Vec<(Arc<Comm>, Vec<(CUstream, Task)>)> = Vec::new();
+    type CommOps = (Arc<Comm>, Vec<(CUstream, Task)>);
+    let mut per_comm: Vec<CommOps> = Vec::new();
     for q in queued {
         match per_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &q.comm)) {
             Some((_, ops)) => ops.push((q.stream, q.task)),

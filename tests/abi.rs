@@ -115,7 +115,7 @@ fn strip_non_declarations(src: &str) -> String {
         let block = rest.find("/*");
         let line = rest.find("//");
         match (block, line) {
-            (Some(b), l) if l.map_or(true, |l| b < l) => {
+            (Some(b), l) if l.is_none_or(|l| b < l) => {
                 no_comments.push_str(&rest[..b]);
                 let end = rest[b + 2..].find("*/").expect("unterminated comment") + b + 4;
                 no_comments.push(' ');
