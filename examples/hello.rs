@@ -48,7 +48,7 @@ fn main() {
     check(unsafe { version::ncclGetVersion(&mut v) }, "ncclGetVersion");
     println!("ferronickel {} — NCCL version code {v} (NCCL {}.{}.{})", env!("CARGO_PKG_VERSION"), v / 10000, v / 100 % 100, v % 100);
     match exported_api() {
-        Some((found, total)) => println!("exported API: {found}/{total} NCCL 2.28.9 functions (nccl* and pncclX twins)"),
+        Some((found, total)) => println!("exported API: {found}/{total} NCCL 2.28.9 functions (nccl* and their pnccl* twins)"),
         None => println!("exported API: target/<profile>/libnccl.so.2 not found next to this example"),
     }
     if let Err(e) = cuda::init() {
