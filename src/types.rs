@@ -47,6 +47,8 @@ pub const NCCL_SPLIT_NOCOLOR: c_int = -1;
 pub const NCCL_CONFIG_MAGIC: c_uint = 0xcafebeef;
 pub const NCCL_SIM_INFO_MAGIC: c_uint = 0x74685283;
 pub const NCCL_CONFIG_UNDEF_INT: c_int = c_int::MIN;
+/// ncclCommShrink flag: stop the parent's ongoing operations before shrinking.
+pub const NCCL_SHRINK_ABORT: c_int = 0x01;
 
 pub const ncclInt8: ncclDataType_t = 0;
 pub const ncclUint8: ncclDataType_t = 1;

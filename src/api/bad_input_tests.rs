@@ -151,9 +151,19 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
                 let mut c = std::ptr::null_mut();
                 init::ncclCommShrink(comm, std::ptr::null_mut(), 0, &mut c, std::ptr::null_mut(), 4)
             }),
-            case("Shrink not implemented", ncclInvalidUsage, "ncclCommShrink is not implemented yet", move || {
+            case("Shrink rank out of range", ncclInvalidArgument, "excludeRanksList entry 5 is out of range", move || {
                 let mut c = std::ptr::null_mut();
-                init::ncclCommShrink(comm, std::ptr::null_mut(), 0, &mut c, std::ptr::null_mut(), 0)
+                let mut list = [5];
+                init::ncclCommShrink(comm, list.as_mut_ptr(), 1, &mut c, std::ptr::null_mut(), 0)
+            }),
+            case("Shrink NULL list", ncclInvalidArgument, "excludeRanksList is NULL", move || {
+                let mut c = std::ptr::null_mut();
+                init::ncclCommShrink(comm, std::ptr::null_mut(), 1, &mut c, std::ptr::null_mut(), 0)
+            }),
+            case("Shrink excluding the caller", ncclInvalidUsage, "rank 0 is in excludeRanksList", move || {
+                let mut c = std::ptr::null_mut();
+                let mut list = [0];
+                init::ncclCommShrink(comm, list.as_mut_ptr(), 1, &mut c, std::ptr::null_mut(), 0)
             }),
             case("Revoke bad flags", ncclInvalidArgument, "revokeFlags 0x1", move || init::ncclCommRevoke(comm, 1)),
             case("Count NULL comm", ncclInvalidArgument, "ncclCommCount: comm is NULL", move || query::ncclCommCount(std::ptr::null_mut(), outp)),

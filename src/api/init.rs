@@ -345,12 +345,33 @@ pub unsafe extern "C" fn ncclCommShrink(
         if excludeRanksCount > 0 {
             non_null(excludeRanksList, "excludeRanksList")?;
         }
-        if shrinkFlags & !0x1 != 0 {
+        if shrinkFlags & !NCCL_SHRINK_ABORT != 0 {
             crate::bail_arg!("shrinkFlags {shrinkFlags:#x} has bits other than NCCL_SHRINK_ABORT");
         }
-        // SAFETY: as in ncclCommInitRankConfig.
-        unsafe { read_config(config) }?;
-        crate::bail_usage!("ncclCommShrink is not implemented yet in ferronickel; use ncclCommSplit with NCCL_SPLIT_NOCOLOR for the excluded ranks")
+        let excluded: Vec<usize> = if excludeRanksCount == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: a non-NULL list of excludeRanksCount ints by the API's contract.
+            unsafe { std::slice::from_raw_parts(excludeRanksList, excludeRanksCount as usize) }
+                .iter()
+                .map(|&r| super::rank_arg(r, parent.nranks, "excludeRanksList entry"))
+                .collect::<Result<_>>()?
+        };
+        if let Some(dup) = excluded.iter().enumerate().find(|(i, r)| excluded[..*i].contains(r)) {
+            crate::bail_arg!("excludeRanksList names rank {} twice", dup.1);
+        }
+        // SAFETY: as in ncclCommInitRankConfig. Without a config the child inherits the parent's.
+        let cfg = if config.is_null() { parent.config.clone() } else { unsafe { read_config(config) }? };
+        if shrinkFlags & NCCL_SHRINK_ABORT != 0 {
+            // Ongoing parent work may wait on an excluded (dead) rank: stop it first.
+            parent.request_abort();
+            parent.wait_idle(Some(Instant::now() + Duration::from_secs(10)))?;
+        }
+        let child = comm::shrink(&parent, &excluded, cfg)?;
+        let (ptr, _) = ncclComm::publish(Phase::Ready(Arc::new(child)));
+        // SAFETY: checked non-NULL above.
+        unsafe { write_out(newcomm, ptr) };
+        SUCCESS
     })
 }
 
