@@ -149,8 +149,9 @@ fn collective(
     ])?;
     crate::nccl_info!(
         crate::debug::Subsys::COLL,
-        "{kind:?}: sendbuff {sendbuff:p} recvbuff {recvbuff:p} count {count} datatype {} op {op:?} root {root} comm {comm:p} [nranks={n}] stream {stream:p}",
-        dtype_name(dtype)
+        "{kind:?}: sendbuff {sendbuff:p} recvbuff {recvbuff:p} count {count} datatype {} op {} root {root} comm {comm:p} [nranks={n}] stream {stream:p}",
+        dtype_name(dtype),
+        op.unwrap_or(ncclSum)
     );
     submit(&c, stream, vec![Task::Coll(CollTask { kind, send, recv, count, dtype, op: dev_op, root })])
 }
