@@ -174,12 +174,9 @@ pub struct Comm {
     pub dev: i32,
     /// Compute capability major of our GPU (fp8 needs 9).
     pub cc_major: i32,
-    pub nchannels: usize,
     pub config: CommConfig,
     pub bootstrap: Bootstrap,
-    pub peers: Vec<PeerInfo>,
-    pub ring: Ring,
-    /// Which connections exist and how many channels each has.
+    /// Which connections exist and how many channels each has (rings use `ring_channels`).
     pub conns: ConnPlan,
     pub user_ops: Mutex<Vec<Option<UserOp>>>,
     pub registrations: Mutex<HashSet<usize>>,
@@ -312,11 +309,8 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         nranks,
         dev,
         cc_major: cuda::compute_capability_major(dev)?,
-        nchannels,
         config,
         bootstrap,
-        peers,
-        ring,
         conns: plan,
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),
@@ -404,11 +398,8 @@ impl Comm {
             nranks,
             dev: 0,
             cc_major,
-            nchannels: 1,
             config: CommConfig { blocking: true, ..Default::default() },
             bootstrap,
-            peers: Vec::new(),
-            ring: Ring::new(&order, rank),
             conns: ConnPlan { nranks, ring_channels: 1, p2p_channels: 1, order: order.clone(), fifo_bytes: 0 },
             user_ops: Mutex::new(Vec::new()),
             registrations: Mutex::new(HashSet::new()),
@@ -443,7 +434,7 @@ impl Comm {
     }
 
     pub fn p2p_shape(&self) -> P2pShape {
-        P2pShape { rank: self.rank, nranks: self.nranks, nchannels: self.nchannels }
+        P2pShape { rank: self.rank, nranks: self.nranks, nchannels: self.conns.ring_channels }
     }
 
     /// Channels of our connection with `peer`.
@@ -451,24 +442,21 @@ impl Comm {
         self.conns.channels(self.rank, peer)
     }
 
-    /// Makes sure the kernels these launches need are loaded on our device.
-    pub fn load_kernels(&self, launches: &[Launch]) -> Result<()> {
+    /// The kernels these launches need, loaded on our device (the first time) before anything
+    /// is launched.
+    pub fn load_kernels(&self, launches: &[Launch]) -> Result<Vec<module::Kernel>> {
         let (gpu, _) = self.gpu()?;
         let _g = gpu.ctx.enter()?;
-        for l in launches {
-            module::kernel(self.dev, &l.kernel)?;
-        }
-        Ok(())
+        launches.iter().map(|l| module::kernel(self.dev, &l.kernel)).collect()
     }
 
-    /// Launches planned kernels on their streams, in order.
-    pub fn launch(&self, launches: &[Launch]) -> Result<()> {
+    /// Launches planned kernels (from [`Comm::load_kernels`]) on their streams, in order.
+    pub fn launch(&self, launches: &[Launch], kernels: &[module::Kernel]) -> Result<()> {
         self.check_health()?;
         let (gpu, res) = self.gpu()?;
         let _g = gpu.ctx.enter()?;
         let mut st = gpu.launch_state.lock();
-        for l in launches {
-            let kernel = module::kernel(self.dev, &l.kernel)?;
+        for (l, kernel) in launches.iter().zip(kernels) {
             let mut args = fnKernelArgs { comm: res.dev_comm.ptr as *mut _, nWorks: l.works.len() as i32, ..Default::default() };
             args.works[..l.works.len()].copy_from_slice(&l.works);
             let capturing = is_capturing(l.stream)?;

@@ -265,11 +265,9 @@ pub fn launch_all(queued: Vec<Queued>) -> Result<()> {
         .collect::<Result<_>>()?;
     // Load every kernel before launching any: loading code must not wait behind a kernel of this
     // group that spins until a peer's kernel (not launched yet) arrives.
-    for (comm, launches) in &planned {
-        comm.load_kernels(launches)?;
-    }
-    for (comm, launches) in planned {
-        comm.launch(&launches)?;
+    let kernels: Vec<_> = planned.iter().map(|(comm, launches)| comm.load_kernels(launches)).collect::<Result<_>>()?;
+    for ((comm, launches), kernels) in planned.into_iter().zip(kernels) {
+        comm.launch(&launches, &kernels)?;
         crate::nccl_info!(crate::debug::Subsys::COLL, "rank {}: launched {} kernel(s)", comm.rank, launches.len());
     }
     Ok(())

@@ -95,7 +95,3 @@ pub fn record_error(e: &Error) {
         }
     });
 }
-
-pub fn depth() -> usize {
-    GROUP.with(|g| g.borrow().depth)
-}

@@ -60,6 +60,10 @@ pub fn kernel(dev: i32, name: &str) -> Result<Kernel> {
     if all.len() <= idx {
         all.resize_with(idx + 1, || None);
     }
+    if let Some(k) = all[idx].as_ref().and_then(|l| l.kernels.get(name)) {
+        return Ok(*k);
+    }
+    // Loading from here on: the driver work a launch must never wait on.
     let _relaxed = RelaxedCapture::new()?;
     if all[idx].is_none() {
         let mut modules = Vec::new();
@@ -74,9 +78,6 @@ pub fn kernel(dev: i32, name: &str) -> Result<Kernel> {
         all[idx] = Some(Loaded { modules, kernels: HashMap::new() });
     }
     let loaded = all[idx].as_mut().expect("loaded above");
-    if let Some(k) = loaded.kernels.get(name) {
-        return Ok(*k);
-    }
     let cname = CString::new(name).map_err(|_| Error::Internal(format!("bad kernel name {name:?}")))?;
     for m in &loaded.modules {
         let mut f: CUfunction = std::ptr::null_mut();
