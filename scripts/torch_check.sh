@@ -2,14 +2,16 @@
 # PyTorch on ferronickel, in one call on the GPU machine (DESIGN §1 row 2, §6): torch.distributed
 # collectives with our library (eager and lazy communicator init), the seeds' DDP example with
 # NVIDIA's NCCL and with ours alternated (ref, ours, ref, ours) and compared (losses, parameters,
-# time per step), and FSDP2 in bf16 both ways and compared. Ours is loaded with
+# time per step), FSDP2 in bf16 both ways and compared, and the rest of the NCCL symbols PyTorch
+# binds (tests/torch/symbols.py) both ways, to see which path PyTorch takes to each with each
+# library (works, or an error PyTorch handles). Ours is loaded with
 # LD_PRELOAD=$OURLIB (SONAME libnccl.so.2 satisfies libtorch_cuda's NEEDED entry); every rank
 # proves which libnccl it mapped from /proc/self/maps against $EXPECT_NCCL_LIB. Every step runs
 # under `timeout`; a global budget keeps the call inside the device's 10-minute limit (steps past
 # it are SKIP). Logs in $OUT/torch/; the summary table is printed LAST.
 #
 # usage: scripts/torch_check.sh [options]
-#   --only LIST        only these steps or groups (comma list; groups: coll, ddp, fsdp)
+#   --only LIST        only these steps or groups (comma list; groups: coll, ddp, fsdp, symbols)
 #   --skip LIST        everything except these
 #   --no-ref-coll      skip the collectives runs with NVIDIA's NCCL (they validate the test itself
 #                      and tell failures of ours apart from PyTorch/test issues)
@@ -20,7 +22,8 @@
 # env: OUT (default ./gpu-out), OURLIB (default target/release/libnccl.so), REFLIB (NVIDIA's
 #      libnccl.so.2), PYTHON (python3), TORCHRUN (torchrun), NPROC (2), PARITY_DIR (default: a new
 #      directory under /tmp; .pt files are NOT written under $OUT, they are too big to fetch)
-# expected runtime on 2x H200: about 4-5 minutes (each torchrun launch costs ~10-20 s).
+# expected runtime on 2x H200: about 6 minutes (each torchrun launch costs ~10-20 s; the symbols
+# steps about a minute each).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} PYTHONUNBUFFERED=1
@@ -35,7 +38,7 @@ while [ $# -gt 0 ]; do
     --one-gpu-ours) ONEGPU=1 ;;
     --budget) BUDGET=$2; shift ;;
     --keep-pt) KEEP=1 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "torch_check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -185,6 +188,26 @@ else
 fi
 [ $KEEP = 0 ] && [ -z "${PARITY_DIR:-}" ] && rm -rf "$PT"
 
+# --- (d) the rest of PyTorch's NCCL symbols: which path PyTorch takes, with each library ------
+sym_step() {  # sym_step ours|ref
+  local lib=$1 name=symbols_$1
+  local envv=("${OURS_ENV[@]}" NCCL_DEBUG=WARN)
+  [ "$lib" = ref ] && envv=("${REF_ENV[@]}" NCCL_DEBUG=WARN)
+  # about a minute; the script bounds each of its 6 child groups by 30 s
+  step "$name" symbols 200 "${envv[@]}" "${TR[@]}" $T/symbols.py || return 0
+  local f=$LOG/$name.log
+  local sum=$(grep -m1 '^SYMBOLS:' "$f" | sed -E 's/^SYMBOLS: ([^;]*);.*/\1/')
+  local proof=$(lib_proof "$f") res=${RESULTS[$((${#RESULTS[@]} - 1))]}
+  if [ "$res" = PASS ] && [ "$proof" != "$NPROC/$NPROC" ]; then res="FAIL(lib)"; fi
+  amend "$res" "${sum:-no SYMBOLS line}; lib proven $proof"
+}
+if [ "$NG" -ge "$NPROC" ]; then
+  sym_step ours
+  sym_step ref
+else
+  skip symbols symbols "$NG GPU(s) for $NPROC ranks: the reference (NVIDIA's NCCL) refuses 2 ranks on one GPU"
+fi
+
 # --- report --------------------------------------------------------------------------------------
 NFAIL=0
 for i in "${!NAMES[@]}"; do
@@ -210,6 +233,17 @@ for init in eager lazy; do
     [ "${NAMES[$i]}" = collectives_ours_$init ] && DETAILS[$i]="${DETAILS[$i]}; $n_own fail with ours only"
   done
 done
+# Which path PyTorch takes to each symbol with each library, side by side.
+if [ -f "$LOG/symbols_ours.log" ] || [ -f "$LOG/symbols_ref.log" ]; then
+  echo; echo "---- symbols: ours | NVIDIA's (HANDLED: PyTorch raised there and went on; NOT REACHED: an earlier step raised)"
+  sym_lines() { grep '^SYMBOL ' "$1" 2>/dev/null | sed 's/^SYMBOL //; s/: /\t/' | LC_ALL=C sort; }
+  LC_ALL=C join -t $'\t' -a1 -a2 -e '-' -o 0,1.2,2.2 \
+    <(sym_lines "$LOG/symbols_ours.log") <(sym_lines "$LOG/symbols_ref.log") |
+    awk -F'\t' '{ printf "  %-26s %s | %s\n", $1, $2, $3 }'
+  for lib in ours ref; do
+    grep -E '^(HANDLED|FAIL) ' "$LOG/symbols_$lib.log" 2>/dev/null | cut -c1-400 | sed "s/^/  $lib: /"
+  done
+fi
 for c in ddp_compare fsdp_compare; do
   [ -f "$LOG/$c.log" ] && { echo; echo "---- $c"; grep -E "^(compare_parity|  |REF-DETERMINISM|TIME|PARITY)" "$LOG/$c.log" | head -n 30; }
 done
