@@ -1,6 +1,8 @@
-// collectives.cu: ring algorithms over the Simple protocol for every work type, and the extern "C"
-// kernels (one per data type x reduction op, plus fnCopy). See kernels/README.md for the contract.
-#include "prims_simple.cuh"
+// collectives.cu: ring algorithms over any protocol for every work type, the one-shot LL
+// all-reduce, and the extern "C" kernels (one per data type x reduction op, plus fnCopy). See
+// kernels/README.md for the contract.
+#include <type_traits>
+#include "prims.cuh"
 
 // A channel's share of `count` elements: contiguous, FN_ALIGN-aligned partitions, maybe empty.
 struct Part {
@@ -18,21 +20,33 @@ __device__ __forceinline__ uint64_t chunkElems(uint64_t rem, int k, uint64_t slo
   return min(slotElems, alignUp(divUp(rem, k), FN_ALIGN / sizeof(T)));
 }
 
+// Walks a partition of len elements one slot-sized chunk at a time: step(offset, length) for each,
+// stopping at the first that fails.
+template <typename T, typename Step>
+__device__ __forceinline__ bool forEachChunk(uint64_t len, uint64_t slotElems, Step step) {
+  for (uint64_t base = 0; base < len;) {
+    const uint64_t C = chunkElems<T>(len - base, 1, slotElems);
+    if (!step(base, min(C, len - base))) return false;
+    base += C;
+  }
+  return true;
+}
+
 // The ring connections of channel c: send to next, receive from prev.
-template <typename T, typename Op>
-__device__ __forceinline__ Prims<T, Op> ringPrims(const Group& g, const fnDevComm* comm, const Op& op,
-                                                  const fnRing& ring, int c) {
-  return Prims<T, Op>(g, comm, op, &comm->conns[ring.next * FN_MAX_CHANNELS + c].send,
-                      &comm->conns[ring.prev * FN_MAX_CHANNELS + c].recv);
+template <typename T, typename Op, int P>
+__device__ __forceinline__ Prims<T, Op, P> ringPrims(const Group& g, const fnDevComm* comm, const Op& op,
+                                                     const fnRing& ring, int c) {
+  return Prims<T, Op, P>(g, comm, op, &comm->conns[ring.next * FN_MAX_CHANNELS + c].send,
+                         &comm->conns[ring.prev * FN_MAX_CHANNELS + c].recv);
 }
 
 // Each algorithm returns false when a wait told the group to stop (abort, error, timeout). They are
 // out of line (arguments by value) so kernels sharing template arguments share one body.
 
-template <typename T, typename Op>
+template <typename T, typename Op, int P>
 __device__ __noinline__ bool allReduce(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
   const int n = comm->nRanks, c = blockIdx.x;
-  const Part pt = channelPart<T>(w.count, comm->nChannels, c);
+  const Part pt = channelPart<T>(w.count, w.nChannels, c);
   const T* src = static_cast<const T*>(w.sendbuff) + pt.off;
   T* dst = static_cast<T*>(w.recvbuff) + pt.off;
   if (n == 1) {
@@ -41,11 +55,10 @@ __device__ __noinline__ bool allReduce(const Group g, const fnDevComm* comm, con
   }
   const fnRing ring = comm->rings[c];
   const int ix = ring.index;
-  Prims<T, Op> p = ringPrims<T, Op>(g, comm, op, ring, c);
-  const uint64_t slotElems = p.slotBytes / sizeof(T);
+  Prims<T, Op, P> p = ringPrims<T, Op, P>(g, comm, op, ring, c);
   for (uint64_t base = 0; base < pt.len;) {
     // n chunks of C elements per piece; chunk i is the one ring position i finishes reducing.
-    const uint64_t C = chunkElems<T>(pt.len - base, n, slotElems);
+    const uint64_t C = chunkElems<T>(pt.len - base, n, p.slotElems);
     auto off = [&](int i) { return min(base + i * C, pt.len); };
     auto len = [&](int i) { return min(base + (i + 1) * C, pt.len) - off(i); };
     int i = ringMod(ix - 1, n);
@@ -68,11 +81,85 @@ __device__ __noinline__ bool allReduce(const Group g, const fnDevComm* comm, con
   return true;
 }
 
-// Chain from the rank after the root around to the root.
+// One-shot all-reduce between two ranks, any protocol: each chunk goes to the peer, and comes back
+// reduced with the peer's chunk. One hop instead of the ring's two; both ranks compute op(a, b) of
+// the same two values, and every operator is commutative, so both get the same bits.
+template <typename T, typename Op, int P>
+__device__ __noinline__ bool allReduceOneShotPair(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
+  const int c = blockIdx.x;
+  const Part pt = channelPart<T>(w.count, w.nChannels, c);
+  const T* src = static_cast<const T*>(w.sendbuff) + pt.off;
+  T* dst = static_cast<T*>(w.recvbuff) + pt.off;
+  Prims<T, Op, P> p = ringPrims<T, Op, P>(g, comm, op, comm->rings[c], c);  // next == prev == the peer
+  const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
+    return p.send(src + base, len) && p.recvReduceCopy(src + base, dst + base, len);
+  });
+  if (ok) p.save();
+  return ok;
+}
+
+// One-shot all-reduce over LL for n > 2: push this channel's part of the input, pre-op applied, to
+// every peer's LL slot; then reduce all inputs in rank order (the same order on every rank, so every
+// rank gets the same bits; op(a, b) == op(b, a) does not make a sum of three associative) and apply
+// the post-op. The host sends a part no larger than one LL slot and uses channels that connect
+// every pair of ranks.
 template <typename T, typename Op>
+__device__ __noinline__ bool allReduceOneShot(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
+  const int n = comm->nRanks, me = comm->rank, c = blockIdx.x;
+  const Part pt = channelPart<T>(w.count, w.nChannels, c);
+  const T* src = static_cast<const T*>(w.sendbuff) + pt.off;
+  T* dst = static_cast<T*>(w.recvbuff) + pt.off;
+  const size_t nbytes = pt.len * sizeof(T), nWords = divUp(nbytes, 8);
+  fnConn* conns = comm->conns + c;  // conns[peer * FN_MAX_CHANNELS] is peer's connection on channel c
+  auto slot = [](char* buff, uint64_t step) { return buff + (step % FN_NSTEPS) * (FN_LL_SLOT_LINES * 16); };
+  auto stepOf = [](uint64_t* p) { return *reinterpret_cast<volatile uint64_t*>(p); };
+  int stop = FN_DEV_OK;
+  for (int j = 1; j < n && stop == FN_DEV_OK; j++) {
+    fnConnSend& s = conns[ringMod(me + j, n) * FN_MAX_CHANNELS].send;
+    const uint64_t step = stepOf(&s.step);
+    stop = waitCounter(comm, s.head, FN_NSTEPS, step);
+    if (stop == FN_DEV_OK) {
+      stop = llMove<T, Op, F_SEND | F_USRC | F_PRE>(g, comm, op, nullptr, 0, slot(s.buffs[FN_PROTO_LL], step),
+                                                     uint32_t(step + 1), src, nullptr, pt.len);
+    }
+  }
+  for (size_t i = g.tid; i < nWords && stop == FN_DEV_OK; i += g.nthreads) {
+    uint64_t acc = 0;
+    for (int r = 0; r < n; r++) {
+      uint64_t v;
+      if (r == me) {
+        v = combineVec<T, Op, F_USRC | F_PRE>(op, uint64_t(0), loadWord(src, i, nbytes));
+      } else {
+        fnConnRecv& rc = conns[r * FN_MAX_CHANNELS].recv;
+        const uint64_t step = stepOf(&rc.step);
+        stop = readLL(comm, slot(rc.buffs[FN_PROTO_LL], step) + 16 * i, uint32_t(step + 1), v);
+        if (stop != FN_DEV_OK) break;
+      }
+      acc = r == 0 ? v : combineVec<T, Op, F_RECV | F_USRC>(op, acc, v);
+    }
+    if (stop == FN_DEV_OK) storeWord(dst, i, nbytes, combineVec<T, Op, F_RECV | F_POST>(op, acc, uint64_t(0)));
+  }
+  if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
+  // Every thread has read its lines and every step counter: free the slots and advance.
+  if (g.tid == 0) {
+    for (int r = 0; r < n; r++) {
+      if (r == me) continue;
+      fnConn& cn = conns[r * FN_MAX_CHANNELS];
+      const uint64_t rstep = stepOf(&cn.recv.step);
+      *cn.recv.head = rstep + 1;
+      *reinterpret_cast<volatile uint64_t*>(&cn.recv.step) = rstep + 1;
+      *reinterpret_cast<volatile uint64_t*>(&cn.send.step) = stepOf(&cn.send.step) + 1;
+    }
+  }
+  groupBarrier(g);
+  return true;
+}
+
+// Chain from the rank after the root around to the root.
+template <typename T, typename Op, int P>
 __device__ __noinline__ bool reduce(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
   const int n = comm->nRanks, c = blockIdx.x;
-  const Part pt = channelPart<T>(w.count, comm->nChannels, c);
+  const Part pt = channelPart<T>(w.count, w.nChannels, c);
   const T* src = static_cast<const T*>(w.sendbuff) + pt.off;
   T* dst = static_cast<T*>(w.recvbuff) + pt.off;  // used on the root only
   if (n == 1) {
@@ -81,25 +168,21 @@ __device__ __noinline__ bool reduce(const Group g, const fnDevComm* comm, const 
   }
   const fnRing ring = comm->rings[c];
   const bool first = ring.prev == w.root, root = comm->rank == w.root;
-  Prims<T, Op> p = ringPrims<T, Op>(g, comm, op, ring, c);
-  const uint64_t slotElems = p.slotBytes / sizeof(T);
-  for (uint64_t base = 0; base < pt.len;) {
-    const uint64_t C = chunkElems<T>(pt.len - base, 1, slotElems), len = min(C, pt.len - base);
-    const bool ok = first  ? p.send(src + base, len)
-                    : root ? p.recvReduceCopy(src + base, dst + base, len)
-                           : p.recvReduceSend(src + base, len);
-    if (!ok) return false;
-    base += C;
-  }
-  p.save();
-  return true;
+  Prims<T, Op, P> p = ringPrims<T, Op, P>(g, comm, op, ring, c);
+  const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
+    return first  ? p.send(src + base, len)
+           : root ? p.recvReduceCopy(src + base, dst + base, len)
+                  : p.recvReduceSend(src + base, len);
+  });
+  if (ok) p.save();
+  return ok;
 }
 
 // From the root around the ring to the rank before it.
-template <typename T, typename Op>
+template <typename T, typename Op, int P>
 __device__ __noinline__ bool broadcast(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
   const int n = comm->nRanks, c = blockIdx.x;
-  const Part pt = channelPart<T>(w.count, comm->nChannels, c);
+  const Part pt = channelPart<T>(w.count, w.nChannels, c);
   const T* src = static_cast<const T*>(w.sendbuff) + pt.off;  // used on the root only
   T* dst = static_cast<T*>(w.recvbuff) + pt.off;
   if (n == 1) {
@@ -108,25 +191,21 @@ __device__ __noinline__ bool broadcast(const Group g, const fnDevComm* comm, con
   }
   const fnRing ring = comm->rings[c];
   const bool root = comm->rank == w.root, last = ring.next == w.root;
-  Prims<T, Op> p = ringPrims<T, Op>(g, comm, op, ring, c);
-  const uint64_t slotElems = p.slotBytes / sizeof(T);
-  for (uint64_t base = 0; base < pt.len;) {
-    const uint64_t C = chunkElems<T>(pt.len - base, 1, slotElems), len = min(C, pt.len - base);
-    const bool ok = root   ? p.copySend(src + base, dst + base, len)
-                    : last ? p.recv(dst + base, len)
-                           : p.recvCopySend(dst + base, len);
-    if (!ok) return false;
-    base += C;
-  }
-  p.save();
-  return true;
+  Prims<T, Op, P> p = ringPrims<T, Op, P>(g, comm, op, ring, c);
+  const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
+    return root   ? p.copySend(src + base, dst + base, len)
+           : last ? p.recv(dst + base, len)
+                  : p.recvCopySend(dst + base, len);
+  });
+  if (ok) p.save();
+  return ok;
 }
 
 // At step j every rank receives the block that originated at ring position ix - j.
-template <typename T, typename Op>
+template <typename T, typename Op, int P>
 __device__ __noinline__ bool allGather(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
   const int n = comm->nRanks, c = blockIdx.x;
-  const Part pt = channelPart<T>(w.count, comm->nChannels, c);
+  const Part pt = channelPart<T>(w.count, w.nChannels, c);
   const T* src = static_cast<const T*>(w.sendbuff) + pt.off;
   T* const out = static_cast<T*>(w.recvbuff) + pt.off;
   auto block = [&](int rank) { return out + uint64_t(rank) * w.count; };
@@ -137,26 +216,23 @@ __device__ __noinline__ bool allGather(const Group g, const fnDevComm* comm, con
   const fnRing ring = comm->rings[c];
   const int ix = ring.index;
   T* const mine = block(comm->rank);
-  Prims<T, Op> p = ringPrims<T, Op>(g, comm, op, ring, c);
-  const uint64_t slotElems = p.slotBytes / sizeof(T);
-  for (uint64_t base = 0; base < pt.len;) {
-    const uint64_t C = chunkElems<T>(pt.len - base, 1, slotElems), len = min(C, pt.len - base);
+  Prims<T, Op, P> p = ringPrims<T, Op, P>(g, comm, op, ring, c);
+  const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
     if (!p.copySend(src + base, mine + base, len)) return false;
     for (int j = 1; j < n - 1; j++) {
       if (!p.recvCopySend(block(ring.userRanks[ringMod(ix - j, n)]) + base, len)) return false;
     }
-    if (!p.recv(block(ring.userRanks[ringMod(ix + 1, n)]) + base, len)) return false;
-    base += C;
-  }
-  p.save();
-  return true;
+    return p.recv(block(ring.userRanks[ringMod(ix + 1, n)]) + base, len);
+  });
+  if (ok) p.save();
+  return ok;
 }
 
 // At step j every rank reduces into the block destined for ring position ix - j; it ends with its own.
-template <typename T, typename Op>
+template <typename T, typename Op, int P>
 __device__ __noinline__ bool reduceScatter(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
   const int n = comm->nRanks, c = blockIdx.x;
-  const Part pt = channelPart<T>(w.count, comm->nChannels, c);
+  const Part pt = channelPart<T>(w.count, w.nChannels, c);
   const T* const in = static_cast<const T*>(w.sendbuff) + pt.off;
   T* dst = static_cast<T*>(w.recvbuff) + pt.off;
   auto block = [&](int rank) { return in + uint64_t(rank) * w.count; };
@@ -166,38 +242,37 @@ __device__ __noinline__ bool reduceScatter(const Group g, const fnDevComm* comm,
   }
   const fnRing ring = comm->rings[c];
   const int ix = ring.index;
-  Prims<T, Op> p = ringPrims<T, Op>(g, comm, op, ring, c);
-  const uint64_t slotElems = p.slotBytes / sizeof(T);
-  for (uint64_t base = 0; base < pt.len;) {
-    const uint64_t C = chunkElems<T>(pt.len - base, 1, slotElems), len = min(C, pt.len - base);
+  Prims<T, Op, P> p = ringPrims<T, Op, P>(g, comm, op, ring, c);
+  const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
     if (!p.send(block(ring.userRanks[ringMod(ix - 1, n)]) + base, len)) return false;
     for (int j = 2; j < n; j++) {
       if (!p.recvReduceSend(block(ring.userRanks[ringMod(ix - j, n)]) + base, len)) return false;
     }
-    if (!p.recvReduceCopy(block(comm->rank) + base, dst + base, len)) return false;
-    base += C;
-  }
-  p.save();
-  return true;
+    return p.recvReduceCopy(block(comm->rank) + base, dst + base, len);
+  });
+  if (ok) p.save();
+  return ok;
 }
 
-// Point-to-point, always in bytes whatever the kernel's type: slot-sized steps on one connection.
+// Point-to-point, always in bytes whatever the kernel's type: Simple slot-sized steps on one
+// connection.
+using P2pPrims = Prims<uint8_t, OpNone<uint8_t>, FN_PROTO_SIMPLE>;
 __device__ __noinline__ bool p2pSend(const Group g, const fnDevComm* comm, const fnWork w) {
   const OpNone<uint8_t> op;
-  Prims<uint8_t, OpNone<uint8_t>> p(g, comm, op, &comm->conns[w.root * FN_MAX_CHANNELS + w.chan].send, nullptr);
+  P2pPrims p(g, comm, op, &comm->conns[w.root * FN_MAX_CHANNELS + w.chan].send, nullptr);
   const uint8_t* src = static_cast<const uint8_t*>(w.sendbuff);
-  for (uint64_t off = 0; off < w.count; off += p.slotBytes) {
-    if (!p.send(src + off, min(uint64_t(p.slotBytes), w.count - off))) return false;
+  for (uint64_t off = 0; off < w.count; off += p.slotElems) {
+    if (!p.send(src + off, min(p.slotElems, w.count - off))) return false;
   }
   p.save();
   return true;
 }
 __device__ __noinline__ bool p2pRecv(const Group g, const fnDevComm* comm, const fnWork w) {
   const OpNone<uint8_t> op;
-  Prims<uint8_t, OpNone<uint8_t>> p(g, comm, op, nullptr, &comm->conns[w.root * FN_MAX_CHANNELS + w.chan].recv);
+  P2pPrims p(g, comm, op, nullptr, &comm->conns[w.root * FN_MAX_CHANNELS + w.chan].recv);
   uint8_t* dst = static_cast<uint8_t*>(w.recvbuff);
-  for (uint64_t off = 0; off < w.count; off += p.slotBytes) {
-    if (!p.recv(dst + off, min(uint64_t(p.slotBytes), w.count - off))) return false;
+  for (uint64_t off = 0; off < w.count; off += p.slotElems) {
+    if (!p.recv(dst + off, min(p.slotElems, w.count - off))) return false;
   }
   p.save();
   return true;
@@ -223,7 +298,17 @@ __device__ __forceinline__ bool p2pPart(const fnWork& w, int b, fnWork& part) {
   return true;
 }
 
-// Runs the launch's works in order. A collective runs on every CTA (CTA b = channel b); a p2p work
+// Calls f with the work's protocol as a compile-time constant (std::integral_constant).
+template <typename F>
+__device__ __forceinline__ bool byProto(int proto, F f) {
+  switch (proto) {
+    case FN_PROTO_LL: return f(std::integral_constant<int, FN_PROTO_LL>());
+    case FN_PROTO_LL128: return f(std::integral_constant<int, FN_PROTO_LL128>());
+    default: return f(std::integral_constant<int, FN_PROTO_SIMPLE>());
+  }
+}
+
+// Runs the launch's works in order. A collective runs on CTAs 0..nChannels-1 (CTA b = channel b); a p2p work
 // only on CTAs blk..blk+nParts-1. A p2p-only CTA holding both sends and receives splits into a send half
 // (sends and copies) and a receive half that progress independently.
 template <typename T, typename Op>
@@ -262,17 +347,28 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
       }
       // Pure movement: instantiated on same-width storage so kernels of one width share the code.
       case FN_WORK_BROADCAST:
-        ok = broadcast<B, OpNone<B>>(g, comm, w, OpNone<B>());
+        if (b >= w.nChannels) continue;
+        ok = byProto(w.proto, [&](auto P) { return broadcast<B, OpNone<B>, decltype(P)::value>(g, comm, w, OpNone<B>()); });
         break;
       case FN_WORK_ALLGATHER:
-        ok = allGather<B, OpNone<B>>(g, comm, w, OpNone<B>());
+        if (b >= w.nChannels) continue;
+        ok = byProto(w.proto, [&](auto P) { return allGather<B, OpNone<B>, decltype(P)::value>(g, comm, w, OpNone<B>()); });
         break;
       default:
         if constexpr (Op::kReduce) {
+          if (b >= w.nChannels) continue;
           const Op op(w, comm->nRanks);
-          if (w.type == FN_WORK_ALLREDUCE) ok = allReduce<T, Op>(g, comm, w, op);
-          else if (w.type == FN_WORK_REDUCE) ok = reduce<T, Op>(g, comm, w, op);
-          else if (w.type == FN_WORK_REDUCESCATTER) ok = reduceScatter<T, Op>(g, comm, w, op);
+          if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_ONESHOT && comm->nRanks == 2) {
+            ok = byProto(w.proto, [&](auto P) { return allReduceOneShotPair<T, Op, decltype(P)::value>(g, comm, w, op); });
+          } else if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_ONESHOT) {
+            ok = allReduceOneShot<T, Op>(g, comm, w, op);
+          } else {
+            ok = byProto(w.proto, [&](auto P) {
+              if (w.type == FN_WORK_ALLREDUCE) return allReduce<T, Op, decltype(P)::value>(g, comm, w, op);
+              if (w.type == FN_WORK_REDUCE) return reduce<T, Op, decltype(P)::value>(g, comm, w, op);
+              return reduceScatter<T, Op, decltype(P)::value>(g, comm, w, op);
+            });
+          }
         }
         break;
     }

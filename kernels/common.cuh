@@ -83,29 +83,42 @@ __device__ __forceinline__ void reportError(const fnDevComm* comm, uint32_t code
   atomicCAS_system(const_cast<uint32_t*>(comm->errorFlag), 0u, code);
 }
 
+// The checks every poll loop makes while it spins: the host's abortFlag, another CTA's error and
+// comm->timeoutNs. They cost a few loads, so they run once every 1024 polls; the clock starts at the
+// first check. Returns FN_DEV_OK to go on polling, or the reason to stop.
+struct WaitClock {
+  uint32_t polls = 0;
+  uint64_t start = 0;
+  __device__ __forceinline__ int tick(const fnDevComm* comm) {
+    if ((++polls & 1023) != 0) return FN_DEV_OK;
+    return slowCheck(comm);
+  }
+  __device__ __noinline__ int slowCheck(const fnDevComm* comm) {
+    if (*comm->abortFlag) {
+      reportError(comm, FN_DEV_ABORTED);
+      return FN_DEV_ABORTED;
+    }
+    const uint32_t err = *comm->errorFlag;
+    if (err) return int(err);
+    const uint64_t now = globalTimerNs();
+    if (start == 0) start = now;
+    if (comm->timeoutNs && now - start > comm->timeoutNs) {
+      reportError(comm, FN_DEV_TIMEOUT);
+      return FN_DEV_TIMEOUT;
+    }
+    return FN_DEV_OK;
+  }
+};
+
 // Spins until *ctr + add > target (the step's FIFO condition). Returns FN_DEV_OK, or nonzero when
-// the caller must stop: the host set abortFlag, another CTA reported an error, or the wait took
-// longer than comm->timeoutNs. The flags and the clock are only looked at every 1024 polls.
+// the caller must stop (see WaitClock).
 __device__ __noinline__ int waitCounter(const fnDevComm* comm, const volatile uint64_t* ctr, uint64_t add,
                                         uint64_t target) {
-  if (loadAcquireSys(ctr) + add > target) return FN_DEV_OK;
-  const uint64_t timeoutNs = comm->timeoutNs;
-  const uint64_t start = timeoutNs ? globalTimerNs() : 0;
-  for (uint32_t polls = 1;; polls++) {
-    if (loadAcquireSys(ctr) + add > target) return FN_DEV_OK;
-    if ((polls & 1023) == 0) {
-      if (*comm->abortFlag) {
-        reportError(comm, FN_DEV_ABORTED);
-        return FN_DEV_ABORTED;
-      }
-      const uint32_t err = *comm->errorFlag;
-      if (err) return int(err);
-      if (timeoutNs && globalTimerNs() - start > timeoutNs) {
-        reportError(comm, FN_DEV_TIMEOUT);
-        return FN_DEV_TIMEOUT;
-      }
-    }
+  WaitClock clock;
+  while (loadAcquireSys(ctr) + add <= target) {
+    if (const int stop = clock.tick(comm)) return stop;
   }
+  return FN_DEV_OK;
 }
 
 __host__ __device__ __forceinline__ uint64_t divUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }

@@ -19,6 +19,28 @@
 #define FN_MAX_WORKS 32
 /* Alignment (bytes) of FIFO slots, channel partitions and vector accesses. */
 #define FN_ALIGN 16
+/* LL: 16-byte lines of 8 data bytes + 2 copies of a 4-byte flag; lines per FIFO slot (16 KiB of data). */
+#define FN_LL_SLOT_LINES 2048
+/* LL128: 128-byte lines of 120 data bytes + an 8-byte flag; lines per FIFO slot (60 KiB of data). */
+#define FN_LL128_SLOT_LINES 512
+#define FN_LL128_LINE_WORDS 15 /* 8-byte data words per LL128 line */
+
+/* Protocols: how a step's data and its "ready" signal travel (kernels/README.md). Numbered as
+ * NCCL's NCCL_PROTO_* so logs read the same. */
+enum fnProto {
+  FN_PROTO_LL = 0,     /* flag in every 8-byte word: no fence, half the bandwidth */
+  FN_PROTO_LL128 = 1,  /* flag in every 128-byte line: relies on NVLink's 128-byte store atomicity */
+  FN_PROTO_SIMPLE = 2, /* data, system fence, then a step counter */
+  FN_NUM_PROTOS = 3,
+};
+
+/* Algorithms of a collective work. */
+enum fnAlgo {
+  FN_ALGO_RING = 0,
+  FN_ALGO_ONESHOT = 1, /* AllReduce: every rank pushes its input to every peer, then reduces all
+                          inputs locally; one hop. Two ranks: any protocol, any size; more: LL
+                          only, one LL slot per channel */
+};
 
 /* What one work item does. */
 enum fnWorkType {
@@ -59,7 +81,7 @@ enum fnDevError {
 
 /* Sender half of a connection: we write into the receiver's FIFO and tail, it writes our head. */
 typedef struct fnConnSend {
-  char* buff;                /* receiver's FIFO: FN_NSTEPS slots of slotBytes (peer memory) */
+  char* buffs[FN_NUM_PROTOS]; /* receiver's FIFO per protocol, FN_NSTEPS slots each (peer memory) */
   volatile uint64_t* tail;   /* receiver's count of posted steps (peer memory; we store step+1) */
   volatile uint64_t* head;   /* our memory: receiver's count of consumed steps */
   uint64_t step;             /* steps we have posted; persists across launches */
@@ -67,13 +89,15 @@ typedef struct fnConnSend {
 
 /* Receiver half: the sender fills our FIFO and tail; we report consumption in its head. */
 typedef struct fnConnRecv {
-  char* buff;                /* our FIFO */
+  char* buffs[FN_NUM_PROTOS]; /* our FIFO per protocol */
   volatile uint64_t* tail;   /* our memory: sender's count of posted steps */
   volatile uint64_t* head;   /* sender's memory: we store step+1 after consuming a slot */
   uint64_t step;             /* steps we have consumed; persists across launches */
 } fnConnRecv;
 
-/* Both directions between us and one peer on one channel. buff == NULL: not connected. */
+/* Both directions between us and one peer on one channel. buffs[0] == NULL: not connected. Every
+ * protocol shares the step counters: a step's slot is step % FN_NSTEPS in that protocol's FIFO,
+ * LL flags are step + 1, and the counters only grow, so a stale line never looks fresh. */
 typedef struct fnConn {
   fnConnSend send;
   fnConnRecv recv;
@@ -90,7 +114,7 @@ typedef struct fnRing {
 /* Per-communicator device state, in device memory, written by the host at init. */
 typedef struct fnDevComm {
   int32_t rank, nRanks, nChannels;
-  int32_t slotBytes;                 /* bytes per FIFO slot, a multiple of FN_ALIGN */
+  int32_t slotBytes;                 /* bytes per Simple FIFO slot, a multiple of FN_ALIGN */
   fnRing rings[FN_MAX_CHANNELS];
   fnConn* conns;                     /* conns[peer * FN_MAX_CHANNELS + channel] */
   volatile uint32_t* abortFlag;      /* host-mapped: nonzero asks every kernel of this comm to stop */
@@ -115,7 +139,9 @@ typedef struct fnWork {
   uint8_t scalarIsPtr;
   uint8_t nParts;      /* Send/Recv/Copy: split into this many contiguous FN_ALIGN-aligned byte
                           ranges; part j runs on CTA blk + j over channel chan + j (0 means 1) */
-  uint8_t pad[4];
+  uint8_t proto;       /* collectives: fnProto (p2p always Simple) */
+  uint8_t algo;        /* collectives: fnAlgo */
+  uint16_t nChannels;  /* collectives: channels (CTAs 0..nChannels-1) it is spread over */
 } fnWork;
 
 /* The kernel parameter, passed by value: the comm and the works to run in order. */

@@ -141,3 +141,52 @@ struct OpNone {
   __device__ __forceinline__ T pre(T x) const { return x; }
   __device__ __forceinline__ T post(T x) const { return x; }
 };
+
+// What one data movement reads and writes (template flags of reduceCopy and Prims::step).
+enum : int {
+  F_RECV = 1,   // source: the receive FIFO slot
+  F_USRC = 2,   // source: the user's input
+  F_UDST = 4,   // destination: the user's output
+  F_SEND = 8,   // destination: the send FIFO slot (the peer's)
+  F_PRE = 16,   // apply Op::pre to the user's input (it enters a reduction)
+  F_POST = 32,  // apply Op::post to the result (it is a final reduced value)
+};
+
+// The per-element result of a movement: reduce(recv, pre(user)), then post.
+template <typename T, typename Op, int F>
+__device__ __forceinline__ T combine(const Op& op, T rv, T uv) {
+  if constexpr ((F & F_USRC) && (F & F_PRE)) uv = op.pre(uv);
+  T r;
+  if constexpr ((F & F_RECV) && (F & F_USRC)) r = op.reduce(rv, uv);
+  else if constexpr (F & F_RECV) r = rv;
+  else r = uv;
+  if constexpr (F & F_POST) r = op.post(r);
+  return r;
+}
+
+// combine() over a vector of whole elements (a 16-byte pack, an 8-byte LL word); a pure copy keeps
+// the vector untouched.
+template <typename T, typename Op, int F, typename V>
+__device__ __forceinline__ V combineVec(const Op& op, V rv, V uv) {
+  constexpr bool kArith = ((F & F_RECV) && (F & F_USRC)) || (F & (F_PRE | F_POST));
+  if constexpr (!kArith) {
+    return (F & F_RECV) ? rv : uv;
+  } else {
+    constexpr int N = sizeof(V) / sizeof(T);
+    T a[N], b[N];
+    memcpy(a, &rv, sizeof(V));
+    memcpy(b, &uv, sizeof(V));
+#pragma unroll
+    for (int i = 0; i < N; i++) a[i] = combine<T, Op, F>(op, a[i], b[i]);
+    memcpy(&rv, a, sizeof(V));
+    return rv;
+  }
+}
+
+// Same-width unsigned storage: movements that only copy run on it, so every kernel of the module
+// shares the few copy bodies instead of compiling its own.
+template <int W> struct BitsOf;
+template <> struct BitsOf<1> { using type = uint8_t; };
+template <> struct BitsOf<2> { using type = uint16_t; };
+template <> struct BitsOf<4> { using type = uint32_t; };
+template <> struct BitsOf<8> { using type = uint64_t; };

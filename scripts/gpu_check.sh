@@ -8,8 +8,8 @@
 #
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
-#   --only LIST        only these steps or groups (comma list): build,check,procs,onegpu,mpi,
-#                      graph,leak,watchdog,examples,torch,bench   (e.g. --only check,graph)
+#   --only LIST        only these steps or groups (comma list): build,check,protos,procs,onegpu,
+#                      mpi,graph,leak,watchdog,examples,torch,bench   (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
 #   --bench-only       build + the A/B benchmark only
@@ -162,6 +162,20 @@ if [ "$NG" -ge 2 ]; then
   PAIR=0,1
 else
   PAIR=0,0
+fi
+# Each protocol forced (NCCL_PROTO), and the ring alone (NCCL_ALGO=Ring: no one-shot all-reduce,
+# so small all-reduces run the ring over LL); 2 GPUs (or 2 ranks on one) and 4 ranks on one GPU.
+if [ "$NG" -ge 1 ]; then
+  DEVS2=0,1; [ "$NG" -lt 2 ] && DEVS2=0,0
+  for P in LL LL128 Simple; do
+    step check_${P}_2 protos 240 env NCCL_PROTO=$P "$CHK" --mode threads --devs $DEVS2 $Q --failures-only
+  done
+  step check_ring_LL_2 protos 240 env NCCL_ALGO=Ring NCCL_PROTO=LL "$CHK" --mode threads --devs $DEVS2 --quick --failures-only
+  if [ $ONE_GPU_OK = 1 ]; then
+    for P in LL LL128; do
+      step check_${P}_1gpu_4 protos 200 env NCCL_PROTO=$P "$CHK" --mode threads --devs 0,0,0,0 --quick --failures-only
+    done
+  fi
 fi
 if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   step graph_1gpu_4 graph 120 "$CHK" --graph --devs 0,0,0,0 --graph-iters 20

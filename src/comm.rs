@@ -8,7 +8,7 @@
 use crate::abi::{self, fnDevComm, fnKernelArgs, fnRing, FN_NTHREADS};
 use crate::bootstrap::{Bootstrap, BootstrapId};
 use crate::cuda::{self, module, Context, CUstream, DeviceBuffer, Event, HostMapped};
-use crate::enqueue::{DevOp, Launch, P2pShape};
+use crate::enqueue::{CommShape, DevOp, Launch};
 use crate::error::{Error, Result};
 use crate::topo::{self, PeerInfo, Ring};
 use crate::transport::p2p::{self, ConnPlan, P2pTransport};
@@ -433,8 +433,13 @@ impl Comm {
         }
     }
 
-    pub fn p2p_shape(&self) -> P2pShape {
-        P2pShape { rank: self.rank, nranks: self.nranks, nchannels: self.conns.ring_channels }
+    pub fn shape(&self) -> CommShape {
+        CommShape {
+            rank: self.rank,
+            nranks: self.nranks,
+            nchannels: self.conns.ring_channels,
+            all_pairs_channels: self.conns.all_pairs_channels(),
+        }
     }
 
     /// Channels of our connection with `peer`.

@@ -7,6 +7,7 @@ use crate::comm::Comm;
 use crate::cuda::CUstream;
 use crate::error::{Error, Result};
 use crate::group::Queued;
+use crate::tuner::{self, Allowed};
 use crate::types::{self, ncclDataType_t};
 use std::sync::Arc;
 
@@ -76,8 +77,18 @@ fn kernel_name(t: &CollTask) -> String {
     }
 }
 
-fn coll_work(t: &CollTask) -> fnWork {
+fn coll_work(t: &CollTask, shape: &CommShape, allowed: &Allowed) -> fnWork {
     let elem = types::dtype_size(t.dtype).expect("validated dtype");
+    let choice = tuner::choose(t.kind, t.count, elem, shape, allowed);
+    crate::nccl_info!(
+        crate::debug::Subsys::TUNING,
+        "{:?}: {} bytes -> algo {} proto {} channels {}",
+        t.kind,
+        t.count * elem,
+        ["Ring", "OneShot"][choice.algo as usize],
+        tuner::PROTOS[choice.proto as usize],
+        choice.nchannels
+    );
     let (ty, count, dtype) = match t.kind {
         // Copy kernels count bytes.
         CollKind::Broadcast => (abi::FN_WORK_BROADCAST, t.count * elem, abi::FN_UINT8),
@@ -96,6 +107,9 @@ fn coll_work(t: &CollTask) -> fnWork {
         op: t.op.kind as u8,
         dtype: dtype as u8,
         scalarIsPtr: t.op.scalar_is_ptr as u8,
+        proto: choice.proto as u8,
+        algo: choice.algo as u8,
+        nChannels: choice.nchannels as u16,
         ..Default::default()
     }
 }
@@ -124,20 +138,22 @@ struct Lane {
     ctas: usize,
 }
 
-/// What p2p planning needs to know about the communicator; every input is the same on both ends
-/// of a connection, so sender and receiver split a message the same way.
+/// What planning needs to know about the communicator. Every input but `rank` is the same on
+/// every rank, so all ranks pick the same algorithm, protocol and split for an operation.
 #[derive(Debug, Clone, Copy)]
-pub struct P2pShape {
+pub struct CommShape {
     pub rank: usize,
     pub nranks: usize,
     /// CTAs one rank may use for a launch (its channel budget).
     pub nchannels: usize,
+    /// Channels that connect every pair of ranks: the most a one-shot all-reduce can use.
+    pub all_pairs_channels: usize,
 }
 
 /// A message is split over this many parts (channels): enough that each part carries at least
 /// P2P_MIN_PART bytes, at most the channels the connection has, and at most an equal share of the
 /// rank's CTA budget among its 2(n-1) peer lanes so that every lane can run at once.
-fn p2p_parts(shape: &P2pShape, conn_channels: usize, bytes: usize) -> usize {
+fn p2p_parts(shape: &CommShape, conn_channels: usize, bytes: usize) -> usize {
     // 256 KiB parts left 256 KiB..1 MiB sends 15% slower than NCCL on 2x H200 (one CTA copies
     // too slowly); 64 KiB parts spread them over 4..16 CTAs.
     const P2P_MIN_PART: usize = 64 << 10;
@@ -147,9 +163,14 @@ fn p2p_parts(shape: &P2pShape, conn_channels: usize, bytes: usize) -> usize {
 }
 
 /// Plans one communicator's share of a group: collectives first, in issue order (every rank
-/// issues them in the same order), then one launch with every send and receive.
-pub fn plan(shape: &P2pShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(CUstream, Task)]) -> Result<Vec<Launch>> {
-    let nchannels = shape.nchannels;
+/// issues them in the same order), each with the tuner's choice, then one launch with every send
+/// and receive.
+pub fn plan(
+    shape: &CommShape,
+    allowed: &Allowed,
+    conn_channels: &dyn Fn(usize) -> usize,
+    ops: &[(CUstream, Task)],
+) -> Result<Vec<Launch>> {
     let mut launches: Vec<Launch> = Vec::new();
     for (stream, task) in ops {
         let Task::Coll(c) = task else { continue };
@@ -157,11 +178,14 @@ pub fn plan(shape: &P2pShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(CU
             continue;
         }
         let kernel = kernel_name(c);
+        let work = coll_work(c, shape, allowed);
+        let grid = u32::from(work.nChannels);
         match launches.last_mut() {
             Some(l) if l.kernel == kernel && l.stream == *stream && l.works.len() < FN_MAX_WORKS as usize => {
-                l.works.push(coll_work(c))
+                l.grid = l.grid.max(grid);
+                l.works.push(work)
             }
-            _ => launches.push(Launch { kernel, grid: nchannels as u32, stream: *stream, joined: vec![], works: vec![coll_work(c)] }),
+            _ => launches.push(Launch { kernel, grid, stream: *stream, joined: vec![], works: vec![work] }),
         }
     }
     if let Some(p2p) = plan_p2p(shape, conn_channels, ops)? {
@@ -170,7 +194,7 @@ pub fn plan(shape: &P2pShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(CU
     Ok(launches)
 }
 
-fn plan_p2p(shape: &P2pShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(CUstream, Task)]) -> Result<Option<Launch>> {
+fn plan_p2p(shape: &CommShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(CUstream, Task)]) -> Result<Option<Launch>> {
     let rank = shape.rank;
     // Messages in issue order per lane, with their part counts.
     let mut lanes: Vec<Lane> = Vec::new();
@@ -259,9 +283,10 @@ pub fn launch_all(queued: Vec<Queued>) -> Result<()> {
         }
     }
     // Plan everything before launching anything, so a planning error launches nothing.
+    let allowed = tuner::restrictions()?;
     let planned: Vec<(Arc<Comm>, Vec<Launch>)> = per_comm
         .into_iter()
-        .map(|(comm, ops)| plan(&comm.p2p_shape(), &|peer| comm.conn_channels(peer), &ops).map(|l| (comm, l)))
+        .map(|(comm, ops)| plan(&comm.shape(), allowed, &|peer| comm.conn_channels(peer), &ops).map(|l| (comm, l)))
         .collect::<Result<_>>()?;
     // Load every kernel before launching any: loading code must not wait behind a kernel of this
     // group that spins until a peer's kernel (not launched yet) arrives.
@@ -306,10 +331,10 @@ mod tests {
         Task::Coll(CollTask { kind, send: 0x1000, recv: 0x2000, count, dtype, op: DevOp::plain(op), root: 0 })
     }
 
-    const SHAPE: P2pShape = P2pShape { rank: 0, nranks: 3, nchannels: 4 };
+    const SHAPE: CommShape = CommShape { rank: 0, nranks: 3, nchannels: 4, all_pairs_channels: 4 };
 
     fn plan0(ops: &[(CUstream, Task)]) -> Result<Vec<Launch>> {
-        plan(&SHAPE, &|_| 4, ops)
+        plan(&SHAPE, &Allowed::ALL, &|_| 4, ops)
     }
 
     #[test]
@@ -354,16 +379,16 @@ mod tests {
 
     #[test]
     fn big_messages_are_split_the_same_way_on_both_ends() {
-        let two = P2pShape { rank: 0, nranks: 2, nchannels: 64 };
+        let two = CommShape { rank: 0, nranks: 2, nchannels: 64, all_pairs_channels: 64 };
         assert_eq!(p2p_parts(&two, 64, 8), 1);
         assert_eq!(p2p_parts(&two, 64, 1 << 20), 16);
         assert_eq!(p2p_parts(&two, 64, 1 << 30), 32);
         assert_eq!(p2p_parts(&two, 8, 1 << 30), 8);
-        let eight_on_one_gpu = P2pShape { rank: 0, nranks: 8, nchannels: 8 };
+        let eight_on_one_gpu = CommShape { rank: 0, nranks: 8, nchannels: 8, all_pairs_channels: 4 };
         assert_eq!(p2p_parts(&eight_on_one_gpu, 8, 1 << 30), 1);
         let s = std::ptr::null_mut();
         let ops = vec![(s, Task::Send { buf: 0, bytes: 1 << 30, peer: 1 }), (s, Task::Recv { buf: 0, bytes: 1 << 20, peer: 1 })];
-        let l = plan(&two, &|_| 64, &ops).unwrap();
+        let l = plan(&two, &Allowed::ALL, &|_| 64, &ops).unwrap();
         assert_eq!(l[0].works.iter().map(|w| (w.blk, w.nParts)).collect::<Vec<_>>(), [(0, 32), (32, 16)]);
         assert_eq!(l[0].grid, 48);
     }

@@ -126,7 +126,7 @@ fn collective(
     stream: cudaStream_t,
 ) -> Result<ncclResult_t> {
     let c = comm_arg(comm)?.ready()?;
-    crate::tuner::check_env()?;
+    crate::tuner::restrictions()?;
     let elem = dtype_arg(&c, dtype)?;
     let dev_op = match op {
         Some(op) => op_arg(&c, op, dtype)?,

@@ -218,6 +218,7 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
         let cfg = unsafe { read_config(config) }?;
         // SAFETY: commIds is non-NULL and holds nId >= 1 ids.
         let id = id_arg(unsafe { &*commIds })?;
+        crate::nccl_info!(crate::debug::Subsys::INIT, "ncclCommInitRankScalable: rank {r}/{n}, {nId} id(s); the first id's root serves all ranks");
         init_on_current_device(newcomm, id, n, r, cfg)
     })
 }

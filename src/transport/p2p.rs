@@ -2,17 +2,24 @@
 //!
 //! Every rank allocates one arena holding, for each connection it takes part in, the flag its
 //! sender writes (tail), the flag its receiver writes back (head, kept on the sender's side) and
-//! the FIFO itself (on the receiver). Peers reach the arena through a plain pointer (same
+//! the FIFOs themselves (on the receiver): one per protocol, LL128's first so its 128-byte lines
+//! stay 128-byte aligned. Peers reach the arena through a plain pointer (same
 //! process, with peer access enabled) or a CUDA IPC mapping (another process). The layout is a
 //! pure function of (ranks, channels), so a peer can compute any offset in our arena.
 
-use crate::abi::{fnConn, fnConnRecv, fnConnSend, FN_MAX_CHANNELS, FN_NSTEPS};
+use crate::abi::{
+    fnConn, fnConnRecv, fnConnSend, FN_LL128_SLOT_LINES, FN_LL_SLOT_LINES, FN_MAX_CHANNELS, FN_NSTEPS, FN_PROTO_LL,
+    FN_PROTO_LL128, FN_PROTO_SIMPLE,
+};
 use crate::cuda::{self, Context, DeviceBuffer, IpcMapping};
 use crate::error::{Error, Result};
 use crate::topo::PeerInfo;
 
 /// Flags sit on their own 128-byte line so a poller never shares a line with data.
 pub const FLAG_STRIDE: usize = 128;
+/// Bytes of one connection's LL128 FIFO, then of its LL FIFO (sizes fixed by the kernels).
+const LL128_FIFO_BYTES: usize = FN_NSTEPS as usize * FN_LL128_SLOT_LINES as usize * 128;
+const LL_FIFO_BYTES: usize = FN_NSTEPS as usize * FN_LL_SLOT_LINES as usize * 16;
 
 /// Which connections exist: ring neighbours get every channel, other peers (send/recv only)
 /// get `p2p_channels`. Symmetric, so both ends agree.
@@ -23,6 +30,7 @@ pub struct ConnPlan {
     pub p2p_channels: usize,
     /// The ring order shared by every channel.
     pub order: Vec<usize>,
+    /// Bytes of one connection's Simple FIFO (NCCL_BUFFSIZE).
     pub fifo_bytes: usize,
 }
 
@@ -43,6 +51,16 @@ impl ConnPlan {
         }
     }
 
+    /// Channels that connect every pair of ranks (0 for one rank): with four ranks or more some pair
+    /// is not adjacent in the ring and has only `p2p_channels`.
+    pub fn all_pairs_channels(&self) -> usize {
+        match self.nranks {
+            0 | 1 => 0,
+            2 | 3 => self.ring_channels.max(self.p2p_channels),
+            _ => self.p2p_channels,
+        }
+    }
+
     /// Index of connection (owner, peer, channel) among the owner's connections.
     fn slot(&self, owner: usize, peer: usize, ch: usize) -> usize {
         (0..peer).map(|p| self.channels(owner, p)).sum::<usize>() + ch
@@ -52,17 +70,27 @@ impl ConnPlan {
         (0..self.nranks).map(|p| self.channels(owner, p)).sum()
     }
 
-    /// Offsets inside `owner`'s arena of the connection with `peer` on `ch`:
-    /// (head it keeps as a sender, tail it keeps as a receiver, its receive FIFO).
-    pub fn offsets(&self, owner: usize, peer: usize, ch: usize) -> (usize, usize, usize) {
+    /// Bytes of one connection's FIFOs, all protocols.
+    fn conn_fifo_bytes(&self) -> usize {
+        LL128_FIFO_BYTES + LL_FIFO_BYTES + self.fifo_bytes
+    }
+
+    /// Offsets inside `owner`'s arena of the connection with `peer` on `ch`: (head it keeps as a
+    /// sender, tail it keeps as a receiver, its receive FIFO of each protocol by fnProto).
+    pub fn offsets(&self, owner: usize, peer: usize, ch: usize) -> (usize, usize, [usize; 3]) {
         let k = self.slot(owner, peer, ch);
         let n = self.nslots(owner);
-        (k * FLAG_STRIDE, (n + k) * FLAG_STRIDE, 2 * n * FLAG_STRIDE + k * self.fifo_bytes)
+        let fifo = 2 * n * FLAG_STRIDE + k * self.conn_fifo_bytes();
+        let mut fifos = [0; 3];
+        fifos[FN_PROTO_LL128 as usize] = fifo;
+        fifos[FN_PROTO_LL as usize] = fifo + LL128_FIFO_BYTES;
+        fifos[FN_PROTO_SIMPLE as usize] = fifo + LL128_FIFO_BYTES + LL_FIFO_BYTES;
+        (k * FLAG_STRIDE, (n + k) * FLAG_STRIDE, fifos)
     }
 
     pub fn arena_bytes(&self, owner: usize) -> usize {
         let n = self.nslots(owner);
-        2 * n * FLAG_STRIDE + n * self.fifo_bytes
+        2 * n * FLAG_STRIDE + n * self.conn_fifo_bytes()
     }
 
     /// Bytes of one FIFO slot.
@@ -164,13 +192,13 @@ impl P2pTransport {
                 let theirs = self.bases[p];
                 table[p * FN_MAX_CHANNELS as usize + ch] = fnConn {
                     send: fnConnSend {
-                        buff: (theirs + peer_fifo as u64) as *mut _,
+                        buffs: peer_fifo.map(|o| (theirs + o as u64) as *mut _),
                         tail: (theirs + peer_tail as u64) as *mut _,
                         head: (mine + my_head as u64) as *mut _,
                         step: 0,
                     },
                     recv: fnConnRecv {
-                        buff: (mine + my_fifo as u64) as *mut _,
+                        buffs: my_fifo.map(|o| (mine + o as u64) as *mut _),
                         tail: (mine + my_tail as u64) as *mut _,
                         head: (theirs + peer_head as u64) as *mut _,
                         step: 0,
@@ -222,6 +250,18 @@ mod tests {
     }
 
     #[test]
+    fn all_pairs_channels_is_the_smallest_pair() {
+        for n in 1..9 {
+            for (ring, p2p) in [(8, 4), (4, 8), (64, 4)] {
+                let p = plan(n, ring, p2p);
+                let brute = (0..n).flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, b)));
+                let want = brute.map(|(a, b)| p.channels(a, b)).min().unwrap_or(0);
+                assert_eq!(p.all_pairs_channels(), want, "n={n} ring={ring} p2p={p2p}");
+            }
+        }
+    }
+
+    #[test]
     fn offsets_never_overlap_and_fit() {
         for n in 1..7 {
             let p = plan(n, 3, 2);
@@ -230,9 +270,10 @@ mod tests {
                 for peer in 0..n {
                     for ch in 0..p.channels(owner, peer) {
                         let (h, t, f) = p.offsets(owner, peer, ch);
-                        assert!(seen.insert(h) && seen.insert(t) && seen.insert(f));
-                        assert!(f + p.fifo_bytes <= p.arena_bytes(owner));
-                        assert_eq!(f % 16, 0);
+                        assert!(seen.insert(h) && seen.insert(t) && f.iter().all(|&o| seen.insert(o)));
+                        assert!(f[FN_PROTO_SIMPLE as usize] + p.fifo_bytes <= p.arena_bytes(owner));
+                        // LL128 lines must not straddle 128-byte lines.
+                        assert!(f.iter().all(|o| o % 128 == 0));
                     }
                 }
             }

@@ -1,0 +1,119 @@
+// prims.cuh: one ring/p2p endpoint pair of a group and its FIFO steps in each protocol. The ring
+// algorithms (collectives.cu) are written once against send / recvReduceSend / ... and run over any
+// protocol P. See kernels/README.md for the step rules.
+#pragma once
+#include "prims_ll.cuh"
+#include "prims_simple.cuh"
+
+// Payload bytes one FIFO step carries in protocol P (Simple: the communicator's slot).
+template <int P>
+__device__ __forceinline__ uint32_t slotPayload(const fnDevComm* comm) {
+  if constexpr (P == FN_PROTO_LL) return FN_LL_SLOT_LINES * 8;
+  else if constexpr (P == FN_PROTO_LL128) return FN_LL128_SLOT_LINES * FN_LL128_LINE_WORDS * 8;
+  else return uint32_t(comm->slotBytes);
+}
+// Bytes between consecutive slots of protocol P's FIFO.
+template <int P>
+__device__ __forceinline__ uint32_t slotStride(const fnDevComm* comm) {
+  if constexpr (P == FN_PROTO_LL) return FN_LL_SLOT_LINES * 16;
+  else if constexpr (P == FN_PROTO_LL128) return FN_LL128_SLOT_LINES * 128;
+  else return uint32_t(comm->slotBytes);
+}
+
+// The send half towards one peer and the receive half from another (either may be absent). Step
+// counters live in registers (every thread keeps the same copy) for the duration of a work and
+// are written back by save().
+template <typename T, typename Op, int P>
+struct Prims {
+  const Group g;
+  const fnDevComm* comm;
+  const Op op;
+  fnConnSend* sendConn;
+  fnConnRecv* recvConn;
+  char* sendBuff = nullptr;
+  char* recvBuff = nullptr;
+  uint64_t sendStep = 0, recvStep = 0;
+  const uint32_t stride;
+  // Elements one step carries.
+  const uint64_t slotElems;
+
+  __device__ Prims(const Group& g_, const fnDevComm* comm_, const Op& op_, fnConnSend* s, fnConnRecv* r)
+      : g(g_), comm(comm_), op(op_), sendConn(s), recvConn(r), stride(slotStride<P>(comm_)),
+        slotElems(slotPayload<P>(comm_) / sizeof(T)) {
+    // The counters may have been advanced by this group's previous work: read them volatile.
+    if (s) {
+      sendBuff = s->buffs[P];
+      sendStep = *reinterpret_cast<volatile uint64_t*>(&s->step);
+    }
+    if (r) {
+      recvBuff = r->buffs[P];
+      recvStep = *reinterpret_cast<volatile uint64_t*>(&r->step);
+    }
+  }
+
+  // One FIFO step: wait for the slot(s), move n elements (n <= slotElems, may be 0), publish.
+  template <int F>
+  __device__ __forceinline__ bool step(const T* usrc, T* udst, size_t n) {
+    constexpr bool R = F & F_RECV, S = F & F_SEND;
+    char* rslot = R ? recvBuff + (recvStep % FN_NSTEPS) * stride : nullptr;
+    char* sslot = S ? sendBuff + (sendStep % FN_NSTEPS) * stride : nullptr;
+    int stop = FN_DEV_OK;
+    if constexpr (P == FN_PROTO_SIMPLE) {
+      if (g.tid == 0) {
+        if (R) stop = waitCounter(comm, recvConn->tail, 0, recvStep);
+        if (S && stop == FN_DEV_OK) stop = waitCounter(comm, sendConn->head, FN_NSTEPS, sendStep);
+      }
+      if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
+      reduceCopy<T, Op, F>(g, op, reinterpret_cast<const T*>(rslot), usrc, udst, reinterpret_cast<T*>(sslot), n);
+      groupBarrier(g);
+      if (g.tid == 0 && S) {
+        __threadfence_system();  // the group's slot stores (ordered by the barrier) before the tail
+        *sendConn->tail = sendStep + 1;
+      }
+    } else {
+      // The data carries its own flag (step + 1): no tail. Every thread checks for itself that the
+      // receiver has freed the slot, and the receiver frees it once the whole group has read it.
+      if (S) stop = waitCounter(comm, sendConn->head, FN_NSTEPS, sendStep);
+      if (stop == FN_DEV_OK) {
+        if constexpr (P == FN_PROTO_LL) {
+          stop = llMove<T, Op, F>(g, comm, op, rslot, uint32_t(recvStep + 1), sslot, uint32_t(sendStep + 1), usrc,
+                                  udst, n);
+        } else {
+          stop = ll128Move<T, Op, F>(g, comm, op, rslot, recvStep + 1, sslot, sendStep + 1, usrc, udst, n);
+        }
+      }
+      if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
+    }
+    if (g.tid == 0 && R) *recvConn->head = recvStep + 1;
+    if (S) sendStep++;
+    if (R) recvStep++;
+    return true;
+  }
+
+  // The ring primitives (PRE/POST are identities except for PreMulSum / SumPostDiv).
+  __device__ bool send(const T* src, size_t n) { return step<F_SEND | F_USRC | F_PRE>(src, nullptr, n); }
+  __device__ bool recvReduceSend(const T* src, size_t n) {
+    return step<F_RECV | F_SEND | F_USRC | F_PRE>(src, nullptr, n);
+  }
+  __device__ bool recvReduceCopySend(const T* src, T* dst, size_t n) {
+    return step<F_RECV | F_SEND | F_USRC | F_UDST | F_PRE | F_POST>(src, dst, n);
+  }
+  __device__ bool recvReduceCopy(const T* src, T* dst, size_t n) {
+    return step<F_RECV | F_USRC | F_UDST | F_PRE | F_POST>(src, dst, n);
+  }
+  __device__ bool recvCopySend(T* dst, size_t n) { return step<F_RECV | F_SEND | F_UDST>(nullptr, dst, n); }
+  __device__ bool recv(T* dst, size_t n) { return step<F_RECV | F_UDST>(nullptr, dst, n); }
+  // Data movement without reduction: forward src (and copy it to dst unless it is already there).
+  __device__ bool copySend(const T* src, T* dst, size_t n) {
+    return src == dst ? step<F_SEND | F_USRC>(src, nullptr, n) : step<F_SEND | F_USRC | F_UDST>(src, dst, n);
+  }
+
+  // Persist the counters for the next work / launch, then let the group re-read them.
+  __device__ void save() {
+    if (g.tid == 0) {
+      if (sendConn) *reinterpret_cast<volatile uint64_t*>(&sendConn->step) = sendStep;
+      if (recvConn) *reinterpret_cast<volatile uint64_t*>(&recvConn->step) = recvStep;
+    }
+    groupBarrier(g);
+  }
+};
