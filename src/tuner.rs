@@ -38,6 +38,11 @@ const COST: [ProtoCost; 3] = [
     ProtoCost { hop_us: 3.0, gbps: 330.0 },  // Simple: data, a system fence, then the step flag
 ];
 
+/// The one-shot all-reduce between two ranks sends what the ring sends, but each byte passes
+/// through a CTA twice (send, then receive-and-reduce) against the ring's 1.5 times: from 16 MB
+/// it ran 2–6 % slower than the ring (sweep of 2026-11-22), as if at this fraction of the bandwidth.
+const ONESHOT_PAIR_BW: f64 = 0.93;
+
 /// Bytes of data one LL FIFO slot carries: a one-shot channel's part must fit in one.
 pub const LL_SLOT_BYTES: usize = FN_LL_SLOT_LINES as usize * 8;
 
@@ -72,9 +77,9 @@ fn ring_shape(kind: CollKind, n: f64, bytes: f64) -> (f64, f64) {
     }
 }
 
-fn model_us(proto: u32, hops: f64, wire: f64) -> f64 {
+fn model_us(proto: u32, hops: f64, wire: f64, bw_scale: f64) -> f64 {
     let c = COST[proto as usize];
-    hops * c.hop_us + wire / (c.gbps * 1e3)
+    hops * c.hop_us + wire / (c.gbps * bw_scale * 1e3)
 }
 
 /// Bytes of the largest per-channel part when `count` elements of `elem` bytes are spread over
@@ -104,7 +109,7 @@ pub fn choose(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allo
     };
     for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
         if allowed.protos[proto as usize] {
-            consider(model_us(proto, hops, wire), ring(proto));
+            consider(model_us(proto, hops, wire, 1.0), ring(proto));
         }
     }
     // One-shot all-reduce: one hop. Between two ranks it runs over any protocol and sends what the
@@ -115,7 +120,8 @@ pub fn choose(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allo
         for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
             let fits = n == 2 || (proto == FN_PROTO_LL && part_bytes(count, elem, nch) <= LL_SLOT_BYTES);
             if allowed.protos[proto as usize] && fits {
-                let t = model_us(proto, 1.0, (n - 1) as f64 * bytes);
+                let scale = if n == 2 { ONESHOT_PAIR_BW } else { 1.0 };
+                let t = model_us(proto, 1.0, (n - 1) as f64 * bytes, scale);
                 consider(t, Choice { algo: FN_ALGO_ONESHOT, proto, nchannels: nch });
             }
         }
@@ -233,8 +239,14 @@ mod tests {
             let c = choose(CollKind::AllReduce, count, 4, &TWO, &Allowed::ALL);
             (c.algo, c.proto)
         };
+        // Measured best on 2x H200: one-shot LL to 64 KB, one-shot LL128 to 1 MB, one-shot Simple
+        // to 8 MB, the Simple ring from 16 MB.
         assert_eq!(pick(2), (FN_ALGO_ONESHOT, FN_PROTO_LL));
-        assert_eq!(pick(1 << 28).1, FN_PROTO_SIMPLE);
+        assert_eq!(pick(16 << 10), (FN_ALGO_ONESHOT, FN_PROTO_LL));
+        assert_eq!(pick(128 << 10), (FN_ALGO_ONESHOT, FN_PROTO_LL128));
+        assert_eq!(pick(1 << 20), (FN_ALGO_ONESHOT, FN_PROTO_SIMPLE));
+        assert_eq!(pick(4 << 20), (FN_ALGO_RING, FN_PROTO_SIMPLE));
+        assert_eq!(pick(1 << 28), (FN_ALGO_RING, FN_PROTO_SIMPLE));
         let ag = |count| choose(CollKind::AllGather, count, 4, &TWO, &Allowed::ALL).proto;
         assert_eq!((ag(2), ag(1 << 28)), (FN_PROTO_LL, FN_PROTO_SIMPLE));
         // With more ranks, a part bigger than one LL slot cannot go one-shot.
