@@ -281,9 +281,12 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
                 let mut w = std::ptr::null_mut();
                 mem::ncclCommWindowRegister(comm, host, 64, &mut w, 8)
             }),
-            case("WindowRegister not implemented", ncclInvalidUsage, "not implemented yet", move || {
+            case("WindowRegister host memory", ncclInvalidArgument, "is not device-accessible memory", move || {
                 let mut w = std::ptr::null_mut();
                 mem::ncclCommWindowRegister(comm, host, 64, &mut w, 0)
+            }),
+            case("WindowDeregister foreign window", ncclInvalidArgument, "is not a window of this communicator", move || {
+                mem::ncclCommWindowDeregister(comm, host)
             }),
             case("DevCommCreate NULL reqs", ncclInvalidArgument, "reqs is NULL", move || {
                 device_api::ncclDevCommCreate(comm, std::ptr::null(), host)

@@ -2,6 +2,7 @@
 
 use super::{boundary, comm_arg, non_null, write_out, SUCCESS};
 use crate::cuda::{self, DeviceBuffer};
+use crate::error::Result;
 use crate::types::{ncclComm_t, ncclResult_t, ncclWindow_t};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -61,31 +62,56 @@ pub unsafe extern "C" fn pncclMemFree(ptr: *mut c_void) -> ncclResult_t {
     ncclMemFree(ptr)
 }
 
-/// A registered range; its address is the handle the caller gets.
+/// A registered range; its address is the handle the caller gets. Buffers (ncclCommRegister) and
+/// windows (ncclCommWindowRegister) are told apart, so neither deregisters the other.
 struct Registration {
     _base: u64,
     _len: usize,
+    window: bool,
+}
+
+/// Registration is a performance hint in NCCL, and so is a window for the collectives: ours copy
+/// through FIFOs from any device buffer and do not use either yet, so registering checks the
+/// buffer and records it, and nothing else changes.
+fn register(comm: ncclComm_t, buff: *mut c_void, size: usize, window: bool) -> Result<*mut c_void> {
+    let c = comm_arg(comm)?.ready()?;
+    non_null(buff, "buff")?;
+    if size == 0 {
+        crate::bail_arg!("size is 0");
+    }
+    if !cuda::is_device_pointer(buff) {
+        crate::bail_arg!("buff {buff:p} is not device-accessible memory");
+    }
+    let h = Box::into_raw(Box::new(Registration { _base: buff as u64, _len: size, window }));
+    c.registrations.lock().insert(h as usize);
+    Ok(h as *mut c_void)
+}
+
+fn deregister(comm: ncclComm_t, handle: *mut c_void, window: bool) -> Result<()> {
+    let c = comm_arg(comm)?.queryable()?;
+    let what = if window { "win" } else { "handle" };
+    non_null(handle, what)?;
+    let mut regs = c.registrations.lock();
+    // SAFETY: only dereferenced once found in the set, i.e. created by register() and not freed.
+    let known = regs.contains(&(handle as usize)) && unsafe { (*(handle as *const Registration)).window } == window;
+    if !known {
+        let kind = if window { "window" } else { "registration" };
+        crate::bail_arg!("{what} {handle:p} is not a {kind} of this communicator");
+    }
+    regs.remove(&(handle as usize));
+    // SAFETY: created by Box::into_raw in register() and just left the set.
+    drop(unsafe { Box::from_raw(handle as *mut Registration) });
+    Ok(())
 }
 
 /// Registers a device buffer with the communicator; release it with ncclCommDeregister.
-// Registration is a performance hint in NCCL; the Simple ring path copies through FIFOs and
-// does not need it yet, so nothing else changes.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
     boundary("ncclCommRegister", || {
-        let c = comm_arg(comm)?.ready()?;
-        non_null(buff, "buff")?;
         non_null(handle, "handle")?;
-        if size == 0 {
-            crate::bail_arg!("size is 0");
-        }
-        if !cuda::is_device_pointer(buff) {
-            crate::bail_arg!("buff {buff:p} is not device-accessible memory");
-        }
-        let h = Box::into_raw(Box::new(Registration { _base: buff as u64, _len: size }));
-        c.registrations.lock().insert(h as usize);
+        let h = register(comm, buff, size, false)?;
         // SAFETY: checked non-NULL.
-        unsafe { write_out(handle, h as *mut c_void) };
+        unsafe { write_out(handle, h) };
         SUCCESS
     })
 }
@@ -98,13 +124,7 @@ pub unsafe extern "C" fn pncclCommRegister(comm: ncclComm_t, buff: *mut c_void, 
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
     boundary("ncclCommDeregister", || {
-        let c = comm_arg(comm)?.queryable()?;
-        non_null(handle, "handle")?;
-        if !c.registrations.lock().remove(&(handle as usize)) {
-            crate::bail_arg!("handle {handle:p} is not a registration of this communicator");
-        }
-        // SAFETY: the handle was created by Box::into_raw in ncclCommRegister and just left the set.
-        drop(unsafe { Box::from_raw(handle as *mut Registration) });
+        deregister(comm, handle, false)?;
         SUCCESS
     })
 }
@@ -123,16 +143,14 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
     winFlags: c_int,
 ) -> ncclResult_t {
     boundary("ncclCommWindowRegister", || {
-        comm_arg(comm)?.ready()?;
-        non_null(buff, "buff")?;
         non_null(win, "win")?;
-        if size == 0 {
-            crate::bail_arg!("size is 0");
-        }
         if winFlags & !0x1 != 0 {
             crate::bail_arg!("winFlags {winFlags:#x} has bits other than NCCL_WIN_COLL_SYMMETRIC");
         }
-        crate::bail_usage!("ncclCommWindowRegister (symmetric memory windows) is not implemented yet in ferronickel")
+        let h = register(comm, buff, size, true)?;
+        // SAFETY: checked non-NULL.
+        unsafe { write_out(win, h) };
+        SUCCESS
     })
 }
 
@@ -150,9 +168,8 @@ pub unsafe extern "C" fn pncclCommWindowRegister(
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
     boundary("ncclCommWindowDeregister", || {
-        comm_arg(comm)?.queryable()?;
-        non_null(win, "win")?;
-        crate::bail_arg!("win {win:p} is not a window of this communicator (ferronickel creates none yet)")
+        deregister(comm, win, true)?;
+        SUCCESS
     })
 }
 

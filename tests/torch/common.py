@@ -51,12 +51,14 @@ def _file_providing(symbol):
 
 def nccl_lib_check(rank):
     """Returns (ok, line). ok is False when $EXPECT_NCCL_LIB is set and the library that the
-    global symbol lookup of ncclCommInitRankConfig resolves to is not that file (compared by
-    realpath). Several libnccl files may be mapped (torch preloads NVIDIA's by path); only the
-    one the calls bind to matters."""
+    global symbol lookup of ncclCommInitRankConfig resolves to (or the only libnccl mapped, when
+    none is global) is not that file (compared by realpath). Several libnccl files may be mapped
+    (torch preloads NVIDIA's by path); only the one the calls bind to matters."""
     libs = mapped_nccl_libs()
     expect = os.environ.get("EXPECT_NCCL_LIB", "")
-    used = _file_providing("ncclCommInitRankConfig")
+    # Without LD_PRELOAD, torch loads NVIDIA's library privately (RTLD_LOCAL): the global lookup
+    # finds nothing, and the one libnccl mapped is the one its calls bind to.
+    used = _file_providing("ncclCommInitRankConfig") or (libs[0] if len(libs) == 1 else None)
     if not used:
         return False, f"NCCL_LIB rank={rank} match=no path=<ncclCommInitRankConfig not found> mapped={','.join(libs) or '-'}"
     real = os.path.realpath(used)
