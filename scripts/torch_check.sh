@@ -199,6 +199,10 @@ sym_step() {  # sym_step ours|ref
   local sum=$(grep -m1 '^SYMBOLS:' "$f" | sed -E 's/^SYMBOLS: ([^;]*);.*/\1/')
   local proof=$(lib_proof "$f") res=${RESULTS[$((${#RESULTS[@]} - 1))]}
   if [ "$res" = PASS ] && [ "$proof" != "$NPROC/$NPROC" ]; then res="FAIL(lib)"; fi
+  # NVIDIA's run only shows which path PyTorch takes there: a case its library fails (on
+  # 2026-11-22 its ncclCommShrink hung while the excluded rank did not call) is reported, not
+  # counted as a failure of this check, once the run is proven to use NVIDIA's library.
+  if [ "$lib" = ref ] && [ "$res" != PASS ] && [ "$proof" = "$NPROC/$NPROC" ] && [ -n "$sum" ]; then res=REF-FAILS; fi
   amend "$res" "${sum:-no SYMBOLS line}; lib proven $proof"
 }
 if [ "$NG" -ge "$NPROC" ]; then
@@ -211,7 +215,7 @@ fi
 # --- report --------------------------------------------------------------------------------------
 NFAIL=0
 for i in "${!NAMES[@]}"; do
-  case "${RESULTS[$i]}" in PASS|SKIP) ;; *) NFAIL=$((NFAIL + 1))
+  case "${RESULTS[$i]}" in PASS|SKIP|REF-FAILS) ;; *) NFAIL=$((NFAIL + 1))
     echo; echo "---- ${NAMES[$i]}: ${RESULTS[$i]} ($LOG/${NAMES[$i]}.log)"
     grep -E "^(\[r[0-9]+\] )?FAIL|Error|error:|Traceback|NCCL WARN|exceeds|outside|diverged|did not map|same library" \
       "$LOG/${NAMES[$i]}.log" 2>/dev/null | grep -v '^PASS' | head -n 15
