@@ -45,10 +45,13 @@ pip_install() {
 }
 
 # --- libclang (bindgen) -------------------------------------------------------------------
+# libclang.so or libclang-<version>.so, not libclang-cpp (a different library, which some
+# machines have without libclang itself).
 find_libclang() {
-  if [ -n "${LIBCLANG_PATH:-}" ] && ls "$LIBCLANG_PATH"/libclang*.so* >/dev/null 2>&1; then return 0; fi
-  ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' && return 0
-  ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1
+  local names='libclang(-[0-9.]+)?\.so'
+  if [ -n "${LIBCLANG_PATH:-}" ] && ls "$LIBCLANG_PATH" 2>/dev/null | grep -Eq "^$names"; then return 0; fi
+  ldconfig -p 2>/dev/null | grep -Eq "[[:space:]]$names" && return 0
+  ls /usr/lib/llvm-*/lib /usr/lib/x86_64-linux-gnu 2>/dev/null | grep -Eq "^$names"
 }
 if find_libclang; then
   say "libclang: found"
