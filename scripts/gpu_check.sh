@@ -8,7 +8,7 @@
 #
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
-#   --only LIST        only these steps or groups (comma list): build,check,protos,procs,onegpu,
+#   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
 #                      mpi,graph,leak,watchdog,examples,torch,bench   (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
@@ -176,6 +176,19 @@ if [ "$NG" -ge 1 ]; then
       step check_${P}_1gpu_4 protos 200 env NCCL_PROTO=$P "$CHK" --mode threads --devs 0,0,0,0 --quick --failures-only
     done
   fi
+fi
+# Copy engines forced (FERRONICKEL_COPY_ENGINE=1: every group of broadcasts between two ranks,
+# all-gathers and sends/receives runs as cuMemcpyAsync copies, at every size); the step also
+# counts the groups that did (NCCL_DEBUG=INFO lines), so it fails if none did.
+ce_step() {  # ce_step NAME TIMEOUT DEVS ARGS...
+  local name=$1 tmo=$2 devs=$3; shift 3
+  step "$name" ce "$tmo" bash -c '"${@:2}"; rc=$?; n=$(grep -c "copy engines:" "$1")
+    echo "copy-engine groups: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' _ "$LOG/$name.log" \
+    env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL FERRONICKEL_COPY_ENGINE=1 "$CHK" --mode threads --devs "$devs" "$@" --failures-only
+}
+if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
+  ce_step check_ce_2 240 $DEVS2 $Q
+  [ $ONE_GPU_OK = 1 ] && ce_step check_ce_1gpu_4 200 0,0,0,0 --quick
 fi
 if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   step graph_1gpu_4 graph 120 "$CHK" --graph --devs 0,0,0,0 --graph-iters 20

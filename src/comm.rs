@@ -13,7 +13,6 @@ use crate::error::{Error, Result};
 use crate::topo::{self, PeerInfo, Ring};
 use crate::transport::p2p::{self, ConnPlan, P2pTransport};
 use crate::types::{ncclComm_t, ncclDataType_t, ncclResult_t, NCCL_SPLIT_NOCOLOR};
-use cudarc::driver::sys;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -167,6 +166,35 @@ struct LaunchState {
     last_stream: Option<usize>,
 }
 
+impl LaunchState {
+    /// Orders new work on `stream` after our last launch on another stream (outside capture:
+    /// a graph's order is its own).
+    fn begin(&self, stream: CUstream, capturing: bool) -> Result<()> {
+        if !capturing && self.last_stream.is_some_and(|s| s != stream as usize) {
+            self.last.wait(stream)?;
+        }
+        Ok(())
+    }
+
+    /// Notes that our newest work is on `stream`.
+    fn end(&mut self, stream: CUstream, capturing: bool) -> Result<()> {
+        if !capturing {
+            self.last.record(stream)?;
+            self.last_stream = Some(stream as usize);
+        }
+        Ok(())
+    }
+}
+
+/// The two points of a copy-engine group that other ranks' streams wait for (copy_engine.rs).
+#[derive(Debug, Clone, Copy)]
+pub enum CopyMark {
+    /// This rank's stream has reached the group: its buffers may be written.
+    Ready = 0,
+    /// This rank's copies are done: their destinations may be read.
+    Done = 1,
+}
+
 /// An initialised communicator.
 pub struct Comm {
     pub rank: usize,
@@ -191,6 +219,8 @@ pub struct Comm {
 struct Gpu {
     ctx: Context,
     launch_state: Mutex<LaunchState>,
+    /// By [`CopyMark`].
+    copy_marks: [Event; 2],
     res: Option<Resources>,
 }
 
@@ -317,6 +347,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         watchdog,
         gpu: Some(Gpu {
             launch_state: Mutex::new(LaunchState { last: Event::new()?, last_stream: None }),
+            copy_marks: [Event::new()?, Event::new()?],
             res: Some(Resources { _transport: transport, dev_comm, _conns: conns, _ring_ranks: ring_ranks, flags }),
             ctx,
         }),
@@ -464,28 +495,63 @@ impl Comm {
         for (l, kernel) in launches.iter().zip(kernels) {
             let mut args = fnKernelArgs { comm: res.dev_comm.ptr as *mut _, nWorks: l.works.len() as i32, ..Default::default() };
             args.works[..l.works.len()].copy_from_slice(&l.works);
-            let capturing = is_capturing(l.stream)?;
+            let capturing = cuda::capture_id(l.stream)?.is_some();
             // Our kernels on one communicator share FIFOs: keep them in issue order across streams.
-            if !capturing && st.last_stream.is_some_and(|s| s != l.stream as usize) {
-                wait_event(l.stream, &st.last)?;
-            }
+            st.begin(l.stream, capturing)?;
             let joins: Vec<Event> = l.joined.iter().map(|_| Event::new()).collect::<Result<_>>()?;
             for (s, e) in l.joined.iter().zip(&joins) {
                 e.record(*s)?;
-                wait_event(l.stream, e)?;
+                e.wait(l.stream)?;
             }
             crate::nccl_trace!(crate::debug::Subsys::COLL, "rank {} launch {} grid {} works {}", self.rank, l.kernel, l.grid, l.works.len());
             cuda::launch(kernel.0, l.grid, FN_NTHREADS, l.stream, &args)?;
             for (s, e) in l.joined.iter().zip(&joins) {
                 e.record(l.stream)?;
-                wait_event(*s, e)?;
+                e.wait(*s)?;
             }
-            if !capturing {
-                st.last.record(l.stream)?;
-                st.last_stream = Some(l.stream as usize);
-            }
+            st.end(l.stream, capturing)?;
         }
         Ok(())
+    }
+
+    /// Copy-engine groups (copy_engine.rs) work on `stream` through this: `f` runs with our
+    /// context current, after our earlier launches, and the group counts as our newest work.
+    pub fn on_stream(&self, stream: CUstream, f: impl FnOnce() -> Result<()>) -> Result<()> {
+        self.check_health()?;
+        let (gpu, _) = self.gpu()?;
+        let _g = gpu.ctx.enter()?;
+        let mut st = gpu.launch_state.lock();
+        let capturing = cuda::capture_id(stream)?.is_some();
+        st.begin(stream, capturing)?;
+        f()?;
+        st.end(stream, capturing)
+    }
+
+    /// The capture `stream` (one of ours) is part of, if any.
+    pub fn capture_id(&self, stream: CUstream) -> Result<Option<u64>> {
+        let (gpu, _) = self.gpu()?;
+        let _g = gpu.ctx.enter()?;
+        cuda::capture_id(stream)
+    }
+
+    /// Records `mark` where `stream` (one of ours) stands.
+    pub fn record_mark(&self, mark: CopyMark, stream: CUstream) -> Result<()> {
+        let (gpu, _) = self.gpu()?;
+        let _g = gpu.ctx.enter()?;
+        gpu.copy_marks[mark as usize].record(stream)
+    }
+
+    /// Makes `stream` (of `waiter`, whose context is current) wait for our last `mark`.
+    pub fn wait_mark(&self, mark: CopyMark, stream: CUstream) -> Result<()> {
+        let (gpu, _) = self.gpu()?;
+        gpu.copy_marks[mark as usize].wait(stream)
+    }
+
+    /// Queues a copy on `stream` with our context current.
+    pub fn copy(&self, dst: u64, src: u64, bytes: usize, stream: CUstream) -> Result<()> {
+        let (gpu, _) = self.gpu()?;
+        let _g = gpu.ctx.enter()?;
+        cuda::memcpy_async(dst, src, bytes, stream)
     }
 
     /// Waits until our last launch finished, or the deadline passes (then false).
@@ -530,18 +596,6 @@ impl Drop for Comm {
             gpu.res.take();
         }
     }
-}
-
-fn is_capturing(stream: CUstream) -> Result<bool> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: valid out-pointer; the stream handle comes from the user (the driver validates it).
-    cuda::check(unsafe { sys::cuStreamIsCapturing(stream, &mut status) }, "cuStreamIsCapturing")?;
-    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
-}
-
-fn wait_event(stream: CUstream, e: &Event) -> Result<()> {
-    // SAFETY: both handles are valid; flags 0.
-    cuda::check(unsafe { sys::cuStreamWaitEvent(stream, e.0, 0) }, "cuStreamWaitEvent")
 }
 
 #[cfg(test)]

@@ -282,8 +282,11 @@ pub fn launch_all(queued: Vec<Queued>) -> Result<()> {
             None => per_comm.push((q.comm, vec![(q.stream, q.task)])),
         }
     }
-    // Plan everything before launching anything, so a planning error launches nothing.
     let allowed = tuner::restrictions()?;
+    if crate::copy_engine::try_group(&per_comm, allowed)? {
+        return Ok(());
+    }
+    // Plan everything before launching anything, so a planning error launches nothing.
     let planned: Vec<(Arc<Comm>, Vec<Launch>)> = per_comm
         .into_iter()
         .map(|(comm, ops)| plan(&comm.shape(), allowed, &|peer| comm.conn_channels(peer), &ops).map(|l| (comm, l)))

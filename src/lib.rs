@@ -12,6 +12,7 @@ pub mod types;
 pub mod bootstrap;
 pub mod abi;
 pub mod comm;
+pub mod copy_engine;
 pub mod cuda;
 pub mod enqueue;
 pub mod group;

@@ -10,6 +10,10 @@
 //! Ring and, for all-reduce, a one-shot push to every peer that NCCL has no name for: it is used
 //! only when `NCCL_ALGO` is unset or an exclusion list, so `NCCL_ALGO=Ring` means ring only. Point
 //! to point always runs Simple.
+//!
+//! Pure data movement may instead run on the copy engines (copy_engine.rs), which this model also
+//! prices; like the one-shot, only while neither setting is an inclusion list, so that forcing a
+//! protocol or algorithm always runs the kernels that use it.
 
 use crate::abi::{FN_ALGO_ONESHOT, FN_ALGO_RING, FN_LL_SLOT_LINES, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE};
 use crate::enqueue::{CollKind, CommShape};
@@ -43,6 +47,12 @@ const COST: [ProtoCost; 3] = [
 /// it ran 2–6 % slower than the ring (sweep of 2026-11-22), as if at this fraction of the bandwidth.
 const ONESHOT_PAIR_BW: f64 = 0.93;
 
+/// Copy engines: the link rate of cuMemcpyAsync between the two H200s, 388 GB/s per direction with
+/// both directions busy (DESIGN §5, against about 362 for SM stores), and the cost of the event
+/// handshake around a group of copies (every rank's "ready", then every rank's "done").
+const CE_GBPS: f64 = 388.0;
+const CE_SYNC_US: f64 = 20.0;
+
 /// Bytes of data one LL FIFO slot carries: a one-shot channel's part must fit in one.
 pub const LL_SLOT_BYTES: usize = FN_LL_SLOT_LINES as usize * 8;
 
@@ -52,10 +62,12 @@ pub struct Allowed {
     /// By fnProto.
     pub protos: [bool; 3],
     pub oneshot: bool,
+    /// Whether the tuner may move data with the copy engines instead of kernels.
+    pub copy_engine: bool,
 }
 
 impl Allowed {
-    pub const ALL: Allowed = Allowed { protos: [true; 3], oneshot: true };
+    pub const ALL: Allowed = Allowed { protos: [true; 3], oneshot: true, copy_engine: true };
 }
 
 /// What a collective runs with.
@@ -91,10 +103,29 @@ fn part_bytes(count: usize, elem: usize, nch: usize) -> usize {
 
 /// The fastest allowed (algorithm, protocol) for a collective of `count` elements of `elem` bytes.
 pub fn choose(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allowed: &Allowed) -> Choice {
+    choose_timed(kind, count, elem, shape, allowed).1
+}
+
+/// The modelled time of the kernel [`choose`] picks, in microseconds.
+pub fn coll_us(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allowed: &Allowed) -> f64 {
+    choose_timed(kind, count, elem, shape, allowed).0
+}
+
+/// Point to point in a kernel: one Simple hop and the bytes over the link.
+pub fn p2p_us(bytes: usize) -> f64 {
+    model_us(FN_PROTO_SIMPLE, 1.0, bytes as f64, 1.0)
+}
+
+/// A group of copy-engine copies in which the busiest rank pushes `bytes` to its peers.
+pub fn copy_engine_us(bytes: usize) -> f64 {
+    CE_SYNC_US + bytes as f64 / (CE_GBPS * 1e3)
+}
+
+fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allowed: &Allowed) -> (f64, Choice) {
     let n = shape.nranks;
     let ring = |proto| Choice { algo: FN_ALGO_RING, proto, nchannels: shape.nchannels };
     if n == 1 {
-        return ring(FN_PROTO_SIMPLE);
+        return (model_us(FN_PROTO_SIMPLE, 0.0, 0.0, 1.0), ring(FN_PROTO_SIMPLE));
     }
     let bytes = match kind {
         CollKind::AllGather | CollKind::ReduceScatter => count * elem * n,
@@ -127,7 +158,7 @@ pub fn choose(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allo
         }
     }
     // Restrictions always leave a ring protocol (see restrictions()).
-    best.map(|(_, c)| c).unwrap_or(ring(FN_PROTO_SIMPLE))
+    best.unwrap_or((model_us(FN_PROTO_SIMPLE, hops, wire, 1.0), ring(FN_PROTO_SIMPLE)))
 }
 
 /// The names of `all` that a setting allows, or an error naming an unknown entry.
@@ -155,6 +186,8 @@ pub fn parse_restrictions(algo: Option<&str>, proto: Option<&str>) -> Result<All
         ))
     };
     let mut out = Allowed::ALL;
+    let excludes_only = |s: Option<&str>| s.is_none_or(|s| s.trim().starts_with('^'));
+    out.copy_engine = excludes_only(algo) && excludes_only(proto);
     if let Some(setting) = algo {
         let ok = allowed(setting, &ALGOS, "NCCL_ALGO")?;
         if !ok.contains(&"Ring") {
@@ -205,9 +238,10 @@ mod tests {
     fn restrictions_follow_the_settings() {
         assert_eq!(parse_restrictions(None, None).unwrap(), Allowed::ALL);
         let a = parse_restrictions(Some("Ring"), Some("LL128")).unwrap();
-        assert_eq!(a, Allowed { protos: [false, true, false], oneshot: false });
+        assert_eq!(a, Allowed { protos: [false, true, false], oneshot: false, copy_engine: false });
         let a = parse_restrictions(Some("^Tree"), Some("^LL")).unwrap();
-        assert_eq!(a, Allowed { protos: [false, true, true], oneshot: true });
+        assert_eq!(a, Allowed { protos: [false, true, true], oneshot: true, copy_engine: true });
+        assert!(!parse_restrictions(None, Some("Simple")).unwrap().copy_engine);
         let e = parse_restrictions(Some("^Ring"), None).unwrap_err();
         assert!(matches!(e, Error::InvalidUsage(_)));
         assert!(e.to_string().contains("NCCL_ALGO=^Ring allows only Tree, CollnetDirect"), "{e}");
@@ -220,7 +254,7 @@ mod tests {
     fn forced_protocols_are_obeyed() {
         for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
             for oneshot in [false, true] {
-                let mut only = Allowed { protos: [false; 3], oneshot };
+                let mut only = Allowed { protos: [false; 3], oneshot, copy_engine: false };
                 only.protos[proto as usize] = true;
                 for kind in [CollKind::AllReduce, CollKind::AllGather, CollKind::Broadcast] {
                     for count in [1, 1000, 1 << 20, 1 << 28] {

@@ -142,6 +142,11 @@ impl Bootstrap {
         self.me.nranks
     }
 
+    /// The unique id's magic: the same on every rank of this communicator, different for others.
+    pub fn magic(&self) -> u64 {
+        self.me.magic
+    }
+
     /// Where this rank accepts ring and p2p connections.
     pub fn listen_addr(&self) -> SocketAddr {
         self.listen

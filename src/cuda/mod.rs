@@ -333,6 +333,13 @@ impl Event {
         check(unsafe { sys::cuEventRecord(self.0, stream) }, "cuEventRecord")
     }
 
+    /// Makes `stream` wait for the work this event last recorded (the event may belong to another
+    /// context or device).
+    pub fn wait(&self, stream: CUstream) -> Result<()> {
+        // SAFETY: both handles are valid; flags 0.
+        check(unsafe { sys::cuStreamWaitEvent(stream, self.0, 0) }, "cuStreamWaitEvent")
+    }
+
     /// Done yet? Errors other than "not ready" are reported.
     pub fn is_done(&self) -> Result<bool> {
         // SAFETY: valid event.
@@ -366,6 +373,28 @@ pub fn is_device_pointer(p: *const c_void) -> bool {
         )
     };
     res == CUresult::CUDA_SUCCESS
+}
+
+/// The id of the capture `stream` is part of, or None when it is not capturing.
+pub fn capture_id(stream: CUstream) -> Result<Option<u64>> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id: sys::cuuint64_t = 0;
+    use std::ptr::null_mut;
+    // SAFETY: valid out-pointers, null for the optional ones; the stream handle comes from the
+    // user (the driver validates it).
+    check(
+        unsafe { sys::cuStreamGetCaptureInfo_v3(stream, &mut status, &mut id, null_mut(), null_mut(), null_mut(), null_mut()) },
+        "cuStreamGetCaptureInfo",
+    )?;
+    Ok((status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE).then_some(id))
+}
+
+/// Queues a copy of `bytes` from `src` to `dst` (unified addresses, any devices) on `stream`: the
+/// copy engines move it, no kernel.
+pub fn memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream) -> Result<()> {
+    // SAFETY: the caller passes buffers the user gave for this operation, checked to be device
+    // memory of at least `bytes`; the copy runs in stream order.
+    check(unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream) }, "cuMemcpyAsync")
 }
 
 /// Waits for all work on a stream.
