@@ -49,7 +49,9 @@ const ONESHOT_PAIR_BW: f64 = 0.93;
 
 /// Copy engines: the link rate of cuMemcpyAsync between the two H200s, 388 GB/s per direction with
 /// both directions busy (DESIGN §5, against about 362 for SM stores), and the cost of the event
-/// handshake around a group of copies (every rank's "ready", then every rank's "done").
+/// handshake and copy launches around a group of copies. Two ranks on one H100, no graph
+/// (`proto_sweep.sh --no-graph`, 2026-11-23): 8-byte copies took 4 µs (send/recv), 9 µs (broadcast)
+/// and 20 µs (all-gather: two copies per rank) longer than the kernels.
 const CE_GBPS: f64 = 388.0;
 const CE_SYNC_US: f64 = 20.0;
 
