@@ -541,7 +541,7 @@ impl Comm {
         gpu.copy_marks[mark as usize].record(stream)
     }
 
-    /// Makes `stream` (of `waiter`, whose context is current) wait for our last `mark`.
+    /// Makes `stream` (another rank's, with its context current) wait for our last `mark`.
     pub fn wait_mark(&self, mark: CopyMark, stream: CUstream) -> Result<()> {
         let (gpu, _) = self.gpu()?;
         gpu.copy_marks[mark as usize].wait(stream)

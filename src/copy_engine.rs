@@ -192,7 +192,11 @@ fn plan_clique(clique: &[&Member], idx: &[usize], allowed: &Allowed, copies: &mu
 /// the kernels.
 pub fn try_group(per_comm: &[(Arc<Comm>, Vec<(CUstream, Task)>)], allowed: &Allowed) -> Result<bool> {
     let mode = Mode::from_env();
-    if mode == Mode::Never {
+    // Cheap exits first: this runs at every group end (one rank per process, reductions).
+    let movement = |t: &Task| !matches!(t, Task::Coll(c) if !matches!(c.kind, CollKind::Broadcast | CollKind::AllGather));
+    if mode == Mode::Never
+        || per_comm.iter().any(|(c, ops)| c.nranks > per_comm.len() || !ops.iter().all(|(_, t)| movement(t)))
+    {
         return Ok(false);
     }
     let members: Vec<Member> =
