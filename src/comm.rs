@@ -495,7 +495,7 @@ impl Comm {
         for (l, kernel) in launches.iter().zip(kernels) {
             let mut args = fnKernelArgs { comm: res.dev_comm.ptr as *mut _, nWorks: l.works.len() as i32, ..Default::default() };
             args.works[..l.works.len()].copy_from_slice(&l.works);
-            let capturing = cuda::capture_id(l.stream)?.is_some();
+            let capturing = cuda::is_capturing(l.stream)?;
             // Our kernels on one communicator share FIFOs: keep them in issue order across streams.
             st.begin(l.stream, capturing)?;
             let joins: Vec<Event> = l.joined.iter().map(|_| Event::new()).collect::<Result<_>>()?;
@@ -521,17 +521,17 @@ impl Comm {
         let (gpu, _) = self.gpu()?;
         let _g = gpu.ctx.enter()?;
         let mut st = gpu.launch_state.lock();
-        let capturing = cuda::capture_id(stream)?.is_some();
+        let capturing = cuda::is_capturing(stream)?;
         st.begin(stream, capturing)?;
         f()?;
         st.end(stream, capturing)
     }
 
-    /// The capture `stream` (one of ours) is part of, if any.
-    pub fn capture_id(&self, stream: CUstream) -> Result<Option<u64>> {
+    /// Whether `stream` (one of ours) is being captured.
+    pub fn is_capturing(&self, stream: CUstream) -> Result<bool> {
         let (gpu, _) = self.gpu()?;
         let _g = gpu.ctx.enter()?;
-        cuda::capture_id(stream)
+        cuda::is_capturing(stream)
     }
 
     /// Records `mark` where `stream` (one of ours) stands.

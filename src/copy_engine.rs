@@ -210,7 +210,7 @@ pub fn try_group(per_comm: &[(Arc<Comm>, Vec<(CUstream, Task)>)], allowed: &Allo
     };
     let streams: Vec<(Arc<Comm>, CUstream)> = per_comm.iter().map(|(c, ops)| (c.clone(), ops[0].0)).collect();
     for (c, s) in &streams {
-        if c.capture_id(*s)?.is_some() {
+        if c.is_capturing(*s)? {
             crate::nccl_trace!(crate::debug::Subsys::TUNING, "copy engines not used: a stream is being captured");
             return Ok(false);
         }

@@ -375,18 +375,12 @@ pub fn is_device_pointer(p: *const c_void) -> bool {
     res == CUresult::CUDA_SUCCESS
 }
 
-/// The id of the capture `stream` is part of, or None when it is not capturing.
-pub fn capture_id(stream: CUstream) -> Result<Option<u64>> {
+/// Whether `stream` is being captured into a graph.
+pub fn is_capturing(stream: CUstream) -> Result<bool> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id: sys::cuuint64_t = 0;
-    use std::ptr::null_mut;
-    // SAFETY: valid out-pointers, null for the optional ones; the stream handle comes from the
-    // user (the driver validates it).
-    check(
-        unsafe { sys::cuStreamGetCaptureInfo_v3(stream, &mut status, &mut id, null_mut(), null_mut(), null_mut(), null_mut()) },
-        "cuStreamGetCaptureInfo",
-    )?;
-    Ok((status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE).then_some(id))
+    // SAFETY: valid out-pointer; the stream handle comes from the user (the driver validates it).
+    check(unsafe { sys::cuStreamIsCapturing(stream, &mut status) }, "cuStreamIsCapturing")?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
 /// Queues a copy of `bytes` from `src` to `dst` (unified addresses, any devices) on `stream`: the
