@@ -61,11 +61,19 @@ fn compile_kernels(kernels: &Path, out: &Path) {
     assert!(!cu.is_empty(), "no kernels/*.cu found: the library would have no GPU code");
 
     // Each .cu becomes its own fatbin (its own CUmodule at run time), compiled in parallel.
+    let cache = kernel_cache(&nvcc, &sources);
     let jobs: Vec<_> = cu
         .iter()
         .map(|src| {
             let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
             let fatbin = out.join(format!("{stem}.fatbin"));
+            if let Some(hit) = cache.as_ref().map(|c| c.join(format!("{stem}.fatbin"))).filter(|f| f.is_file()) {
+                std::fs::copy(&hit, &fatbin).unwrap_or_else(|e| panic!("copying {}: {e}", hit.display()));
+                return (stem, fatbin, String::new(), None);
+            }
+            if let Some(dir) = &cache {
+                println!("cargo:warning=compiling kernels/{stem}.cu with nvcc (takes minutes; kept in {})", dir.display());
+            }
             let mut cmd = Command::new(&nvcc);
             cmd.args(["-fatbin", "-O3", "-std=c++17", "--threads", "0", "-Xptxas", "-warn-spills"])
                 .args(["-gencode", "arch=compute_80,code=sm_80"])
@@ -77,25 +85,65 @@ fn compile_kernels(kernels: &Path, out: &Path) {
                 .arg("-o")
                 .arg(&fatbin);
             let shown = format!("{cmd:?}");
-            (stem, fatbin, shown, cmd.spawn())
+            (stem, fatbin, shown, Some(cmd.spawn()))
         })
         .collect();
 
     let mut table = String::from("/// Fatbins compiled from kernels/*.cu, one CUDA module each.\npub static FATBINS: &[(&str, &[u8])] = &[\n");
     for (stem, fatbin, shown, child) in jobs {
-        let child = child.unwrap_or_else(|e| panic!("could not run nvcc ({e}): {shown}\n{NVCC_HELP}"));
-        let res = child.wait_with_output().expect("waiting for nvcc");
-        if !res.status.success() {
-            panic!(
-                "nvcc failed on kernels/{stem}.cu\ncommand: {shown}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&res.stdout),
-                String::from_utf8_lossy(&res.stderr)
-            );
+        if let Some(child) = child {
+            let child = child.unwrap_or_else(|e| panic!("could not run nvcc ({e}): {shown}\n{NVCC_HELP}"));
+            let res = child.wait_with_output().expect("waiting for nvcc");
+            if !res.status.success() {
+                panic!(
+                    "nvcc failed on kernels/{stem}.cu\ncommand: {shown}\nstdout:\n{}\nstderr:\n{}",
+                    String::from_utf8_lossy(&res.stdout),
+                    String::from_utf8_lossy(&res.stderr)
+                );
+            }
+            if let Some(dir) = &cache {
+                // Best effort: a failed store costs the next build a compile, nothing else.
+                let _ = std::fs::create_dir_all(dir).and_then(|_| std::fs::copy(&fatbin, dir.join(format!("{stem}.fatbin"))));
+            }
         }
         table.push_str(&format!("    ({stem:?}, include_bytes!({:?})),\n", fatbin.display().to_string()));
     }
     table.push_str("];\n");
     std::fs::write(out.join("fatbins.rs"), table).unwrap();
+}
+
+/// Where compiled fatbins are kept between builds and checkouts: `$FERRONICKEL_CACHE/kernels/<key>`
+/// (default `~/.cache/ferronickel`), the key a hash of nvcc's identity and every file in
+/// `kernels/`, so any change to a kernel, a header or the compiler misses the cache. `None` (always
+/// compile) when `FERRONICKEL_KERNEL_CACHE=0` or no cache directory is known.
+fn kernel_cache(nvcc: &Path, sources: &[PathBuf]) -> Option<PathBuf> {
+    println!("cargo:rerun-if-env-changed=FERRONICKEL_CACHE");
+    println!("cargo:rerun-if-env-changed=FERRONICKEL_KERNEL_CACHE");
+    if std::env::var("FERRONICKEL_KERNEL_CACHE").is_ok_and(|v| v == "0") {
+        return None;
+    }
+    let base = match std::env::var_os("FERRONICKEL_CACHE") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache/ferronickel"),
+    };
+    let version = Command::new(nvcc).arg("--version").output().ok()?.stdout;
+    // Two FNV-1a passes with different offsets: 128 bits, enough that distinct inputs never meet.
+    let mut h = [0xcbf29ce484222325u64, 0x84222325cbf29ce4u64];
+    let mut feed = |bytes: &[u8]| {
+        for x in h.iter_mut() {
+            for &b in bytes.iter().chain(&(bytes.len() as u64).to_le_bytes()) {
+                *x = (*x ^ b as u64).wrapping_mul(0x100000001b3);
+            }
+        }
+    };
+    feed(nvcc.as_os_str().as_encoded_bytes());
+    feed(&version);
+    feed(include_bytes!("build.rs"));
+    for p in sources {
+        feed(p.file_name()?.as_encoded_bytes());
+        feed(&std::fs::read(p).ok()?);
+    }
+    Some(base.join("kernels").join(format!("{:016x}{:016x}", h[0], h[1])))
 }
 
 fn bind_device_abi(kernels: &Path, out: &Path) {
