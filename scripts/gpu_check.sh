@@ -231,11 +231,14 @@ else
 fi
 
 # --- PyTorch drop-in (LD_PRELOAD under torchrun; scripts/torch_check.sh has its own summary) ----
-if [ "$LIB" = ours ] && [ "$NG" -ge 2 ] && python3 -c 'import torch' >/dev/null 2>&1; then
+# With one GPU: our collectives as 2 ranks on it, and the late-rank steps (both libraries: each rank
+# gets its own NCCL_HOSTID there); the parity steps need 2 GPUs for NVIDIA's library.
+if [ "$LIB" = ours ] && [ "$NG" -ge 1 ] && python3 -c 'import torch' >/dev/null 2>&1; then
   now=$(date +%s); left=$((BUDGET - (now - T_START) - 20))
-  step torch torch $left env OUT="$OUT" bash scripts/torch_check.sh --budget $((left - 10))
+  ONEGPU_ARG=""; [ "$NG" -lt 2 ] && ONEGPU_ARG=--one-gpu-ours
+  step torch torch $left env OUT="$OUT" bash scripts/torch_check.sh --budget $((left - 10)) $ONEGPU_ARG
 else
-  skip torch torch "needs our library, 2 GPUs and PyTorch"
+  skip torch torch "needs our library, a GPU and PyTorch"
 fi
 
 # --- A/B benchmark -----------------------------------------------------------------------------

@@ -11,7 +11,7 @@
 # it are SKIP). Logs in $OUT/torch/; the summary table is printed LAST.
 #
 # usage: scripts/torch_check.sh [options]
-#   --only LIST        only these steps or groups (comma list; groups: coll, ddp, fsdp, symbols)
+#   --only LIST        only these steps or groups (comma list; groups: coll, late, ddp, fsdp, symbols)
 #   --skip LIST        everything except these
 #   --no-ref-coll      skip the collectives runs with NVIDIA's NCCL (they validate the test itself
 #                      and tell failures of ours apart from PyTorch/test issues)
@@ -136,6 +136,25 @@ if [ "$NG" -ge "$NPROC" ] && [ $REFCOLL = 1 ]; then
   coll_step ref lazy
 elif [ $REFCOLL = 1 ]; then
   skip collectives_ref coll "$NG GPU(s) for $NPROC ranks: NVIDIA's NCCL refuses 2 ranks on one GPU"
+fi
+
+# --- (a2) a rank 12 s late to its first collective (lazy init): both libraries must wait for it.
+# Each rank gets its own NCCL_HOSTID, so NVIDIA's NCCL runs it on one GPU too (over sockets).
+late_step() {  # late_step ours|ref
+  local lib=$1 name=late_rank_$1
+  local envv=("${OURS_ENV[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP)
+  [ "$lib" = ref ] && envv=("${REF_ENV[@]}" NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=lo)
+  step "$name" late 120 "${envv[@]}" "${TR[@]}" $T/late_rank.py --delay 12 --hostid-per-rank || return 0
+  local f=$LOG/$name.log
+  local okn=$(grep -c '^RESULT rank=[0-9]* ok=yes' "$f") waited=$(grep -o 'waited_s=[0-9.]*' "$f" | sort -t= -k2 -n | tail -n 1)
+  local proof=$(lib_proof "$f") res=${RESULTS[$((${#RESULTS[@]} - 1))]}
+  if [ "$res" = PASS ] && [ "$okn" != "$NPROC" ]; then res="FAIL(result)"; fi
+  if [ "$res" = PASS ] && [ "$proof" != "$NPROC/$NPROC" ]; then res="FAIL(lib)"; fi
+  amend "$res" "$okn/$NPROC ranks ok; longest ${waited:-waited_s=?}; lib proven $proof"
+}
+if [ "$NG" -ge 1 ]; then
+  late_step ours
+  late_step ref
 fi
 
 # --- (b) DDP parity: ref, ours, ref, ours -----------------------------------------------------

@@ -224,8 +224,6 @@ struct Gpu {
     res: Option<Resources>,
 }
 
-const TAG_SPLIT: u32 = 0x5b17;
-
 /// Creates a rank's communicator on device `dev`: rendezvous, topology, connections.
 pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config: CommConfig) -> Result<Comm> {
     cuda::init()?;
@@ -391,23 +389,8 @@ pub fn survivors(nranks: usize, excluded: &[usize]) -> Vec<usize> {
 /// Creates the communicator of `members` (parent ranks, in new-rank order; we are one of them).
 fn regroup(parent: &Comm, members: &[usize], config: CommConfig) -> Result<Comm> {
     let new_rank = members.iter().position(|&r| r == parent.rank).expect("caller checked membership");
-    let id = share_id(parent, members)?;
+    let id = crate::bootstrap::share_id(&parent.bootstrap, members)?;
     init_rank(&id, members.len(), new_rank, parent.dev, config)
-}
-
-/// A fresh unique id from the first member, sent point to point to the others.
-pub fn share_id(parent: &Comm, members: &[usize]) -> Result<BootstrapId> {
-    let leader = members[0];
-    if parent.rank == leader {
-        let id = crate::bootstrap::new_unique_id()?;
-        let bytes = id.to_unique_id().to_bytes();
-        for &m in &members[1..] {
-            parent.bootstrap.send(m, TAG_SPLIT, &bytes)?;
-        }
-        return Ok(id);
-    }
-    let bytes = parent.bootstrap.recv(leader, TAG_SPLIT)?;
-    BootstrapId::from_unique_id(&crate::types::ncclUniqueId::from_bytes(&bytes)?)
 }
 
 /// The parent ranks that share `color`, in new-rank order: by key, then by parent rank.
@@ -606,27 +589,6 @@ mod tests {
     fn shrink_keeps_the_others_in_order() {
         assert_eq!(survivors(5, &[1, 3]), vec![0, 2, 4]);
         assert_eq!(survivors(2, &[]), vec![0, 1]);
-    }
-
-    #[test]
-    fn members_share_one_fresh_id_point_to_point() {
-        // Ranks 0 and 2 of 3 regroup; rank 1 takes no part (as an excluded, maybe dead, rank).
-        let id = crate::bootstrap::new_unique_id().unwrap();
-        let threads: Vec<_> = (0..3)
-            .map(|r| std::thread::spawn(move || Bootstrap::init(&id, r, 3, Duration::from_secs(20)).unwrap()))
-            .collect();
-        let comms: Vec<Arc<Comm>> =
-            threads.into_iter().map(|t| Arc::new(Comm::without_gpu(t.join().unwrap(), 9))).collect();
-        let shared: Vec<BootstrapId> = [0, 2]
-            .map(|r| {
-                let c = comms[r].clone();
-                std::thread::spawn(move || share_id(&c, &[0, 2]).unwrap())
-            })
-            .into_iter()
-            .map(|t| t.join().unwrap())
-            .collect();
-        assert_eq!(shared[0], shared[1]);
-        assert_ne!(shared[0], id);
     }
 
     #[test]

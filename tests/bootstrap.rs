@@ -136,6 +136,80 @@ fn threads_64() {
     threads(64);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Ranks that start late: slow imports, data loaders, a node that boots last. Every scenario runs
+// at once, so the set costs one delay of wall time.
+
+/// Longer than any fixed first-frame or reply limit of the bootstrap (5 s), far below the timeout.
+const LATE: Duration = Duration::from_secs(10);
+
+/// Ranks as threads, rank r starting `delays[r]` after the id was made.
+fn late_threads(delays: Vec<Duration>) {
+    let id = new_unique_id().unwrap();
+    let n = delays.len();
+    run_threads(n, move |r| {
+        std::thread::sleep(delays[r]);
+        exercise(&Bootstrap::init(&id, r, n, HONEST).unwrap())
+    });
+}
+
+/// A point-to-point message that arrives long into the receiver's wait.
+fn late_p2p_message() {
+    let id = new_unique_id().unwrap();
+    run_threads(2, move |r| {
+        let b = Bootstrap::init(&id, r, 2, HONEST).unwrap();
+        match r {
+            0 => {
+                std::thread::sleep(LATE);
+                b.send(1, 5, b"late but honest").unwrap();
+            }
+            _ => assert_eq!(b.recv(0, 5).unwrap(), b"late but honest"),
+        }
+        b.barrier().unwrap();
+    });
+}
+
+/// What ncclCommSplit does, long after init: colors go around the parent's ring, the leader's
+/// fresh id goes point to point, and the new group rendezvouses on it.
+fn late_split() {
+    let id = new_unique_id().unwrap();
+    run_threads(4, move |r| {
+        let parent = Bootstrap::init(&id, r, 4, HONEST).unwrap();
+        std::thread::sleep(LATE);
+        let colors = parent.allgather(&[(r % 2) as u8]).unwrap();
+        let members: Vec<usize> = (0..4).filter(|&q| colors[q] == colors[r]).collect();
+        let child_id = share_id(&parent, &members).unwrap();
+        let child_rank = members.iter().position(|&q| q == r).unwrap();
+        exercise(&Bootstrap::init(&child_id, child_rank, members.len(), HONEST).unwrap());
+    });
+}
+
+#[test]
+fn late_ranks() {
+    const TEST: &str = "late_ranks";
+    if child_rank(TEST) {
+        return;
+    }
+    let now = Duration::ZERO;
+    let all_late = spawn_ranks(TEST, &[LATE, LATE]);
+    let one_late = spawn_ranks(TEST, &[now, now, LATE]);
+    let scenarios = [
+        std::thread::spawn(move || late_threads(vec![LATE; 3])),
+        std::thread::spawn(move || late_threads(vec![now, LATE])),
+        std::thread::spawn(move || late_threads(vec![now, now, now, LATE])),
+        std::thread::spawn(late_p2p_message),
+        std::thread::spawn(late_split),
+        std::thread::spawn(move || wait_all(all_late)),
+        std::thread::spawn(move || wait_all(one_late)),
+    ];
+    for (i, s) in scenarios.into_iter().enumerate() {
+        if let Err(p) = s.join() {
+            eprintln!("late-rank scenario {i} failed");
+            std::panic::resume_unwind(p);
+        }
+    }
+}
+
 /// `NCCL_COMM_ID` mode: a fixed address, no root until rank 0's init starts it; ranks that
 /// come first keep retrying.
 #[test]
@@ -176,6 +250,7 @@ fn child_rank(test: &str) -> bool {
     let var = |k: &str| std::env::var(k).unwrap();
     let id = BootstrapId::from_unique_id(&unhex(&var("FNB_CHILD_ID"))).unwrap();
     let (rank, n) = (var("FNB_CHILD_RANK").parse().unwrap(), var("FNB_CHILD_NRANKS").parse().unwrap());
+    std::thread::sleep(Duration::from_millis(var("FNB_CHILD_DELAY_MS").parse().unwrap()));
     exercise(&Bootstrap::init(&id, rank, n, HONEST).unwrap());
     println!("FNB_CHILD_OK rank {rank}");
     true
@@ -208,8 +283,13 @@ fn processes(test: &str, n: usize) {
     if child_rank(test) {
         return;
     }
-    let id = new_unique_id().unwrap();
-    let children = (0..n)
+    wait_all(spawn_ranks(test, &vec![Duration::ZERO; n]));
+}
+
+/// Starts one child process per entry of `delays`, rank r sleeping `delays[r]` before its init.
+fn spawn_ranks(test: &str, delays: &[Duration]) -> Vec<Child> {
+    let (id, n) = (new_unique_id().unwrap(), delays.len());
+    (0..n)
         .map(|r| {
             Command::new(std::env::current_exe().unwrap())
                 .args(["--exact", test, "--nocapture", "--test-threads=1"])
@@ -217,12 +297,12 @@ fn processes(test: &str, n: usize) {
                 .env("FNB_CHILD_ID", hex(&id.to_unique_id()))
                 .env("FNB_CHILD_RANK", r.to_string())
                 .env("FNB_CHILD_NRANKS", n.to_string())
+                .env("FNB_CHILD_DELAY_MS", delays[r].as_millis().to_string())
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap()
         })
-        .collect();
-    wait_all(children);
+        .collect()
 }
 
 #[test]

@@ -57,6 +57,27 @@ pub fn new_unique_id() -> Result<BootstrapId> {
     Ok(BootstrapId { magic, root, root_by_rank0: false })
 }
 
+/// The p2p tag of [`share_id`]'s messages.
+const TAG_SHARE_ID: u32 = 0x5b17;
+
+/// A fresh unique id made by the first of `members` (ranks of `parent`, in new-rank order; this
+/// rank is one of them) and sent point to point to the others, for ncclCommSplit and
+/// ncclCommShrink. Nothing goes around the parent's ring, so ranks outside `members` (maybe dead)
+/// take no part.
+pub fn share_id(parent: &Bootstrap, members: &[usize]) -> Result<BootstrapId> {
+    let leader = members[0];
+    if parent.rank() == leader {
+        let id = new_unique_id()?;
+        let bytes = id.to_unique_id().to_bytes();
+        for &m in &members[1..] {
+            parent.send(m, TAG_SHARE_ID, &bytes)?;
+        }
+        return Ok(id);
+    }
+    let bytes = parent.recv(leader, TAG_SHARE_ID)?;
+    BootstrapId::from_unique_id(&crate::types::ncclUniqueId::from_bytes(&bytes)?)
+}
+
 /// How much longer than the root a rank waits for the peer table, so that when ranks are
 /// missing the root's report (which names them) arrives before the rank gives up on its own.
 const ROOT_REPORT_MARGIN: Duration = Duration::from_secs(1);
@@ -226,6 +247,7 @@ impl Bootstrap {
                 format!("bootstrap: rank {rank} sending {} bytes with tag {tag} to rank {peer} at {addr}", data.len())
             };
             let mut conn = FrameStream::connect(addr, deadline).map_err(|e| e.context(&what()))?;
+            conn.set_label(format!("rank {peer} to take a message with tag {tag} from rank {rank}"));
             let mut frames = wire::encode(&Msg::Hello { magic, from: rank as u32, link: LinkKind::P2p });
             frames.extend(wire::encode_data(tag, seq, data));
             conn.send_bytes(&frames, deadline).map_err(|e| e.context(&what()))?;
@@ -251,7 +273,8 @@ impl Bootstrap {
             if let Some(m) = take() {
                 return Ok(m);
             }
-            match acceptor.next(Some(deadline))? {
+            let waiting_for = || format!("rank {peer}'s message with tag {tag} (rank {rank} is receiving)");
+            match acceptor.next(Some(deadline), &waiting_for)? {
                 Some(arrival) => drop(admit(self.me, &self.mailbox, arrival, deadline, None)),
                 None => {
                     return Err(Error::System(format!(
@@ -329,6 +352,10 @@ fn register(
              process that called ncclGetUniqueId (or rank 0 under NCCL_COMM_ID) is running and reachable"
         ))
     })?;
+    conn.set_label(format!(
+        "the peer table from the root at {root} (rank {rank} registered; the root waits for the others, \
+         and its own log names the missing ranks)"
+    ));
     let deadline = Instant::now() + timeout + ROOT_REPORT_MARGIN;
     let reg = Msg::Register {
         magic: id.magic,
@@ -366,12 +393,15 @@ fn connect_ring(
         me.rank, peers[next]
     );
     let mut out = FrameStream::connect(peers[next], deadline).map_err(|e| e.context(&what))?;
+    out.set_label(format!("rank {next} (ring next)"));
     out.send(&Msg::Hello { magic: me.magic, from: me.rank as u32, link: LinkKind::Ring }, deadline)
         .map_err(|e| e.context(&what))?;
+    let waiting_for = || format!("rank {prev} to open its ring link to rank {}", me.rank);
     loop {
-        match acceptor.next(Some(deadline))? {
+        match acceptor.next(Some(deadline), &waiting_for)? {
             Some(arrival) => {
-                if let Some(inp) = admit(me, mailbox, arrival, deadline, Some(prev)) {
+                if let Some(mut inp) = admit(me, mailbox, arrival, deadline, Some(prev)) {
+                    inp.set_label(format!("rank {prev} (ring prev)"));
                     return Ok(Ring { next: out, prev: inp, op: 0 });
                 }
             }

@@ -192,6 +192,54 @@ pub fn random_magic() -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Progress of long waits
+
+/// How often a bootstrap wait that is still going says so.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// Writes an INFO line every [`PROGRESS_EVERY`] while a wait goes on, naming whom it waits for,
+/// so that a rank held up by a slow but honest peer (a framework import, a data loader) reads
+/// differently from a hang. Every clock reading is fresh: nothing here is stamped before a
+/// blocking wait and used after it.
+pub struct Progress<F: Fn() -> String> {
+    since: Instant,
+    next: Instant,
+    waiting_for: F,
+}
+
+impl<F: Fn() -> String> Progress<F> {
+    pub fn new(waiting_for: F) -> Progress<F> {
+        let since = Instant::now();
+        Progress { since, next: since + PROGRESS_EVERY, waiting_for }
+    }
+
+    /// How long the next `poll` may sleep: up to `deadline`, but no later than the next report.
+    fn nap(&self, deadline: Option<Instant>) -> Option<Duration> {
+        let now = Instant::now();
+        let until = deadline.map_or(self.next, |d| d.min(self.next));
+        Some(until.saturating_duration_since(now))
+    }
+
+    /// Reports if a report is due.
+    fn tick(&mut self, deadline: Option<Instant>) {
+        let now = Instant::now();
+        if now < self.next {
+            return;
+        }
+        self.next = now + PROGRESS_EVERY;
+        let left = deadline.map_or("no time limit".to_string(), |d| {
+            format!("giving up in {}s", d.saturating_duration_since(now).as_secs())
+        });
+        crate::nccl_info!(
+            Subsys::BOOTSTRAP,
+            "Bootstrap: still waiting for {} after {}s ({left})",
+            (self.waiting_for)(),
+            (now - self.since).as_secs()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Framed streams
 
 /// Why a socket operation failed; callers turn it into an [`Error`] naming the rank involved.
@@ -261,13 +309,20 @@ pub struct FrameStream {
     stream: TcpStream,
     buf: Vec<u8>,
     peer: SocketAddr,
+    /// Who is at the other end, for progress lines ("rank 3 (ring prev)").
+    label: String,
 }
 
 impl FrameStream {
     fn new(stream: TcpStream, buf: Vec<u8>, peer: SocketAddr) -> io::Result<FrameStream> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
-        Ok(FrameStream { stream, buf, peer })
+        Ok(FrameStream { stream, buf, peer, label: format!("the peer at {peer}") })
+    }
+
+    /// Names the other end in the progress lines of long waits on this stream.
+    pub fn set_label(&mut self, label: String) {
+        self.label = label;
     }
 
     /// Connects, retrying refusals until `deadline`: the listener may not be up yet (rank 0
@@ -327,6 +382,7 @@ fn pump(
 ) -> std::result::Result<Option<Msg>, NetError> {
     let mut written = 0;
     let mut got = None;
+    let mut note = None;
     loop {
         if let (Some((s, max)), None) = (inp.as_mut(), got.as_ref()) {
             if let Some((msg, used)) = wire::decode(&s.buf, *max)? {
@@ -364,7 +420,16 @@ fn pump(
         if let (true, Some((s, _))) = (want_read, inp.as_ref()) {
             fds.push(pollfd(&s.stream, libc::POLLIN));
         }
-        poll(&mut fds, Some(left))?;
+        let note = note.get_or_insert_with(|| {
+            let label = match (&out, &inp) {
+                (Some((o, _)), Some((i, _))) if o.peer != i.peer => format!("{} and {}", o.label, i.label),
+                (Some((s, _)), _) | (None, Some((s, _))) => s.label.clone(),
+                (None, None) => String::new(),
+            };
+            Progress::new(move || label.clone())
+        });
+        poll(&mut fds, note.nap(Some(deadline)))?;
+        note.tick(Some(deadline));
     }
 }
 
@@ -411,9 +476,11 @@ impl Acceptor {
     }
 
     /// The next connection with a complete first frame, or `None` once `deadline` passes
-    /// (`None` deadline: wait as long as it takes).
-    pub fn next(&mut self, deadline: Option<Instant>) -> Result<Option<Arrival>> {
+    /// (`None` deadline: wait as long as it takes). `waiting_for` names what the caller expects,
+    /// for the progress lines of a long wait.
+    pub fn next(&mut self, deadline: Option<Instant>, waiting_for: &dyn Fn() -> String) -> Result<Option<Arrival>> {
         let here = self.local_addr()?;
+        let mut progress = Progress::new(waiting_for);
         loop {
             let now = Instant::now();
             self.pending.retain(|p| {
@@ -436,7 +503,8 @@ impl Acceptor {
                 fds.push(pollfd(&self.listener, libc::POLLIN));
             }
             let wake = self.pending.iter().map(|p| p.expires).chain(deadline).min();
-            poll(&mut fds, wake.map(|w| w.saturating_duration_since(now)))?;
+            poll(&mut fds, progress.nap(wake))?;
+            progress.tick(deadline);
 
             let (mut done, mut dead) = (None, Vec::new());
             for (i, p) in self.pending.iter_mut().enumerate() {
@@ -473,18 +541,23 @@ impl Acceptor {
                 }
             }
             if accepting && fds.last().is_some_and(|f| f.revents != 0) {
-                self.accept_ready(now);
+                self.accept_ready();
             }
         }
     }
 
-    fn accept_ready(&mut self, now: Instant) {
+    /// Takes every connection the kernel has ready. Each one's first-frame clock starts now, at
+    /// its accept, never at a time read before the `poll` that may have slept for minutes.
+    fn accept_ready(&mut self) {
         while self.pending.len() < MAX_PENDING {
             match self.listener.accept() {
                 Ok((stream, from)) => match stream.set_nonblocking(true) {
-                    Ok(()) => {
-                        self.pending.push(Pending { stream, from, buf: Vec::new(), expires: now + FIRST_FRAME_TIMEOUT })
-                    }
+                    Ok(()) => self.pending.push(Pending {
+                        stream,
+                        from,
+                        buf: Vec::new(),
+                        expires: Instant::now() + FIRST_FRAME_TIMEOUT,
+                    }),
                     Err(e) => crate::nccl_warn!("Bootstrap: cannot use the connection from {from}: {e}"),
                 },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -588,7 +661,7 @@ mod tests {
         both.extend(wire::encode(&data));
         // A blob bigger than the socket buffers: the reader must run while the writer writes.
         let writer = std::thread::spawn(move || c.send_bytes(&both, deadline).map(|_| c));
-        let mut a = acc.next(Some(deadline)).unwrap().unwrap();
+        let mut a = acc.next(Some(deadline), &String::new).unwrap().unwrap();
         assert_eq!(a.msg, hello);
         assert_eq!(a.conn.recv(wire::MAX_DATA_BODY, deadline).unwrap(), data);
         let mut c = writer.join().unwrap().unwrap();
@@ -601,7 +674,7 @@ mod tests {
     fn acceptor_deadline_and_refused_connect() {
         let mut acc = Acceptor::new(listen(Ipv4Addr::LOCALHOST.into()).unwrap()).unwrap();
         let t = Instant::now();
-        assert!(acc.next(Some(t + Duration::from_millis(100))).unwrap().is_none());
+        assert!(acc.next(Some(t + Duration::from_millis(100)), &String::new).unwrap().is_none());
         assert!(t.elapsed() >= Duration::from_millis(100));
         let gone = acc.local_addr().unwrap();
         drop(acc);

@@ -101,6 +101,17 @@ impl<C: Copy + Debug> RootState<C> {
         Some(Action::Complete { conns, table })
     }
 
+    /// What the root is waiting for, for progress lines: the ranks not registered yet.
+    pub fn waiting_for(&self) -> String {
+        match self.nranks {
+            None => "the first rank to register with the root".into(),
+            Some((n, _)) => {
+                let missing: Vec<usize> = (0..n).filter(|&r| self.slots[r].is_none()).collect();
+                format!("rank(s) {missing:?} to register with the root ({} of {n} in)", n - missing.len())
+            }
+        }
+    }
+
     /// Reports the missing ranks once the deadline has passed.
     pub fn poll(&mut self, now: Instant) -> Option<Action<C>> {
         let (_, timeout) = self.first?;
@@ -141,7 +152,8 @@ fn run(mut acceptor: Acceptor, magic: u64, addr: SocketAddr) {
         if let Some(action) = state.poll(Instant::now()) {
             return perform(action, &mut conns);
         }
-        let arrival = match acceptor.next(state.deadline()) {
+        let waiting_for = || state.waiting_for();
+        let arrival = match acceptor.next(state.deadline(), &waiting_for) {
             Ok(Some(a)) => a,
             Ok(None) => continue,
             Err(e) => {
