@@ -139,12 +139,16 @@ elif [ $REFCOLL = 1 ]; then
 fi
 
 # --- (a2) a rank 12 s late to its first collective (lazy init): both libraries must wait for it.
-# Each rank gets its own NCCL_HOSTID, so NVIDIA's NCCL runs it on one GPU too (over sockets).
+# With fewer GPUs than ranks, NVIDIA's run gives each rank its own NCCL_HOSTID so that it accepts
+# them on one GPU (it then connects them over sockets).
 late_step() {  # late_step ours|ref
-  local lib=$1 name=late_rank_$1
+  local lib=$1 name=late_rank_$1 hostid=()
   local envv=("${OURS_ENV[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP)
-  [ "$lib" = ref ] && envv=("${REF_ENV[@]}" NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=lo)
-  step "$name" late 120 "${envv[@]}" "${TR[@]}" $T/late_rank.py --delay 12 --hostid-per-rank || return 0
+  if [ "$lib" = ref ]; then
+    envv=("${REF_ENV[@]}" NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=lo)
+    [ "$NG" -lt "$NPROC" ] && hostid=(--hostid-per-rank)
+  fi
+  step "$name" late 120 "${envv[@]}" "${TR[@]}" $T/late_rank.py --delay 12 "${hostid[@]}" || return 0
   local f=$LOG/$name.log
   local okn=$(grep -c '^RESULT rank=[0-9]* ok=yes' "$f") waited=$(grep -o 'waited_s=[0-9.]*' "$f" | sort -t= -k2 -n | tail -n 1)
   local proof=$(lib_proof "$f") res=${RESULTS[$((${#RESULTS[@]} - 1))]}
