@@ -6,6 +6,7 @@
 //! so a stale or garbage `ncclComm_t` is reported instead of dereferenced.
 
 use crate::abi::{self, fnDevComm, fnKernelArgs, fnRing, FN_NTHREADS};
+use crate::bootstrap::liveness::Watcher;
 use crate::bootstrap::{Bootstrap, BootstrapId};
 use crate::cuda::{self, module, Context, CUstream, DeviceBuffer, Event, HostMapped};
 use crate::enqueue::{CommShape, DevOp, Launch};
@@ -15,7 +16,7 @@ use crate::transport::p2p::{self, ConnPlan, P2pTransport};
 use crate::types::{ncclComm_t, ncclDataType_t, ncclResult_t, NCCL_SPLIT_NOCOLOR};
 use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 crate::int_param!(
@@ -153,8 +154,9 @@ struct Resources {
     dev_comm: DeviceBuffer,
     _conns: DeviceBuffer,
     _ring_ranks: DeviceBuffer,
-    /// [abort requested by the host, error reported by the device]
-    flags: HostMapped,
+    /// [abort requested by the host, error reported by the device]; shared with the liveness
+    /// watcher, which raises the abort flag when a peer is lost.
+    flags: Arc<HostMapped>,
 }
 
 const FLAG_ABORT: usize = 0;
@@ -209,6 +211,11 @@ pub struct Comm {
     pub user_ops: Mutex<Vec<Option<UserOp>>>,
     pub registrations: Mutex<HashSet<usize>>,
     watchdog: Duration,
+    /// Set once, by the liveness watcher, when a rank of this communicator is lost: what was lost
+    /// and how it was noticed.
+    lost: Arc<OnceLock<String>>,
+    /// Watches the ring neighbours (bootstrap::liveness); stopped first when the comm goes.
+    watcher: Option<Watcher>,
     /// The GPU side; `None` only for communicators that unit tests build without a GPU to
     /// exercise argument checking.
     gpu: Option<Gpu>,
@@ -246,6 +253,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
             b[..n].copy_from_slice(&s.as_bytes()[..n]);
             b
         },
+        host: PeerInfo::host_field(&crate::debug::host_name()),
     };
     let peers: Vec<PeerInfo> =
         bootstrap.allgather(&me.encode())?.iter().map(|b| PeerInfo::decode(b)).collect::<Result<_>>()?;
@@ -296,7 +304,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let ring_ranks_host: Vec<i32> = ring.user_ranks.iter().map(|&r| r as i32).collect();
     let ring_ranks = DeviceBuffer::zeroed(4 * nranks)?;
     ring_ranks.write(0, &ring_ranks_host)?;
-    let flags = HostMapped::zeroed(2)?;
+    let flags = Arc::new(HostMapped::zeroed(2)?);
     let watchdog = Duration::from_millis(watchdog_timeout_ms().max(0) as u64);
 
     let mut dc = fnDevComm {
@@ -323,6 +331,20 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     dev_comm.write(0, std::slice::from_ref(&dc))?;
     // Nobody launches until every peer has mapped everyone's buffers.
     bootstrap.barrier()?;
+    // From here on a lost peer stops our kernels and is reported by name, within the heartbeat
+    // timeout at worst, instead of leaving them to the watchdog.
+    let lost = Arc::new(OnceLock::new());
+    let watcher = {
+        let (lost, flags) = (lost.clone(), flags.clone());
+        let names: Vec<String> = peers.iter().map(PeerInfo::describe).collect();
+        bootstrap.watch(
+            move |r| names.get(r).cloned().unwrap_or_else(|| format!("rank {r}")),
+            move |l| {
+                let _ = lost.set(l.text);
+                flags.set(FLAG_ABORT, 1);
+            },
+        )?
+    };
 
     crate::nccl_info!(
         crate::debug::Subsys::INIT,
@@ -343,6 +365,8 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),
         watchdog,
+        lost,
+        watcher,
         gpu: Some(Gpu {
             launch_state: Mutex::new(LaunchState { last: Event::new()?, last_stream: None }),
             copy_marks: [Event::new()?, Event::new()?],
@@ -418,6 +442,8 @@ impl Comm {
             user_ops: Mutex::new(Vec::new()),
             registrations: Mutex::new(HashSet::new()),
             watchdog: Duration::ZERO,
+            lost: Arc::new(OnceLock::new()),
+            watcher: None,
             gpu: None,
             leak: std::sync::atomic::AtomicBool::new(false),
         }
@@ -430,8 +456,15 @@ impl Comm {
         }
     }
 
-    /// Fails if a kernel reported a timeout or the communicator was aborted.
+    /// Fails if a peer was lost, a kernel reported a timeout, or the communicator was aborted.
     pub fn check_health(&self) -> Result<()> {
+        if let Some(what) = self.lost.get() {
+            return Err(Error::Remote(format!(
+                "rank {}: this communicator lost {what}; its operations were stopped. Abort it (ncclCommAbort), \
+                 or shrink it (ncclCommShrink) to go on without that rank",
+                self.rank
+            )));
+        }
         let Ok((_, res)) = self.gpu() else { return Ok(()) };
         let flags = &res.flags;
         if flags.get(FLAG_ABORT) != 0 {
@@ -569,6 +602,9 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
+        // Goodbye to the neighbours first (an orderly exit is not a loss), and the watcher's hold
+        // on the flags ends before they are freed.
+        drop(self.watcher.take());
         let Some(mut gpu) = self.gpu.take() else { return };
         if self.leak.load(std::sync::atomic::Ordering::Relaxed) {
             std::mem::forget(gpu.res.take());

@@ -11,6 +11,7 @@
 //! `mailbox`); the sockets live in [`net`] and the thin edges here and in [`root::spawn`].
 
 pub mod id;
+pub mod liveness;
 mod mailbox;
 pub mod net;
 pub mod root;
@@ -106,6 +107,8 @@ pub struct Bootstrap {
     listen: SocketAddr,
     /// `None` for a single rank.
     ring: Option<Mutex<Ring>>,
+    /// The liveness links until [`Bootstrap::watch`] takes them; `None` for a single rank.
+    liveness: Mutex<Option<(FrameStream, FrameStream)>>,
     acceptor: Mutex<Acceptor>,
     mailbox: Mutex<Mailbox>,
     /// Next p2p sequence number per (peer, tag).
@@ -133,9 +136,12 @@ impl Bootstrap {
         let peers = register(id, rank, nranks, listen, timeout, start)?;
         let me = Me { magic: id.magic, rank, nranks };
         let mailbox = Mutex::new(Mailbox::default());
-        let ring = match nranks {
-            1 => None,
-            _ => Some(Mutex::new(connect_ring(me, &peers, &mut acceptor, &mailbox, timeout)?)),
+        let (ring, liveness) = match nranks {
+            1 => (None, None),
+            _ => {
+                let links = connect_ring(me, &peers, &mut acceptor, &mailbox, timeout)?;
+                (Some(Mutex::new(links.ring)), Some(links.liveness))
+            }
         };
         crate::nccl_info!(
             Subsys::BOOTSTRAP,
@@ -149,6 +155,7 @@ impl Bootstrap {
             peers,
             listen,
             ring,
+            liveness: Mutex::new(liveness),
             acceptor: Mutex::new(acceptor),
             mailbox,
             send_seq: Mutex::new(HashMap::new()),
@@ -171,6 +178,18 @@ impl Bootstrap {
     /// Where this rank accepts ring and p2p connections.
     pub fn listen_addr(&self) -> SocketAddr {
         self.listen
+    }
+
+    /// Starts watching the ring neighbours for the rest of this bootstrap's life
+    /// ([`liveness`]); `on_lost` hears once of the first rank lost anywhere in the ring. `None` for
+    /// a single rank, or when called a second time.
+    pub fn watch(
+        &self,
+        describe: impl Fn(usize) -> String + Send + 'static,
+        on_lost: impl FnOnce(liveness::Lost) + Send + 'static,
+    ) -> Result<Option<liveness::Watcher>> {
+        let Some(links) = self.liveness.lock().take() else { return Ok(None) };
+        liveness::Watcher::start(self.me.rank, self.me.nranks, links, describe, on_lost).map(Some)
     }
 
     /// Every rank's bytes, indexed by rank (lengths may differ between ranks). Ring-based: in
@@ -377,7 +396,15 @@ fn register(
     root::check_reply(reply, rank, nranks, root)
 }
 
-/// Opens the link to the next rank and waits for the previous rank's, stashing any p2p
+/// The two links a rank keeps with each ring neighbour: the ring (bootstrap collectives) and the
+/// liveness link (heartbeats, watched by [`liveness`] for the communicator's life).
+struct Links {
+    ring: Ring,
+    /// (to next, from prev)
+    liveness: (FrameStream, FrameStream),
+}
+
+/// Opens both links to the next rank and waits for the previous rank's two, stashing any p2p
 /// message that arrives first (a faster peer may already be sending to us).
 fn connect_ring(
     me: Me,
@@ -385,32 +412,47 @@ fn connect_ring(
     acceptor: &mut Acceptor,
     mailbox: &Mutex<Mailbox>,
     timeout: Duration,
-) -> Result<Ring> {
+) -> Result<Links> {
     let deadline = Instant::now() + timeout;
     let (next, prev) = ((me.rank + 1) % me.nranks, (me.rank + me.nranks - 1) % me.nranks);
-    let what = format!(
-        "bootstrap: rank {} could not open its ring link to rank {next} at {} (did rank {next} fail?)",
-        me.rank, peers[next]
-    );
-    let mut out = FrameStream::connect(peers[next], deadline).map_err(|e| e.context(&what))?;
-    out.set_label(format!("rank {next} (ring next)"));
-    out.send(&Msg::Hello { magic: me.magic, from: me.rank as u32, link: LinkKind::Ring }, deadline)
-        .map_err(|e| e.context(&what))?;
-    let waiting_for = || format!("rank {prev} to open its ring link to rank {}", me.rank);
-    loop {
-        match acceptor.next(Some(deadline), &waiting_for)? {
-            Some(arrival) => {
-                if let Some(mut inp) = admit(me, mailbox, arrival, deadline, Some(prev)) {
-                    inp.set_label(format!("rank {prev} (ring prev)"));
-                    return Ok(Ring { next: out, prev: inp, op: 0 });
-                }
-            }
-            None => return Err(Error::System(format!(
-                "bootstrap: rank {prev} did not open its ring link to rank {} within {timeout:?}; it may have failed",
+    let open = |link: LinkKind| {
+        let what = format!(
+            "bootstrap: rank {} could not open its {link:?} link to rank {next} at {} (did rank {next} fail?)",
+            me.rank, peers[next]
+        );
+        let mut out = FrameStream::connect(peers[next], deadline).map_err(|e| e.context(&what))?;
+        out.set_label(format!("rank {next} (ring next)"));
+        out.send(&Msg::Hello { magic: me.magic, from: me.rank as u32, link }, deadline)
+            .map_err(|e| e.context(&what))?;
+        Ok::<_, Error>(out)
+    };
+    let (ring_out, live_out) = (open(LinkKind::Ring)?, open(LinkKind::Liveness)?);
+    let (mut ring_in, mut live_in) = (None, None);
+    let waiting_for = || format!("rank {prev} to open its ring links to rank {}", me.rank);
+    while ring_in.is_none() || live_in.is_none() {
+        let Some(arrival) = acceptor.next(Some(deadline), &waiting_for)? else {
+            return Err(Error::System(format!(
+                "bootstrap: rank {prev} did not open its ring links to rank {} within {timeout:?}; it may have failed",
                 me.rank
-            ))),
+            )));
+        };
+        match admit(me, mailbox, arrival, deadline, Some(prev)) {
+            Some((LinkKind::Ring, mut s)) if ring_in.is_none() => {
+                s.set_label(format!("rank {prev} (ring prev)"));
+                ring_in = Some(s);
+            }
+            Some((LinkKind::Liveness, mut s)) if live_in.is_none() => {
+                s.set_label(format!("rank {prev} (ring prev)"));
+                live_in = Some(s);
+            }
+            Some((kind, _)) => crate::nccl_warn!("Bootstrap rank {}: dropped a second {kind:?} link from rank {prev}", me.rank),
+            None => {}
         }
     }
+    Ok(Links {
+        ring: Ring { next: ring_out, prev: ring_in.expect("loop ends when set"), op: 0 },
+        liveness: (live_out, live_in.expect("loop ends when set")),
+    })
 }
 
 /// Screens a connection on a rank's listener: a p2p message goes to the mailbox, the expected
@@ -422,14 +464,14 @@ fn admit(
     a: Arrival,
     deadline: Instant,
     ring_from: Option<usize>,
-) -> Option<FrameStream> {
+) -> Option<(LinkKind, FrameStream)> {
     let Arrival { mut conn, from: addr, msg } = a;
     let here = me.rank;
     match msg {
         Msg::Hello { magic, from, link } if magic == me.magic && (from as usize) < me.nranks => match link {
-            LinkKind::Ring if ring_from == Some(from as usize) => Some(conn),
-            LinkKind::Ring => {
-                crate::nccl_warn!("Bootstrap rank {here}: dropped an unexpected ring link from rank {from} ({addr})");
+            LinkKind::Ring | LinkKind::Liveness if ring_from == Some(from as usize) => Some((link, conn)),
+            LinkKind::Ring | LinkKind::Liveness => {
+                crate::nccl_warn!("Bootstrap rank {here}: dropped an unexpected {link:?} link from rank {from} ({addr})");
                 None
             }
             LinkKind::P2p => {

@@ -266,7 +266,7 @@ impl NetError {
 }
 
 /// Waits until one of `fds` is ready or `timeout` passes (`None`: no limit). EINTR is a wake-up.
-fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
+pub(super) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
     // Round up, so a sub-millisecond remainder sleeps instead of spinning.
     let ms = timeout.map_or(-1, |t| t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int);
     // SAFETY: fds is a valid, initialised slice of pollfd for the whole call.
@@ -278,7 +278,7 @@ fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
     }
 }
 
-fn pollfd(fd: &impl AsRawFd, events: libc::c_short) -> libc::pollfd {
+pub(super) fn pollfd(fd: &impl AsRawFd, events: libc::c_short) -> libc::pollfd {
     libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 }
 }
 
@@ -347,6 +347,20 @@ impl FrameStream {
         self.peer
     }
 
+    /// The next frame if one has fully arrived, without waiting: for a caller that polls
+    /// several streams at once (see [`AsRawFd`]).
+    pub fn try_recv(&mut self, max_body: usize) -> std::result::Result<Option<Msg>, NetError> {
+        loop {
+            if let Some((msg, used)) = wire::decode(&self.buf, max_body)? {
+                self.buf.drain(..used);
+                return Ok(Some(msg));
+            }
+            if !read_some(&self.stream, &mut self.buf, max_body)? {
+                return Ok(None);
+            }
+        }
+    }
+
     pub fn send(&mut self, msg: &Msg, deadline: Instant) -> std::result::Result<(), NetError> {
         self.send_bytes(&wire::encode(msg), deadline)
     }
@@ -371,6 +385,12 @@ impl FrameStream {
         deadline: Instant,
     ) -> std::result::Result<Msg, NetError> {
         pump(Some((out, bytes)), Some((inp, max_body)), deadline)?.ok_or(NetError::Timeout)
+    }
+}
+
+impl AsRawFd for FrameStream {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.stream.as_raw_fd()
     }
 }
 

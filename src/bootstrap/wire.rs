@@ -26,6 +26,9 @@ pub enum LinkKind {
     Ring,
     /// One point-to-point message, then the sender closes.
     P2p,
+    /// The link to the next rank that the liveness watcher (`liveness`) keeps for the
+    /// communicator's life: heartbeats, a goodbye, news of a lost rank.
+    Liveness,
 }
 
 /// Why the root refused or ended a registration.
@@ -218,6 +221,7 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             body.push(match link {
                 LinkKind::Ring => 0,
                 LinkKind::P2p => 1,
+                LinkKind::Liveness => 2,
             });
             KIND_HELLO
         }
@@ -324,6 +328,7 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Msg, WireError> {
             link: match r.u8("hello link kind")? {
                 0 => LinkKind::Ring,
                 1 => LinkKind::P2p,
+                2 => LinkKind::Liveness,
                 x => return Err(WireError::Malformed(format!("unknown link kind {x}"))),
             },
         },
@@ -364,6 +369,7 @@ mod tests {
             Msg::Refused { reason: RefuseReason::Missing, text: String::new() },
             Msg::Hello { magic: u64::MAX, from: 7, link: LinkKind::Ring },
             Msg::Hello { magic: 42, from: 0, link: LinkKind::P2p },
+            Msg::Hello { magic: 9, from: 3, link: LinkKind::Liveness },
             Msg::Data { tag: 9, seq: 1 << 40, payload: vec![] },
             Msg::Data { tag: u32::MAX, seq: 0, payload: (0..=255).collect() },
         ]

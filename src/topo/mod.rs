@@ -16,10 +16,12 @@ pub struct PeerInfo {
     pub dev: i32,
     /// PCI bus id of the GPU, NUL-padded: identifies the GPU across processes.
     pub bus_id: [u8; 16],
+    /// Host name, NUL-padded and cut to fit: only for messages that name a rank.
+    pub host: [u8; 32],
 }
 
 impl PeerInfo {
-    pub const BYTES: usize = 4 + 8 + 4 + 4 + 16;
+    pub const BYTES: usize = 4 + 8 + 4 + 4 + 16 + 32;
 
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::BYTES);
@@ -28,6 +30,7 @@ impl PeerInfo {
         v.extend_from_slice(&self.pid.to_le_bytes());
         v.extend_from_slice(&self.dev.to_le_bytes());
         v.extend_from_slice(&self.bus_id);
+        v.extend_from_slice(&self.host);
         v
     }
 
@@ -42,6 +45,7 @@ impl PeerInfo {
             pid: u32_at(12),
             dev: u32_at(16) as i32,
             bus_id: b[20..36].try_into().unwrap(),
+            host: b[36..68].try_into().unwrap(),
         })
     }
 
@@ -55,6 +59,23 @@ impl PeerInfo {
 
     pub fn bus_id_str(&self) -> String {
         String::from_utf8_lossy(&self.bus_id).trim_end_matches('\0').to_string()
+    }
+
+    /// "rank 3 (host h, pid 777)": how messages name a rank.
+    pub fn describe(&self) -> String {
+        let host = String::from_utf8_lossy(&self.host).trim_end_matches('\0').to_string();
+        format!("rank {} (host {host}, pid {})", self.rank, self.pid)
+    }
+
+    /// A host name in the fixed-size field, cut at a character boundary.
+    pub fn host_field(name: &str) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        let mut end = name.len().min(out.len());
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        out[..end].copy_from_slice(&name.as_bytes()[..end]);
+        out
     }
 }
 
@@ -130,7 +151,7 @@ mod tests {
     fn peer(rank: u32, host: u64, pid: u32, bus: &str) -> PeerInfo {
         let mut bus_id = [0u8; 16];
         bus_id[..bus.len()].copy_from_slice(bus.as_bytes());
-        PeerInfo { rank, host_hash: host, pid, dev: 0, bus_id }
+        PeerInfo { rank, host_hash: host, pid, dev: 0, bus_id, host: PeerInfo::host_field("h") }
     }
 
     #[test]

@@ -1,0 +1,265 @@
+//! Dead-peer detection for a communicator's whole life.
+//!
+//! At init every rank opens one extra link to its ring successor (`LinkKind::Liveness`), so each
+//! rank holds one to each ring neighbour. [`Watcher`] owns them on a thread of its own that sends
+//! a heartbeat on both every [`HEARTBEAT_EVERY`] and reads whatever comes back:
+//! - the link closing without a goodbye (the process died: the kernel closes its sockets) means
+//!   that neighbour is lost, noticed at once on any host;
+//! - no heartbeat for the heartbeat timeout (a host that vanished, a network that dropped) means
+//!   the same, noticed within that timeout;
+//! - a [`TAG_LOST`] frame carries news of a rank lost further round the ring.
+//!
+//! The first loss is reported once through the callback, forwarded to the other neighbour, and
+//! the watcher stops; closing its links then passes the news on round the ring, so every survivor
+//! learns which rank was lost, not just that its neighbour left. A rank that destroys its
+//! communicator sends [`TAG_BYE`] first, so an orderly exit is never taken for a death.
+//!
+//! Frames are bootstrap `Data` frames from a peer that passed the magic check at init; their
+//! bodies are still bounded ([`MAX_BODY`]) and their text cut before it is logged.
+
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use super::net::{self, FrameStream, NetError};
+use super::wire::{self, Msg};
+use crate::error::{Error, Result};
+
+/// How often each rank tells its neighbours it is alive.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+
+crate::int_param!(
+    /// FERRONICKEL_HEARTBEAT_TIMEOUT_MS: a neighbour silent this long is taken for lost (0: only a
+    /// closed connection counts). Heartbeats come from a thread of their own, so a busy or
+    /// time-sliced process still sends them; a process stopped in a debugger does not.
+    heartbeat_timeout_ms, "FERRONICKEL_HEARTBEAT_TIMEOUT_MS", 5000
+);
+
+/// Frame tags on a liveness link.
+pub const TAG_HEARTBEAT: u32 = 1;
+/// The sender is leaving on purpose (ncclCommDestroy): stop watching it.
+pub const TAG_BYE: u32 = 2;
+/// Payload: the lost rank (u32 little-endian), then UTF-8 text saying how it was noticed.
+pub const TAG_LOST: u32 = 3;
+/// Largest liveness frame body accepted.
+pub const MAX_BODY: usize = 4096;
+/// Longest text carried in a [`TAG_LOST`] frame.
+const MAX_TEXT: usize = 1024;
+
+/// A rank found lost, and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lost {
+    pub rank: usize,
+    pub text: String,
+}
+
+/// The watcher's view of one neighbour link.
+struct Side {
+    link: FrameStream,
+    /// The rank at the other end.
+    peer: usize,
+    heard: Instant,
+    /// Closed after a goodbye: nothing more to watch here.
+    done: bool,
+}
+
+/// The thread that watches both neighbour links; dropping it says goodbye and stops it.
+pub struct Watcher {
+    wake: UnixStream,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// Starts watching. `describe(rank)` names a rank in messages (host, pid); `on_lost` is called
+    /// at most once, from the watcher thread.
+    pub fn start(
+        me: usize,
+        nranks: usize,
+        links: (FrameStream, FrameStream),
+        describe: impl Fn(usize) -> String + Send + 'static,
+        on_lost: impl FnOnce(Lost) + Send + 'static,
+    ) -> Result<Watcher> {
+        let (wake, asleep) = UnixStream::pair()?;
+        asleep.set_nonblocking(true)?;
+        let now = Instant::now();
+        let (next, prev) = ((me + 1) % nranks, (me + nranks - 1) % nranks);
+        let sides = [
+            Side { link: links.0, peer: next, heard: now, done: false },
+            Side { link: links.1, peer: prev, heard: now, done: false },
+        ];
+        let timeout = Duration::from_millis(heartbeat_timeout_ms().max(0) as u64);
+        let thread = std::thread::Builder::new()
+            .name("nccl-liveness".into())
+            .spawn(move || watch(me, sides, asleep, timeout, describe, on_lost))
+            .map_err(|e| Error::System(format!("liveness: cannot start the watcher thread: {e}")))?;
+        Ok(Watcher { wake, thread: Some(thread) })
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        // Any byte (or the close) wakes the thread, which says goodbye on its links and exits.
+        let _ = std::io::Write::write(&mut self.wake, &[1]);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What one look at a link found.
+enum Event {
+    Quiet,
+    Lost(Lost),
+}
+
+fn watch(
+    me: usize,
+    mut sides: [Side; 2],
+    mut asleep: UnixStream,
+    timeout: Duration,
+    describe: impl Fn(usize) -> String,
+    on_lost: impl FnOnce(Lost),
+) {
+    let heartbeat = wire::encode_data(TAG_HEARTBEAT, 0, &[]);
+    let mut next_beat = Instant::now();
+    loop {
+        let now = Instant::now();
+        if now >= next_beat {
+            // A full socket buffer means the peer has not read for a very long time.
+            let failed = sides.iter_mut().filter(|s| !s.done).find_map(|s| {
+                let e = s.link.send_bytes(&heartbeat, now + HEARTBEAT_EVERY).err()?;
+                let text = format!("{} stopped taking heartbeats from rank {me} ({e})", describe(s.peer));
+                Some(Lost { rank: s.peer, text })
+            });
+            if let Some(lost) = failed {
+                return report(me, &mut sides, lost, on_lost);
+            }
+            next_beat = now + HEARTBEAT_EVERY;
+        }
+        let mut fds = vec![net::pollfd(&asleep, libc::POLLIN)];
+        fds.extend(sides.iter().map(|s| net::pollfd(&s.link, if s.done { 0 } else { libc::POLLIN })));
+        if let Err(e) = net::poll(&mut fds, Some(next_beat.saturating_duration_since(Instant::now()))) {
+            crate::nccl_warn!("Liveness watcher of rank {me} stops: poll failed: {e}");
+            return;
+        }
+        if fds[0].revents != 0 {
+            let bye = wire::encode_data(TAG_BYE, 0, &[]);
+            for s in sides.iter_mut().filter(|s| !s.done) {
+                let _ = s.link.send_bytes(&bye, Instant::now() + Duration::from_millis(100));
+            }
+            drop(std::io::Read::read(&mut asleep, &mut [0u8; 16]));
+            return;
+        }
+        for i in 0..2 {
+            match look(me, &mut sides[i], timeout, &describe) {
+                Event::Quiet => {}
+                Event::Lost(lost) => return report(me, &mut sides, lost, on_lost),
+            }
+        }
+        if sides.iter().all(|s| s.done) {
+            return;
+        }
+    }
+}
+
+/// Reads what one link has for us and checks its silence.
+fn look(me: usize, s: &mut Side, timeout: Duration, describe: &impl Fn(usize) -> String) -> Event {
+    if s.done {
+        return Event::Quiet;
+    }
+    loop {
+        match s.link.try_recv(MAX_BODY) {
+            Ok(None) => break,
+            Ok(Some(Msg::Data { tag: TAG_HEARTBEAT, .. })) => s.heard = Instant::now(),
+            Ok(Some(Msg::Data { tag: TAG_BYE, .. })) => {
+                crate::nccl_info!(
+                    crate::debug::Subsys::BOOTSTRAP,
+                    "Liveness: {} left the communicator (destroyed it); rank {me} stops watching it",
+                    describe(s.peer)
+                );
+                s.done = true;
+                return Event::Quiet;
+            }
+            Ok(Some(Msg::Data { tag: TAG_LOST, payload, .. })) => match decode_lost(&payload) {
+                Some(lost) => {
+                    let text = format!("{} (reported by {})", lost.text, describe(s.peer));
+                    return Event::Lost(Lost { rank: lost.rank, text });
+                }
+                None => {
+                    let text = format!("{} sent a malformed liveness frame", describe(s.peer));
+                    return Event::Lost(Lost { rank: s.peer, text });
+                }
+            },
+            Ok(Some(other)) => {
+                let text = format!("{} sent a {} frame on its liveness link", describe(s.peer), other.kind_name());
+                return Event::Lost(Lost { rank: s.peer, text });
+            }
+            Err(NetError::Closed) => {
+                let text = format!(
+                    "{} exited or was killed: its connection to rank {me} closed without a goodbye",
+                    describe(s.peer)
+                );
+                return Event::Lost(Lost { rank: s.peer, text });
+            }
+            Err(e) => {
+                let text = format!("{}: its liveness link to rank {me} failed ({e})", describe(s.peer));
+                return Event::Lost(Lost { rank: s.peer, text });
+            }
+        }
+    }
+    let silent = s.heard.elapsed();
+    if !timeout.is_zero() && silent > timeout {
+        let text = format!(
+            "{} sent no heartbeat to rank {me} for {:.1} s (FERRONICKEL_HEARTBEAT_TIMEOUT_MS={}): its host or the network is gone",
+            describe(s.peer),
+            silent.as_secs_f64(),
+            timeout.as_millis()
+        );
+        return Event::Lost(Lost { rank: s.peer, text });
+    }
+    Event::Quiet
+}
+
+/// Reports a loss, passes it to the neighbours still watched, and lets the links close.
+fn report(me: usize, sides: &mut [Side; 2], lost: Lost, on_lost: impl FnOnce(Lost)) {
+    crate::nccl_warn!("Rank {me}: lost {}", lost.text);
+    let frame = wire::encode_data(TAG_LOST, 0, &encode_lost(&lost));
+    for s in sides.iter_mut().filter(|s| !s.done && s.peer != lost.rank) {
+        let _ = s.link.send_bytes(&frame, Instant::now() + Duration::from_millis(200));
+    }
+    on_lost(lost);
+}
+
+pub fn encode_lost(lost: &Lost) -> Vec<u8> {
+    let mut end = lost.text.len().min(MAX_TEXT);
+    while !lost.text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = (lost.rank as u32).to_le_bytes().to_vec();
+    out.extend_from_slice(&lost.text.as_bytes()[..end]);
+    out
+}
+
+pub fn decode_lost(payload: &[u8]) -> Option<Lost> {
+    let (rank, text) = payload.split_first_chunk::<4>()?;
+    let text = String::from_utf8_lossy(text);
+    let text: String = text.chars().take(MAX_TEXT).collect();
+    Some(Lost { rank: u32::from_le_bytes(*rank) as usize, text })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_frames_round_trip_and_are_bounded() {
+        let l = Lost { rank: 7, text: "rank 7 (host h, pid 9) exited".into() };
+        assert_eq!(decode_lost(&encode_lost(&l)), Some(l));
+        let long = Lost { rank: 1, text: "é".repeat(4000) };
+        let enc = encode_lost(&long);
+        assert!(enc.len() <= 4 + MAX_TEXT, "{}", enc.len());
+        assert!(decode_lost(&enc).unwrap().text.chars().all(|c| c == 'é'));
+        assert_eq!(decode_lost(&[1, 2]), None);
+        let junk = decode_lost(&[2, 0, 0, 0, 0xff, 0xfe]).unwrap();
+        assert_eq!(junk.rank, 2);
+    }
+}
