@@ -9,7 +9,7 @@
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
 #   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
-#                      mpi,graph,leak,watchdog,examples,torch,bench   (e.g. --only check,graph)
+#                      mpi,graph,leak,watchdog,faults,examples,torch,bench   (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
 #   --bench-only       build + the A/B benchmark only
@@ -115,7 +115,7 @@ step() {
   local res=PASS
   case $rc in 0) ;; 124|137) res=TIMEOUT ;; *) res="FAIL($rc)" ;; esac
   local det
-  det=$(grep -E "^(OVERALL|SUMMARY|GRAPH:|LEAK:|WATCHDOG:|single_process:|mpi_per_gpu:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  det=$(grep -E "^(OVERALL|SUMMARY|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|single_process:|mpi_per_gpu:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
   record "$name" "$res" "$dt" "$det"
   echo "gpu_check:   -> $res in ${dt}s ${det}"
 }
@@ -127,6 +127,7 @@ build() {
   local pids=() rc=0 TO="timeout -k 5 300"
   $TO $NVCC $NVFLAGS -o "$BUILD/check" tests/gpu/check.cu $LINK -lpthread -ldl >"$LOG/build_check.log" 2>&1 & pids+=($!)
   $TO $NVCC $NVFLAGS -o "$BUILD/nccl_bench" benches/nccl_bench.cu $LINK -ldl >"$LOG/build_bench.log" 2>&1 & pids+=($!)
+  $TO $NVCC $NVFLAGS -o "$BUILD/faults" tests/gpu/faults.cu $LINK -lpthread >"$LOG/build_faults.log" 2>&1 & pids+=($!)
   if [ $HAVE_MPI = 1 ]; then
     $TO $NVCC -ccbin mpicxx -DCHECK_MPI $NVFLAGS -o "$BUILD/check_mpi" tests/gpu/check.cu $LINK -lpthread -ldl >"$LOG/build_check_mpi.log" 2>&1 & pids+=($!)
     $TO mpicc -O2 -Wall -I"$INC" -I"$CUDA/include" -o "$BUILD/mpi_per_gpu" examples/mpi_per_gpu.c $LINK -L"$CUDA/lib64" -lcudart >"$LOG/build_mpi_example.log" 2>&1 & pids+=($!)
@@ -199,6 +200,13 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   [ "$LIB" = ours ] && step watchdog watchdog 90 env NCCL_WATCHDOG_TIMEOUT_MS=2000 "$CHK" --watchdog --devs $PAIR
 else
   skip watchdog watchdog "reference NCCL has no device-side timeout"
+fi
+# A rank killed mid-collective: survivors see ncclRemoteError naming it within 2 s, shrink without
+# it and all-reduce, and abort within 1 s (tests/gpu/faults.cu). One process per rank.
+if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
+  DEVS4=0,0,0,0; [ "$NG" -ge 4 ] && DEVS4=0,1,2,3
+  step faults_2 faults 90 "$BUILD/faults" --devs $DEVS2
+  step faults_4 faults 90 "$BUILD/faults" --devs $DEVS4
 fi
 # examples
 if [ "$NG" -ge 1 ]; then
