@@ -202,11 +202,13 @@ else
   skip watchdog watchdog "reference NCCL has no device-side timeout"
 fi
 # A rank killed mid-collective: survivors see ncclRemoteError naming it within 2 s, shrink without
-# it and all-reduce, and abort within 1 s (tests/gpu/faults.cu). One process per rank.
+# it and all-reduce, and abort within 1 s; and revoke then shrink around a rank that never joins
+# (tests/gpu/faults.cu). One process per rank.
 if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
   DEVS4=0,0,0,0; [ "$NG" -ge 4 ] && DEVS4=0,1,2,3
   step faults_2 faults 90 "$BUILD/faults" --devs $DEVS2
   step faults_4 faults 90 "$BUILD/faults" --devs $DEVS4
+  step revoke_4 faults 90 "$BUILD/faults" --devs $DEVS4 --revoke
 fi
 # examples
 if [ "$NG" -ge 1 ]; then

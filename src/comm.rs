@@ -112,6 +112,12 @@ impl ncclComm {
     pub fn ready(&self) -> Result<Arc<Comm>> {
         match &*self.phase.lock() {
             Phase::Ready(c) => {
+                if c.is_revoked() {
+                    crate::bail_usage!(
+                        "communicator was revoked (ncclCommRevoke); only ncclCommShrink, ncclCommAbort, \
+                         ncclCommDestroy and queries are allowed now"
+                    );
+                }
                 c.check_health()?;
                 Ok(c.clone())
             }
@@ -216,6 +222,9 @@ pub struct Comm {
     lost: Arc<OnceLock<String>>,
     /// Watches the ring neighbours (bootstrap::liveness); stopped first when the comm goes.
     watcher: Option<Watcher>,
+    /// ncclCommRevoke was called: our kernels were stopped on purpose, and only shrink, abort,
+    /// destroy and queries are allowed.
+    revoked: std::sync::atomic::AtomicBool,
     /// The GPU side; `None` only for communicators that unit tests build without a GPU to
     /// exercise argument checking.
     gpu: Option<Gpu>,
@@ -367,6 +376,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         watchdog,
         lost,
         watcher,
+        revoked: std::sync::atomic::AtomicBool::new(false),
         gpu: Some(Gpu {
             launch_state: Mutex::new(LaunchState { last: Event::new()?, last_stream: None }),
             copy_marks: [Event::new()?, Event::new()?],
@@ -444,6 +454,7 @@ impl Comm {
             watchdog: Duration::ZERO,
             lost: Arc::new(OnceLock::new()),
             watcher: None,
+            revoked: std::sync::atomic::AtomicBool::new(false),
             gpu: None,
             leak: std::sync::atomic::AtomicBool::new(false),
         }
@@ -467,7 +478,7 @@ impl Comm {
         }
         let Ok((_, res)) = self.gpu() else { return Ok(()) };
         let flags = &res.flags;
-        if flags.get(FLAG_ABORT) != 0 {
+        if flags.get(FLAG_ABORT) != 0 && !self.is_revoked() {
             crate::bail_usage!("communicator was aborted");
         }
         match flags.get(FLAG_ERROR) {
@@ -584,6 +595,25 @@ impl Comm {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+    }
+
+    /// ncclCommRevoke: stops this rank's kernels (they see the abort flag) and waits, up to
+    /// `within`, until they have; from then on only shrink, abort, destroy and queries work. A
+    /// revoke is not an error: ncclCommGetAsyncError stays ncclSuccess unless a peer was lost.
+    pub fn revoke(&self, within: Duration) -> Result<()> {
+        self.revoked.store(true, std::sync::atomic::Ordering::Release);
+        self.request_abort();
+        if !self.wait_idle(Some(Instant::now() + within))? {
+            return Err(Error::System(format!(
+                "ncclCommRevoke: the kernels of rank {} did not stop within {within:?}",
+                self.rank
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Asks every running kernel of this communicator to stop.

@@ -166,6 +166,9 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
                 init::ncclCommShrink(comm, list.as_mut_ptr(), 1, &mut c, std::ptr::null_mut(), 0)
             }),
             case("Revoke bad flags", ncclInvalidArgument, "revokeFlags 0x1", move || init::ncclCommRevoke(comm, 1)),
+            case("Revoke NULL comm", ncclInvalidArgument, "ncclCommRevoke: comm is NULL", move || {
+                init::ncclCommRevoke(std::ptr::null_mut(), 0)
+            }),
             case("Count NULL comm", ncclInvalidArgument, "ncclCommCount: comm is NULL", move || query::ncclCommCount(std::ptr::null_mut(), outp)),
             case("Count NULL out", ncclInvalidArgument, "count is NULL", move || query::ncclCommCount(comm, std::ptr::null_mut())),
             case("Count garbage comm", ncclInvalidArgument, "is not a communicator created by this library", move || query::ncclCommCount(garbage, outp)),
@@ -362,4 +365,27 @@ fn error_strings_cover_every_code() {
     // SAFETY: as above.
     let s = unsafe { CStr::from_ptr(version::ncclGetErrorString(99)) };
     assert_eq!(s.to_str().unwrap(), "unknown result code");
+}
+
+#[test]
+fn a_revoked_comm_allows_only_queries_shrink_abort_and_destroy() {
+    let _l = crate::debug::LAST_ERROR_TEST_LOCK.lock();
+    let comms = fake_comms(2, 9);
+    let (c, host, stream) = (comms[0], 0x1000 as *mut c_void, std::ptr::null_mut());
+    // SAFETY: valid handles and out-pointers throughout; the buffers are never reached.
+    unsafe {
+        assert_eq!(init::ncclCommRevoke(c, 0), ncclSuccess);
+        assert_eq!(coll::ncclAllReduce(host, host, 4, ncclFloat32, ncclSum, c, stream), ncclInvalidUsage);
+        assert!(last_error().contains("was revoked (ncclCommRevoke)"), "{}", last_error());
+        assert_eq!(init::ncclCommFinalize(c), ncclInvalidUsage);
+        let (mut n, mut err) = (0, ncclInternalError);
+        assert_eq!(query::ncclCommCount(c, &mut n), ncclSuccess);
+        assert_eq!(n, 2);
+        assert_eq!(query::ncclCommGetAsyncError(c, &mut err), ncclSuccess);
+        assert_eq!(err, ncclSuccess, "a revoke is not an error");
+        assert_eq!(init::ncclCommRevoke(c, 0), ncclSuccess, "revoking twice is harmless");
+        for &c in &comms {
+            assert_eq!(init::ncclCommDestroy(c), ncclSuccess);
+        }
+    }
 }

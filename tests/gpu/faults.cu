@@ -9,9 +9,13 @@
 //   2. shrink the communicator without the victim (ncclCommShrink, NCCL_SHRINK_ABORT) and all-reduce
 //      on the new one, checked element by element;
 //   3. ncclCommAbort the old communicator within 1 s, and destroy the new one.
+// With --revoke nobody is killed: the last rank never joins the all-reduce, and every rank calls
+// ncclCommRevoke instead (it must return within 1 s and stop the stuck all-reduce; the revoked comm
+// must refuse new work with ncclInvalidUsage and report no async error); then the others shrink
+// without the last rank and all-reduce, as above, and the last rank destroys its communicator.
 // Prints "r<R> FAULT: PASS|FAIL ..." per survivor and "FAULTS: PASS|FAIL" last. Exit 0 on PASS.
 //
-// usage: faults [--devs 0,0,0,0] [--bound-s 2]
+// usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke]
 #include "common.cuh"
 
 #include <signal.h>
@@ -33,8 +37,10 @@ static double nowS() {
 // Shared between the parent and the ranks (MAP_SHARED before fork).
 struct Shared {
   std::atomic<int> ready;      // ranks that passed the first all-reduce and started the second
-  std::atomic<double> killAt;  // when the parent killed the victim (0 before)
+  std::atomic<double> killAt;  // when the parent killed the victim, or told every rank to revoke (0 before)
 };
+
+static bool gRevoke = false;
 
 static __global__ void fill(float* p, size_t n, float v) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
@@ -59,6 +65,8 @@ static long checkedAllReduce(ncclComm_t comm, int rank, int nranks, size_t n, cu
   return wrong;
 }
 
+static int shrinkAndFinish(ncclComm_t comm, int rank, int nranks, cudaStream_t s, bool ok, double after);
+
 static int rankMain(int rank, int nranks, int dev, ncclUniqueId id, Shared* sh, double bound) {
   const int victim = nranks - 1;
   CUDACHECK(cudaSetDevice(dev));
@@ -76,8 +84,27 @@ static int rankMain(int rank, int nranks, int dev, ncclUniqueId id, Shared* sh, 
   CUDACHECK(cudaMalloc(&out, big * 4));
   if (rank != victim) NCCLCHECK(ncclAllReduce(in, out, big, ncclFloat32, ncclSum, comm, s));
   sh->ready.fetch_add(1);
-  if (rank == victim) {
+  if (rank == victim && !gRevoke) {
     for (;;) pause();  // until killed
+  }
+  if (gRevoke) {
+    while (sh->killAt.load() == 0) usleep(1000);
+    const double t0 = nowS();
+    ncclResult_t rr = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+    const double tRevoke = nowS() - t0;
+    ncclResult_t again = ncclAllReduce(in, out, 16, ncclFloat32, ncclSum, comm, s);
+    ncclResult_t st = ncclInternalError;
+    NCCLCHECK(ncclCommGetAsyncError(comm, &st));
+    bool ok = rr == ncclSuccess && tRevoke <= 1.0 && again == ncclInvalidUsage && st == ncclSuccess;
+    printf("r%d ncclCommRevoke: %s in %.3f s; then ncclAllReduce: %s; async error: %s\n", rank, ncclGetErrorString(rr),
+           tRevoke, ncclGetErrorString(again), ncclGetErrorString(st));
+    if (rank == victim) {
+      NCCLCHECK(ncclCommDestroy(comm));
+      printf("r%d FAULT: %s (revoked, destroyed)\n", rank, ok ? "PASS" : "FAIL");
+      return ok ? 0 : 1;
+    }
+    if (!ok) printf("r%d revoke: FAIL\n", rank);
+    return shrinkAndFinish(comm, rank, nranks, s, ok && wrong == 0, 0);
   }
 
   // 1. The loss is reported, by name, soon after the kill.
@@ -97,7 +124,12 @@ static int rankMain(int rank, int nranks, int dev, ncclUniqueId id, Shared* sh, 
   bool ok = wrong == 0 && st == ncclRemoteError && after >= 0 && after <= bound && text.find(victimName) != std::string::npos;
   printf("r%d async error %s %.3f s after the kill; last error: %s\n", rank, ncclGetErrorString(st), after,
          text.c_str());
+  return shrinkAndFinish(comm, rank, nranks, s, ok, after);
+}
 
+// Steps 2 and 3 for a survivor: shrink without the last rank, all-reduce, abort the old comm.
+static int shrinkAndFinish(ncclComm_t comm, int rank, int nranks, cudaStream_t s, bool ok, double after) {
+  const int victim = nranks - 1;
   // 2. The survivors go on without the victim.
   ncclComm_t small = nullptr;
   int excluded[1] = {victim};
@@ -119,7 +151,7 @@ static int rankMain(int rank, int nranks, int dev, ncclUniqueId id, Shared* sh, 
   printf("r%d ncclCommAbort: %s in %.3f s\n", rank, ncclGetErrorString(ar), tAbort);
   ok &= ar == ncclSuccess && tAbort <= 1.0;
   if (small) NCCLCHECK(ncclCommDestroy(small));
-  printf("r%d FAULT: %s (detected %.3f s after the kill, bound %.1f s)\n", rank, ok ? "PASS" : "FAIL", after, bound);
+  printf("r%d FAULT: %s (detected %.3f s after the kill)\n", rank, ok ? "PASS" : "FAIL", after);
   fflush(stdout);
   return ok ? 0 : 1;
 }
@@ -135,8 +167,10 @@ int main(int argc, char** argv) {
       for (char* t = strtok(argv[++i], ","); t; t = strtok(nullptr, ",")) devs.push_back(atoi(t));
     } else if (a == "--bound-s" && i + 1 < argc) {
       bound = atof(argv[++i]);
+    } else if (a == "--revoke") {
+      gRevoke = true;
     } else {
-      fprintf(stderr, "usage: faults [--devs 0,0,0,0] [--bound-s 2]\n");
+      fprintf(stderr, "usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke]\n");
       return 2;
     }
   }
@@ -149,7 +183,8 @@ int main(int argc, char** argv) {
   Shared* sh = new (m) Shared();
   printf("# faults: %d ranks on devices", n);
   for (int d : devs) printf(" %d", d);
-  printf("; rank %d is killed during an all-reduce; bound %.1f s\n", n - 1, bound);
+  if (gRevoke) printf("; rank %d never joins an all-reduce, every rank revokes\n", n - 1);
+  else printf("; rank %d is killed during an all-reduce; bound %.1f s\n", n - 1, bound);
   fflush(stdout);
   std::vector<pid_t> pids(n);
   for (int r = 0; r < n; r++) {
@@ -165,7 +200,7 @@ int main(int argc, char** argv) {
   }
   usleep(200000);  // let the survivors' kernels start waiting on the victim
   sh->killAt = nowS();
-  kill(pids[n - 1], SIGKILL);
+  if (!gRevoke) kill(pids[n - 1], SIGKILL);
   int worst = 0;
   for (int r = 0; r < n; r++) {
     int st = 0;
@@ -180,10 +215,10 @@ int main(int argc, char** argv) {
       worst = 4;
       continue;
     }
-    if (r == n - 1) continue;  // the victim
+    if (r == n - 1 && !gRevoke) continue;  // the victim
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (code && !worst) worst = code;
   }
-  printf("FAULTS: %s (%d ranks, victim rank %d)\n", worst == 0 ? "PASS" : "FAIL", n, n - 1);
+  printf("FAULTS: %s (%d ranks, %s rank %d)\n", worst == 0 ? "PASS" : "FAIL", n, gRevoke ? "revoke, left out" : "killed", n - 1);
   return worst == 0 ? 0 : 1;
 }
