@@ -197,7 +197,10 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
     step check_threads_1gpu_2 check 300 "$CHK" --mode threads --devs 0,0 $Q --failures-only
     step leak_1gpu_2 leak 240 "$CHK" --leak --devs 0,0 --leak-iters $LI
   fi
-  [ "$LIB" = ours ] && step watchdog watchdog 90 env NCCL_WATCHDOG_TIMEOUT_MS=2000 "$CHK" --watchdog --devs $PAIR
+  # The hang report must name the rank that never entered the collective (rank 1).
+  [ "$LIB" = ours ] && step watchdog watchdog 90 bash -c '"${@:2}"; rc=$?; r=$(grep -h "hang report:" "$1" | tail -n 2); echo "$r"
+    [ $rc = 0 ] && grep -q "hang report: .*rank 1 (host .*never entered it" "$1"' _ "$LOG/watchdog.log" \
+    env NCCL_DEBUG=WARN NCCL_WATCHDOG_TIMEOUT_MS=2000 "$CHK" --watchdog --devs $PAIR
 else
   skip watchdog watchdog "reference NCCL has no device-side timeout"
 fi

@@ -11,6 +11,7 @@ use crate::bootstrap::{Bootstrap, BootstrapId};
 use crate::cuda::{self, module, Context, CUstream, DeviceBuffer, Event, HostMapped};
 use crate::enqueue::{CommShape, DevOp, Launch};
 use crate::error::{Error, Result};
+use crate::hang_report::{self, RankState};
 use crate::topo::{self, PeerInfo, Ring};
 use crate::transport::p2p::{self, ConnPlan, P2pTransport};
 use crate::types::{ncclComm_t, ncclDataType_t, ncclResult_t, NCCL_SPLIT_NOCOLOR};
@@ -170,7 +171,8 @@ const FLAG_ERROR: usize = 1;
 
 /// Orders our launches across streams and lets destroy/abort wait for them.
 struct LaunchState {
-    last: Event,
+    /// Shared with the liveness observer, which asks it whether our newest work finished.
+    last: Arc<Event>,
     last_stream: Option<usize>,
 }
 
@@ -203,6 +205,82 @@ pub enum CopyMark {
     Done = 1,
 }
 
+/// Our operations on the communicator so far, for hang reports: how many were issued and what
+/// the newest is (whether it finished, the observer asks the GPU).
+#[derive(Default)]
+struct Ops {
+    issued: std::sync::atomic::AtomicU64,
+    newest: Mutex<String>,
+    /// A hang report was already asked for after the device watchdog fired.
+    reported: std::sync::atomic::AtomicBool,
+}
+
+impl Ops {
+    fn issue(&self, what: String) {
+        *self.newest.lock() = what;
+        self.issued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// What a launch does, in a hang report: "AllReduce+Send 3 works".
+fn describe_works(works: &[abi::fnWork]) -> String {
+    const NAMES: [&str; 8] = ["AllReduce", "Reduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv", "Copy"];
+    let mut names: Vec<&str> = works.iter().map(|w| NAMES.get(w.type_ as usize).copied().unwrap_or("?")).collect();
+    names.dedup();
+    let elems: u64 = works.iter().map(|w| w.count).sum();
+    format!("{} ({} works, {elems} elements)", names.join("+"), works.len())
+}
+
+/// The communicator's side of its liveness watcher (bootstrap::liveness), on the watcher thread.
+struct Observer {
+    names: Vec<String>,
+    rank: usize,
+    lost: Arc<OnceLock<String>>,
+    flags: Arc<HostMapped>,
+    ops: Arc<Ops>,
+    ctx: Arc<Context>,
+    last: Arc<Event>,
+}
+
+impl crate::bootstrap::liveness::Observer for Observer {
+    fn describe(&self, rank: usize) -> String {
+        self.names.get(rank).cloned().unwrap_or_else(|| format!("rank {rank}"))
+    }
+
+    fn lost(&self, lost: crate::bootstrap::liveness::Lost) {
+        let _ = self.lost.set(lost.text);
+        self.flags.set(FLAG_ABORT, 1);
+    }
+
+    fn state(&self) -> String {
+        let finished = self.ctx.enter().and_then(|_g| self.last.is_done()).unwrap_or(false);
+        RankState {
+            rank: self.rank,
+            who: self.describe(self.rank),
+            issued: self.ops.issued.load(std::sync::atomic::Ordering::Relaxed),
+            finished,
+            what: self.ops.newest.lock().clone(),
+            timed_out: self.flags.get(FLAG_ERROR) == abi::FN_DEV_TIMEOUT,
+        }
+        .encode()
+    }
+
+    fn report(&self, lines: Vec<String>) {
+        let states: Vec<RankState> = lines.iter().filter_map(|l| RankState::decode(l)).collect();
+        for s in &states {
+            crate::nccl_info!(
+                crate::debug::Subsys::INIT,
+                "hang report: {} issued #{} ({}), {}",
+                s.who,
+                s.issued,
+                s.what,
+                if s.finished { "finished" } else { "not finished" }
+            );
+        }
+        crate::nccl_warn!("{}", hang_report::summarize(self.names.len(), &states));
+    }
+}
+
 /// An initialised communicator.
 pub struct Comm {
     pub rank: usize,
@@ -225,6 +303,8 @@ pub struct Comm {
     /// ncclCommRevoke was called: our kernels were stopped on purpose, and only shrink, abort,
     /// destroy and queries are allowed.
     revoked: std::sync::atomic::AtomicBool,
+    /// Our operations so far, for hang reports.
+    ops: Arc<Ops>,
     /// The GPU side; `None` only for communicators that unit tests build without a GPU to
     /// exercise argument checking.
     gpu: Option<Gpu>,
@@ -233,7 +313,7 @@ pub struct Comm {
 
 /// A communicator's context, device resources and launch ordering.
 struct Gpu {
-    ctx: Context,
+    ctx: Arc<Context>,
     launch_state: Mutex<LaunchState>,
     /// By [`CopyMark`].
     copy_marks: [Event; 2],
@@ -245,7 +325,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     cuda::init()?;
     let start = Instant::now();
     crate::debug::set_log_device(dev);
-    let ctx = cuda::primary_context(dev)?;
+    let ctx = Arc::new(cuda::primary_context(dev)?);
     let _guard = ctx.enter()?;
     let timeout = Duration::from_secs(crate::env::bootstrap_timeout_s().max(1) as u64);
     let bootstrap = Bootstrap::init(id, rank, nranks, timeout)?;
@@ -343,17 +423,20 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     // From here on a lost peer stops our kernels and is reported by name, within the heartbeat
     // timeout at worst, instead of leaving them to the watchdog.
     let lost = Arc::new(OnceLock::new());
-    let watcher = {
-        let (lost, flags) = (lost.clone(), flags.clone());
-        let names: Vec<String> = peers.iter().map(PeerInfo::describe).collect();
-        bootstrap.watch(
-            move |r| names.get(r).cloned().unwrap_or_else(|| format!("rank {r}")),
-            move |l| {
-                let _ = lost.set(l.text);
-                flags.set(FLAG_ABORT, 1);
-            },
-        )?
+    let ops = Arc::new(Ops::default());
+    let last = Arc::new(Event::new()?);
+    let observer = Observer {
+        names: peers.iter().map(PeerInfo::describe).collect(),
+        rank,
+        lost: lost.clone(),
+        flags: flags.clone(),
+        ops: ops.clone(),
+        ctx: ctx.clone(),
+        last: last.clone(),
     };
+    // One rank per host watches FERRONICKEL_HANG_REPORT_FILE, so one touch gives one report.
+    let first_on_host = peers.iter().filter(|p| p.host_hash == me.host_hash).map(|p| p.rank as usize).min() == Some(rank);
+    let watcher = bootstrap.watch(observer, first_on_host)?;
 
     crate::nccl_info!(
         crate::debug::Subsys::INIT,
@@ -377,8 +460,9 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         lost,
         watcher,
         revoked: std::sync::atomic::AtomicBool::new(false),
+        ops,
         gpu: Some(Gpu {
-            launch_state: Mutex::new(LaunchState { last: Event::new()?, last_stream: None }),
+            launch_state: Mutex::new(LaunchState { last, last_stream: None }),
             copy_marks: [Event::new()?, Event::new()?],
             res: Some(Resources { _transport: transport, dev_comm, _conns: conns, _ring_ranks: ring_ranks, flags }),
             ctx,
@@ -455,6 +539,7 @@ impl Comm {
             lost: Arc::new(OnceLock::new()),
             watcher: None,
             revoked: std::sync::atomic::AtomicBool::new(false),
+            ops: Arc::new(Ops::default()),
             gpu: None,
             leak: std::sync::atomic::AtomicBool::new(false),
         }
@@ -483,10 +568,18 @@ impl Comm {
         }
         match flags.get(FLAG_ERROR) {
             0 => Ok(()),
-            x if x == abi::FN_DEV_TIMEOUT => Err(Error::Remote(format!(
-                "rank {}: a collective waited more than {:?} (NCCL_WATCHDOG_TIMEOUT_MS) for a peer; a rank did not call it or called it with different arguments. Abort the communicator.",
-                self.rank, self.watchdog
-            ))),
+            x if x == abi::FN_DEV_TIMEOUT => {
+                if !self.ops.reported.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(w) = &self.watcher {
+                        w.request_report();
+                    }
+                }
+                Err(Error::Remote(format!(
+                    "rank {}: a collective waited more than {:?} (NCCL_WATCHDOG_TIMEOUT_MS) for a peer; a rank did not \
+                     call it or called it with different arguments (the hang report names who). Abort the communicator.",
+                    self.rank, self.watchdog
+                )))
+            }
             x => Err(Error::Internal(format!("rank {}: device reported error code {x}", self.rank))),
         }
     }
@@ -531,6 +624,7 @@ impl Comm {
                 e.wait(l.stream)?;
             }
             crate::nccl_trace!(crate::debug::Subsys::COLL, "rank {} launch {} grid {} works {}", self.rank, l.kernel, l.grid, l.works.len());
+            self.ops.issue(describe_works(&l.works));
             cuda::launch(kernel.0, l.grid, FN_NTHREADS, l.stream, &args)?;
             for (s, e) in l.joined.iter().zip(&joins) {
                 e.record(l.stream)?;
@@ -551,6 +645,7 @@ impl Comm {
         let capturing = cuda::is_capturing(stream)?;
         st.begin(stream, capturing)?;
         f()?;
+        self.ops.issue("copy-engine group".into());
         st.end(stream, capturing)
     }
 

@@ -16,6 +16,7 @@ pub mod copy_engine;
 pub mod cuda;
 pub mod enqueue;
 pub mod group;
+pub mod hang_report;
 pub mod topo;
 pub mod transport;
 pub mod tuner;

@@ -1,12 +1,14 @@
 //! Dead-peer detection (bootstrap::liveness) with real processes: a rank killed with SIGKILL, a
-//! rank frozen with SIGSTOP (its host "vanished": no close, only silence), and a rank that leaves
-//! in order. Every scenario runs at once and each is bounded in time.
+//! rank frozen with SIGSTOP (its host "vanished": no close, only silence), a rank that leaves in
+//! order; and hang reports pooled round the ring, asked for by a call and by a touched file. Every
+//! scenario runs at once and each is bounded in time.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use nccl::bootstrap::liveness::{Lost, Observer};
 use nccl::bootstrap::{new_unique_id, Bootstrap, BootstrapId};
 use nccl::types::ncclUniqueId;
 
@@ -14,38 +16,112 @@ const CHILD: &str = "FNL_CHILD";
 const HONEST: Duration = Duration::from_secs(20);
 /// A survivor must name a killed rank this fast (the bound).
 const KILL_BOUND: Duration = Duration::from_secs(2);
-/// The heartbeat timeout the frozen-rank scenario runs with, and the bound it must meet.
+/// The heartbeat timeout the frozen-rank scenario runs with, and the bound it must meet: the
+/// timeout, plus a heartbeat period (silence is checked at each beat), plus slack for a loaded
+/// machine.
 const HEARTBEAT_MS: u64 = 1500;
-const FREEZE_BOUND: Duration = Duration::from_millis(HEARTBEAT_MS + 1500);
+const FREEZE_BOUND: Duration = Duration::from_millis(HEARTBEAT_MS + 1000 + 2000);
 
-/// In a child: one rank that watches its neighbours and prints what it hears. Its mode says
-/// when it leaves: "stay" (until told of a loss, or 20 s), "leave" (in order, 1 s after ready).
+/// What a child's watcher told it.
+enum Heard {
+    Lost(Lost),
+    Report(Vec<String>),
+}
+
+struct TestObserver {
+    rank: usize,
+    tx: mpsc::Sender<Heard>,
+}
+
+impl Observer for TestObserver {
+    fn describe(&self, rank: usize) -> String {
+        format!("rank {rank} (test)")
+    }
+    fn lost(&self, lost: Lost) {
+        let _ = self.tx.send(Heard::Lost(lost));
+    }
+    fn state(&self) -> String {
+        format!("state of rank {}", self.rank)
+    }
+    fn report(&self, lines: Vec<String>) {
+        let _ = self.tx.send(Heard::Report(lines));
+    }
+}
+
+/// In a child: one rank that watches its neighbours and prints what it hears. Its mode says what
+/// it does: "stay" (until it hears something, or 20 s), "leave" (in order, 1 s after ready),
+/// "ask" (asks for a hang report), "file" (watches FERRONICKEL_HANG_REPORT_FILE), "hold" (like
+/// leave, but only once the asking rank has its report).
 fn child() {
     let var = |k: &str| std::env::var(k).unwrap();
     let id_bytes = std::fs::read(var("FNL_ID_FILE")).unwrap();
     let id = BootstrapId::from_unique_id(&ncclUniqueId::from_bytes(&id_bytes).unwrap()).unwrap();
     let (rank, n): (usize, usize) = (var("FNL_RANK").parse().unwrap(), var("FNL_NRANKS").parse().unwrap());
+    let mode = var("FNL_MODE");
     let b = Bootstrap::init(&id, rank, n, HONEST).unwrap();
     let (tx, rx) = mpsc::channel();
-    let w = b.watch(move |r| format!("rank {r} (test)"), move |lost| drop(tx.send(lost))).unwrap();
+    let w = b.watch(TestObserver { rank, tx }, mode == "file").unwrap().unwrap();
     b.barrier().unwrap();
     println!("READY {rank}");
-    let stay = match var("FNL_MODE").as_str() {
-        "leave" => Duration::from_secs(1),
-        _ => Duration::from_secs(20),
-    };
+    if mode == "ask" {
+        w.request_report();
+    }
+    let stay = if mode == "leave" || mode == "hold" { Duration::from_secs(1) } else { Duration::from_secs(20) };
     match rx.recv_timeout(stay) {
-        Ok(lost) => println!("LOST {} {}", lost.rank, lost.text),
+        Ok(Heard::Lost(lost)) => println!("LOST {} {}", lost.rank, lost.text),
+        Ok(Heard::Report(lines)) => println!("REPORT {}", lines.join(";")),
         Err(_) => println!("QUIET {rank}"),
+    }
+    if ["ask", "file", "hold"].contains(&mode.as_str()) {
+        b.barrier().unwrap(); // nobody leaves while the asking rank still waits for its report
     }
     drop(w);
     drop(b);
 }
 
-/// Lines from every child, tagged with the child's index and when they were read.
-type Lines = mpsc::Receiver<(usize, String, Instant)>;
+/// Lines from every child, tagged with the child's index and when they were read; lines that one
+/// wait passed over stay for the next ([`expect`]).
+struct Lines {
+    rx: mpsc::Receiver<(usize, String, Instant)>,
+    backlog: std::cell::RefCell<std::collections::VecDeque<(usize, String, Instant)>>,
+}
 
-fn spawn(modes: &[&str], env: &[(&str, String)]) -> (Vec<Child>, Lines) {
+impl Lines {
+    fn recv_timeout(&self, t: Duration) -> Result<(usize, String, Instant), mpsc::RecvTimeoutError> {
+        match self.backlog.borrow_mut().pop_front() {
+            Some(l) => Ok(l),
+            None => self.rx.recv_timeout(t),
+        }
+    }
+}
+
+/// The ranks of one scenario; whatever happens (a failed assertion included), they are killed
+/// and reaped when this goes, so no stopped child outlives the test.
+struct Ranks(Vec<Child>);
+
+impl std::ops::Deref for Ranks {
+    type Target = Vec<Child>;
+    fn deref(&self) -> &Vec<Child> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Ranks {
+    fn deref_mut(&mut self) -> &mut Vec<Child> {
+        &mut self.0
+    }
+}
+
+impl Drop for Ranks {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn spawn(modes: &[&str], env: &[(&str, String)]) -> (Ranks, Lines) {
     let id = new_unique_id().unwrap();
     let file = std::env::temp_dir().join(format!("fnl-id-{}-{:x}", std::process::id(), id.magic));
     std::fs::write(&file, id.to_unique_id().to_bytes()).unwrap();
@@ -77,17 +153,23 @@ fn spawn(modes: &[&str], env: &[(&str, String)]) -> (Vec<Child>, Lines) {
             c
         })
         .collect();
-    (children, rx)
+    (Ranks(children), Lines { rx, backlog: Default::default() })
 }
 
-/// Waits for a line from child `who` (any child if None) that starts with `prefix`.
+/// Waits for a line from child `who` (any child if None) that starts with `prefix`; other lines
+/// are kept for later waits.
 fn expect(lines: &Lines, who: Option<usize>, prefix: &str, within: Duration) -> (usize, String, Instant) {
+    let matches = |(r, l, _): &(usize, String, Instant)| l.starts_with(prefix) && who.is_none_or(|w| w == *r);
+    let held = lines.backlog.borrow().iter().position(matches);
+    if let Some(i) = held {
+        return lines.backlog.borrow_mut().remove(i).unwrap();
+    }
     let deadline = Instant::now() + within;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok((r, l, t)) if l.starts_with(prefix) && who.is_none_or(|w| w == r) => return (r, l, t),
-            Ok(_) => {}
+        match lines.rx.recv_timeout(left) {
+            Ok(l) if matches(&l) => return l,
+            Ok(l) => lines.backlog.borrow_mut().push_back(l),
             Err(_) => panic!("no {prefix:?} line from {who:?} within {within:?}"),
         }
     }
@@ -104,10 +186,23 @@ fn signal(c: &Child, sig: libc::c_int) {
     assert_eq!(unsafe { libc::kill(c.id() as libc::pid_t, sig) }, 0);
 }
 
-fn reap(mut children: Vec<Child>) {
-    for c in &mut children {
-        let _ = c.kill();
-        let _ = c.wait();
+/// Waits for child `r` to exit on its own, successfully, by `deadline`.
+fn exits_ok(c: &mut Child, r: usize, deadline: Instant) {
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            assert!(st.success(), "child {r} failed: {st}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "child {r} did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for every child to exit on its own, successfully, within 10 s.
+fn finish(mut children: Ranks) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for (r, c) in children.iter_mut().enumerate() {
+        exits_ok(c, r, deadline);
     }
 }
 
@@ -124,7 +219,6 @@ fn killed() {
         assert!(line.contains("rank 2 (test)") && line.contains("killed"), "rank {r}: {line}");
         assert!(t - t0 <= KILL_BOUND, "rank {r} heard of the loss {:?} after the kill", t - t0);
     }
-    reap(children);
 }
 
 /// Rank 1 of 2 freezes (no close, no heartbeats): rank 0 reports it after the heartbeat timeout.
@@ -137,7 +231,7 @@ fn frozen() {
     assert!(line.starts_with("LOST 1 ") && line.contains("no heartbeat"), "{line}");
     assert!(t - t0 <= FREEZE_BOUND, "heard of the freeze {:?} after it", t - t0);
     signal(&children[1], libc::SIGCONT);
-    reap(children);
+    drop(children);
 }
 
 /// Rank 1 of 3 leaves in order: nobody takes that for a loss.
@@ -145,12 +239,34 @@ fn departed() {
     let (mut children, lines) = spawn(&["stay", "leave", "stay"], &[]);
     ready(&lines, 3);
     expect(&lines, Some(1), "QUIET", Duration::from_secs(10));
-    assert!(children[1].wait().unwrap().success());
+    exits_ok(&mut children[1], 1, Instant::now() + Duration::from_secs(10));
     let quiet = Instant::now() + Duration::from_secs(3);
     while let Ok((r, l, _)) = lines.recv_timeout(quiet.saturating_duration_since(Instant::now())) {
         assert!(!l.starts_with("LOST"), "rank {r} took an orderly exit for a loss: {l}");
     }
-    reap(children);
+}
+
+/// Rank 0 of 3 asks for a hang report: every rank's state comes back, in ring order.
+fn report_on_request() {
+    let (children, lines) = spawn(&["ask", "hold", "hold"], &[]);
+    ready(&lines, 3);
+    let (_, line, _) = expect(&lines, Some(0), "REPORT", Duration::from_secs(10));
+    assert_eq!(line, "REPORT state of rank 0;state of rank 1;state of rank 2");
+    finish(children);
+}
+
+/// Touching FERRONICKEL_HANG_REPORT_FILE makes the rank that watches it report.
+fn report_on_touch() {
+    let file = std::env::temp_dir().join(format!("fnl-hang-{}", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let (children, lines) =
+        spawn(&["file", "hold", "hold"], &[("FERRONICKEL_HANG_REPORT_FILE", file.display().to_string())]);
+    ready(&lines, 3);
+    std::fs::write(&file, b"report please").unwrap();
+    let (_, line, _) = expect(&lines, Some(0), "REPORT", Duration::from_secs(10));
+    assert_eq!(line, "REPORT state of rank 0;state of rank 1;state of rank 2");
+    let _ = std::fs::remove_file(&file);
+    finish(children);
 }
 
 #[test]
@@ -158,7 +274,13 @@ fn dead_and_departed_peers() {
     if std::env::var(CHILD).is_ok() {
         return child();
     }
-    let runs = [std::thread::spawn(killed), std::thread::spawn(frozen), std::thread::spawn(departed)];
+    let runs = [
+        std::thread::spawn(killed),
+        std::thread::spawn(frozen),
+        std::thread::spawn(departed),
+        std::thread::spawn(report_on_request),
+        std::thread::spawn(report_on_touch),
+    ];
     for (i, r) in runs.into_iter().enumerate() {
         if let Err(p) = r.join() {
             eprintln!("liveness scenario {i} failed");

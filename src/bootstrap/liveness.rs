@@ -14,11 +14,19 @@
 //! learns which rank was lost, not just that its neighbour left. A rank that destroys its
 //! communicator sends [`TAG_BYE`] first, so an orderly exit is never taken for a death.
 //!
+//! The same links carry hang reports: a [`TAG_REPORT`] token started by one rank goes round the
+//! ring, each rank appending its state line ([`Observer::state`]), and comes back to its origin,
+//! which gets every line ([`Observer::report`]). A rank starts one when its communicator asks
+//! ([`Watcher::request_report`]: the device watchdog fired) or, if it watches the file named by
+//! `FERRONICKEL_HANG_REPORT_FILE`, when that file is touched.
+//!
 //! Frames are bootstrap `Data` frames from a peer that passed the magic check at init; their
 //! bodies are still bounded ([`MAX_BODY`]) and their text cut before it is logged.
 
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
 
 use super::net::{self, FrameStream, NetError};
 use super::wire::{self, Msg};
@@ -40,8 +48,36 @@ pub const TAG_HEARTBEAT: u32 = 1;
 pub const TAG_BYE: u32 = 2;
 /// Payload: the lost rank (u32 little-endian), then UTF-8 text saying how it was noticed.
 pub const TAG_LOST: u32 = 3;
-/// Largest liveness frame body accepted.
-pub const MAX_BODY: usize = 4096;
+/// Payload: the origin rank (u32 little-endian), then one state line per rank so far, '\n'-separated.
+pub const TAG_REPORT: u32 = 4;
+/// Largest report payload; a longer one stops growing (lines are dropped, and say so).
+const MAX_REPORT: usize = 1 << 20;
+/// Longest state line a rank adds.
+const MAX_LINE: usize = 512;
+/// Largest liveness frame body accepted (the data header, then a report).
+pub const MAX_BODY: usize = MAX_REPORT + 64;
+
+crate::str_param!(
+    /// FERRONICKEL_HANG_REPORT_FILE: touching this file asks for a hang report of every
+    /// communicator whose watcher watches it (the lowest rank of each host does).
+    hang_report_file, "FERRONICKEL_HANG_REPORT_FILE"
+);
+
+/// What the watcher needs from the communicator it serves; called from the watcher thread.
+pub trait Observer: Send + 'static {
+    /// How messages name a rank: "rank 3 (host h, pid 7)".
+    fn describe(&self, rank: usize) -> String;
+    /// The first rank lost anywhere in the ring; called at most once.
+    fn lost(&self, lost: Lost);
+    /// This rank's line in a hang report (one line, at most 512 bytes are kept).
+    fn state(&self) -> String;
+    /// Every rank's line of a report this rank started, in ring order from this rank.
+    fn report(&self, lines: Vec<String>);
+}
+
+/// Wake-up bytes on the watcher's socket pair.
+const WAKE_STOP: u8 = 1;
+const WAKE_REPORT: u8 = 2;
 /// Longest text carried in a [`TAG_LOST`] frame.
 const MAX_TEXT: usize = 1024;
 
@@ -69,14 +105,14 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Starts watching. `describe(rank)` names a rank in messages (host, pid); `on_lost` is called
-    /// at most once, from the watcher thread.
+    /// Starts watching for `observer`. `watch_file`: this watcher starts a report when the file
+    /// named by `FERRONICKEL_HANG_REPORT_FILE` is touched (give it to one rank per host).
     pub fn start(
         me: usize,
         nranks: usize,
         links: (FrameStream, FrameStream),
-        describe: impl Fn(usize) -> String + Send + 'static,
-        on_lost: impl FnOnce(Lost) + Send + 'static,
+        observer: impl Observer,
+        watch_file: bool,
     ) -> Result<Watcher> {
         let (wake, asleep) = UnixStream::pair()?;
         asleep.set_nonblocking(true)?;
@@ -87,18 +123,29 @@ impl Watcher {
             Side { link: links.1, peer: prev, heard: now, done: false },
         ];
         let timeout = Duration::from_millis(heartbeat_timeout_ms().max(0) as u64);
+        let file = hang_report_file().filter(|_| watch_file).map(|f| (PathBuf::from(f), mtime(f)));
         let thread = std::thread::Builder::new()
             .name("nccl-liveness".into())
-            .spawn(move || watch(me, sides, asleep, timeout, describe, on_lost))
+            .spawn(move || watch(me, sides, asleep, timeout, file, observer))
             .map_err(|e| Error::System(format!("liveness: cannot start the watcher thread: {e}")))?;
         Ok(Watcher { wake, thread: Some(thread) })
     }
+
+    /// Starts a hang report from this rank (the summary comes to [`Observer::report`]).
+    pub fn request_report(&self) {
+        let _ = (&self.wake).write(&[WAKE_REPORT]);
+    }
+}
+
+/// When `path` was last modified (None if it does not exist).
+fn mtime(path: impl AsRef<std::path::Path>) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
-        // Any byte (or the close) wakes the thread, which says goodbye on its links and exits.
-        let _ = std::io::Write::write(&mut self.wake, &[1]);
+        // The byte (or the close) wakes the thread, which says goodbye on its links and exits.
+        let _ = (&self.wake).write(&[WAKE_STOP]);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -106,8 +153,10 @@ impl Drop for Watcher {
 }
 
 /// What one look at a link found.
-enum Event {
+enum Seen {
     Quiet,
+    /// A hang report token (its payload).
+    Report(Vec<u8>),
     Lost(Lost),
 }
 
@@ -116,8 +165,8 @@ fn watch(
     mut sides: [Side; 2],
     mut asleep: UnixStream,
     timeout: Duration,
-    describe: impl Fn(usize) -> String,
-    on_lost: impl FnOnce(Lost),
+    mut file: Option<(PathBuf, Option<SystemTime>)>,
+    observer: impl Observer,
 ) {
     let heartbeat = wire::encode_data(TAG_HEARTBEAT, 0, &[]);
     let mut next_beat = Instant::now();
@@ -127,11 +176,18 @@ fn watch(
             // A full socket buffer means the peer has not read for a very long time.
             let failed = sides.iter_mut().filter(|s| !s.done).find_map(|s| {
                 let e = s.link.send_bytes(&heartbeat, now + HEARTBEAT_EVERY).err()?;
-                let text = format!("{} stopped taking heartbeats from rank {me} ({e})", describe(s.peer));
+                let text = format!("{} stopped taking heartbeats from rank {me} ({e})", observer.describe(s.peer));
                 Some(Lost { rank: s.peer, text })
             });
             if let Some(lost) = failed {
-                return report(me, &mut sides, lost, on_lost);
+                return report_loss(me, &mut sides, lost, &observer);
+            }
+            if let Some((path, seen)) = &mut file {
+                let m = mtime(&*path);
+                if m.is_some() && m != *seen {
+                    *seen = m;
+                    start_report(me, &mut sides[0], &observer);
+                }
             }
             next_beat = now + HEARTBEAT_EVERY;
         }
@@ -142,17 +198,22 @@ fn watch(
             return;
         }
         if fds[0].revents != 0 {
-            let bye = wire::encode_data(TAG_BYE, 0, &[]);
-            for s in sides.iter_mut().filter(|s| !s.done) {
-                let _ = s.link.send_bytes(&bye, Instant::now() + Duration::from_millis(100));
+            let mut wake = [0u8; 16];
+            let n = asleep.read(&mut wake).unwrap_or(0);
+            if n == 0 || wake[..n].contains(&WAKE_STOP) {
+                let bye = wire::encode_data(TAG_BYE, 0, &[]);
+                for s in sides.iter_mut().filter(|s| !s.done) {
+                    let _ = s.link.send_bytes(&bye, Instant::now() + Duration::from_millis(100));
+                }
+                return;
             }
-            drop(std::io::Read::read(&mut asleep, &mut [0u8; 16]));
-            return;
+            start_report(me, &mut sides[0], &observer);
         }
         for i in 0..2 {
-            match look(me, &mut sides[i], timeout, &describe) {
-                Event::Quiet => {}
-                Event::Lost(lost) => return report(me, &mut sides, lost, on_lost),
+            match look(me, &mut sides[i], timeout, &observer) {
+                Seen::Quiet => {}
+                Seen::Report(payload) => pass_report(me, &mut sides[0], payload, &observer),
+                Seen::Lost(lost) => return report_loss(me, &mut sides, lost, &observer),
             }
         }
         if sides.iter().all(|s| s.done) {
@@ -161,10 +222,47 @@ fn watch(
     }
 }
 
+/// This rank's state line, one line and bounded.
+fn state_line(observer: &impl Observer) -> String {
+    let mut line = observer.state().replace('\n', " ");
+    let mut end = line.len().min(MAX_LINE);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line.truncate(end);
+    line
+}
+
+/// Sends a new report token, holding this rank's line, to the next rank.
+fn start_report(me: usize, next: &mut Side, observer: &impl Observer) {
+    let mut payload = (me as u32).to_le_bytes().to_vec();
+    payload.extend_from_slice(state_line(observer).as_bytes());
+    if next.done || next.link.send_bytes(&wire::encode_data(TAG_REPORT, 0, &payload), Instant::now() + HEARTBEAT_EVERY).is_err() {
+        observer.report(vec![state_line(observer)]);
+    }
+}
+
+/// A report token from the previous rank: ours come home, others get our line and go on.
+fn pass_report(me: usize, next: &mut Side, mut payload: Vec<u8>, observer: &impl Observer) {
+    let Some((origin, lines)) = payload.split_first_chunk::<4>() else { return };
+    if u32::from_le_bytes(*origin) as usize == me {
+        observer.report(String::from_utf8_lossy(lines).lines().map(String::from).collect());
+        return;
+    }
+    let line = state_line(observer);
+    if payload.len() + 1 + line.len() <= MAX_REPORT {
+        payload.push(b'\n');
+        payload.extend_from_slice(line.as_bytes());
+    }
+    if !next.done {
+        let _ = next.link.send_bytes(&wire::encode_data(TAG_REPORT, 0, &payload), Instant::now() + HEARTBEAT_EVERY);
+    }
+}
+
 /// Reads what one link has for us and checks its silence.
-fn look(me: usize, s: &mut Side, timeout: Duration, describe: &impl Fn(usize) -> String) -> Event {
+fn look(me: usize, s: &mut Side, timeout: Duration, observer: &impl Observer) -> Seen {
     if s.done {
-        return Event::Quiet;
+        return Seen::Quiet;
     }
     loop {
         match s.link.try_recv(MAX_BODY) {
@@ -174,35 +272,35 @@ fn look(me: usize, s: &mut Side, timeout: Duration, describe: &impl Fn(usize) ->
                 crate::nccl_info!(
                     crate::debug::Subsys::BOOTSTRAP,
                     "Liveness: {} left the communicator (destroyed it); rank {me} stops watching it",
-                    describe(s.peer)
+                    observer.describe(s.peer)
                 );
                 s.done = true;
-                return Event::Quiet;
+                return Seen::Quiet;
             }
+            Ok(Some(Msg::Data { tag: TAG_REPORT, payload, .. })) => return Seen::Report(payload),
             Ok(Some(Msg::Data { tag: TAG_LOST, payload, .. })) => match decode_lost(&payload) {
+                Some(lost) if lost.text.contains("(reported by ") => return Seen::Lost(lost),
                 Some(lost) => {
-                    let text = format!("{} (reported by {})", lost.text, describe(s.peer));
-                    return Event::Lost(Lost { rank: lost.rank, text });
+                    let text = format!("{} (reported by {})", lost.text, observer.describe(s.peer));
+                    return Seen::Lost(Lost { rank: lost.rank, text });
                 }
                 None => {
-                    let text = format!("{} sent a malformed liveness frame", describe(s.peer));
-                    return Event::Lost(Lost { rank: s.peer, text });
+                    let text = format!("{} sent a malformed liveness frame", observer.describe(s.peer));
+                    return Seen::Lost(Lost { rank: s.peer, text });
                 }
             },
             Ok(Some(other)) => {
-                let text = format!("{} sent a {} frame on its liveness link", describe(s.peer), other.kind_name());
-                return Event::Lost(Lost { rank: s.peer, text });
+                let text = format!("{} sent a {} frame on its liveness link", observer.describe(s.peer), other.kind_name());
+                return Seen::Lost(Lost { rank: s.peer, text });
             }
-            Err(NetError::Closed) => {
-                let text = format!(
-                    "{} exited or was killed: its connection to rank {me} closed without a goodbye",
-                    describe(s.peer)
-                );
-                return Event::Lost(Lost { rank: s.peer, text });
+            // A killed process's sockets close, or reset when unread data was left in them.
+            Err(NetError::Closed) => return dead(me, s, observer),
+            Err(NetError::Io(e)) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) => {
+                return dead(me, s, observer)
             }
             Err(e) => {
-                let text = format!("{}: its liveness link to rank {me} failed ({e})", describe(s.peer));
-                return Event::Lost(Lost { rank: s.peer, text });
+                let text = format!("{}: its liveness link to rank {me} failed ({e})", observer.describe(s.peer));
+                return Seen::Lost(Lost { rank: s.peer, text });
             }
         }
     }
@@ -210,23 +308,30 @@ fn look(me: usize, s: &mut Side, timeout: Duration, describe: &impl Fn(usize) ->
     if !timeout.is_zero() && silent > timeout {
         let text = format!(
             "{} sent no heartbeat to rank {me} for {:.1} s (FERRONICKEL_HEARTBEAT_TIMEOUT_MS={}): its host or the network is gone",
-            describe(s.peer),
+            observer.describe(s.peer),
             silent.as_secs_f64(),
             timeout.as_millis()
         );
-        return Event::Lost(Lost { rank: s.peer, text });
+        return Seen::Lost(Lost { rank: s.peer, text });
     }
-    Event::Quiet
+    Seen::Quiet
+}
+
+/// The peer at the other end of `s` is gone: its process exited or was killed.
+fn dead(me: usize, s: &Side, observer: &impl Observer) -> Seen {
+    let text =
+        format!("{} exited or was killed: its connection to rank {me} closed without a goodbye", observer.describe(s.peer));
+    Seen::Lost(Lost { rank: s.peer, text })
 }
 
 /// Reports a loss, passes it to the neighbours still watched, and lets the links close.
-fn report(me: usize, sides: &mut [Side; 2], lost: Lost, on_lost: impl FnOnce(Lost)) {
+fn report_loss(me: usize, sides: &mut [Side; 2], lost: Lost, observer: &impl Observer) {
     crate::nccl_warn!("Rank {me}: lost {}", lost.text);
     let frame = wire::encode_data(TAG_LOST, 0, &encode_lost(&lost));
     for s in sides.iter_mut().filter(|s| !s.done && s.peer != lost.rank) {
         let _ = s.link.send_bytes(&frame, Instant::now() + Duration::from_millis(200));
     }
-    on_lost(lost);
+    observer.lost(lost);
 }
 
 pub fn encode_lost(lost: &Lost) -> Vec<u8> {

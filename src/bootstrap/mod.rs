@@ -180,16 +180,11 @@ impl Bootstrap {
         self.listen
     }
 
-    /// Starts watching the ring neighbours for the rest of this bootstrap's life
-    /// ([`liveness`]); `on_lost` hears once of the first rank lost anywhere in the ring. `None` for
-    /// a single rank, or when called a second time.
-    pub fn watch(
-        &self,
-        describe: impl Fn(usize) -> String + Send + 'static,
-        on_lost: impl FnOnce(liveness::Lost) + Send + 'static,
-    ) -> Result<Option<liveness::Watcher>> {
+    /// Starts watching the ring neighbours for the rest of this bootstrap's life ([`liveness`]),
+    /// on behalf of `observer`. `None` for a single rank, or when called a second time.
+    pub fn watch(&self, observer: impl liveness::Observer, watch_file: bool) -> Result<Option<liveness::Watcher>> {
         let Some(links) = self.liveness.lock().take() else { return Ok(None) };
-        liveness::Watcher::start(self.me.rank, self.me.nranks, links, describe, on_lost).map(Some)
+        liveness::Watcher::start(self.me.rank, self.me.nranks, links, observer, watch_file).map(Some)
     }
 
     /// Every rank's bytes, indexed by rank (lengths may differ between ranks). Ring-based: in

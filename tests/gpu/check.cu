@@ -1004,6 +1004,9 @@ static bool testWatchdog() {
   printf("%swatchdog: async error %s after %.2f s (%s)\n", T, detected ? "seen" : "NOT seen", detected ? tDet : nowS() - t0,
          detected ? ncclGetErrorString(seen) : "-");
   fflush(stdout);
+  // ferronickel pools a hang report round the ring when its watchdog fires (a WARN line naming the
+  // rank that never entered the collective): give it a moment before the abort stops the watchers.
+  if (detected) usleep(500000);
 
   // Abort in a helper thread so a hanging abort cannot hang the checker.
   std::atomic<int> done{0};
