@@ -568,6 +568,8 @@ impl Comm {
         }
         match flags.get(FLAG_ERROR) {
             0 => Ok(()),
+            // Kernels that stopped because ncclCommRevoke asked them to.
+            x if x == abi::FN_DEV_ABORTED && self.is_revoked() => Ok(()),
             x if x == abi::FN_DEV_TIMEOUT => {
                 if !self.ops.reported.swap(true, std::sync::atomic::Ordering::Relaxed) {
                     if let Some(w) = &self.watcher {

@@ -151,7 +151,8 @@ static int shrinkAndFinish(ncclComm_t comm, int rank, int nranks, cudaStream_t s
   printf("r%d ncclCommAbort: %s in %.3f s\n", rank, ncclGetErrorString(ar), tAbort);
   ok &= ar == ncclSuccess && tAbort <= 1.0;
   if (small) NCCLCHECK(ncclCommDestroy(small));
-  printf("r%d FAULT: %s (detected %.3f s after the kill)\n", rank, ok ? "PASS" : "FAIL", after);
+  if (gRevoke) printf("r%d FAULT: %s (revoked, shrunk)\n", rank, ok ? "PASS" : "FAIL");
+  else printf("r%d FAULT: %s (detected %.3f s after the kill)\n", rank, ok ? "PASS" : "FAIL", after);
   fflush(stdout);
   return ok ? 0 : 1;
 }
