@@ -3,6 +3,8 @@
 //! Everything here is pure: built from the peer table the bootstrap allgathers, unit-tested
 //! without GPUs or sockets.
 
+pub mod tree;
+
 use crate::error::{Error, Result};
 
 /// What every rank tells every other rank at init.
