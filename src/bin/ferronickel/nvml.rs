@@ -23,12 +23,17 @@ struct PciInfo {
 /// `NVML_NVLINK_MAX_LINKS`.
 const MAX_LINKS: c_uint = 18;
 
+type ByBusId = unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> Ret;
+type LinkState = unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_int) -> Ret;
+type LinkVersion = unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> Ret;
+type RemotePci = unsafe extern "C" fn(NvmlDevice, c_uint, *mut PciInfo) -> Ret;
+
 /// The loaded library's entry points (the library stays loaded for the process's life).
 pub struct Nvml {
-    by_bus_id: unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> Ret,
-    link_state: unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_int) -> Ret,
-    link_version: unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> Ret,
-    remote_pci: unsafe extern "C" fn(NvmlDevice, c_uint, *mut PciInfo) -> Ret,
+    by_bus_id: ByBusId,
+    link_state: LinkState,
+    link_version: LinkVersion,
+    remote_pci: RemotePci,
 }
 
 impl Nvml {
@@ -47,14 +52,14 @@ impl Nvml {
             if p.is_null() { Err(format!("libnvidia-ml.so.1 has no {name}")) } else { Ok(p) }
         };
         // SAFETY: each symbol is NVML's documented function of exactly this C signature.
-        let init: unsafe extern "C" fn() -> Ret = unsafe { std::mem::transmute(sym("nvmlInit_v2")?) };
+        let init = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> Ret>(sym("nvmlInit_v2")?) };
         // SAFETY: as above.
         let nvml = unsafe {
             Nvml {
-                by_bus_id: std::mem::transmute::<*mut c_void, _>(sym("nvmlDeviceGetHandleByPciBusId_v2")?),
-                link_state: std::mem::transmute::<*mut c_void, _>(sym("nvmlDeviceGetNvLinkState")?),
-                link_version: std::mem::transmute::<*mut c_void, _>(sym("nvmlDeviceGetNvLinkVersion")?),
-                remote_pci: std::mem::transmute::<*mut c_void, _>(sym("nvmlDeviceGetNvLinkRemotePciInfo_v2")?),
+                by_bus_id: std::mem::transmute::<*mut c_void, ByBusId>(sym("nvmlDeviceGetHandleByPciBusId_v2")?),
+                link_state: std::mem::transmute::<*mut c_void, LinkState>(sym("nvmlDeviceGetNvLinkState")?),
+                link_version: std::mem::transmute::<*mut c_void, LinkVersion>(sym("nvmlDeviceGetNvLinkVersion")?),
+                remote_pci: std::mem::transmute::<*mut c_void, RemotePci>(sym("nvmlDeviceGetNvLinkRemotePciInfo_v2")?),
             }
         };
         // SAFETY: nvmlInit_v2 takes no arguments; calling it more than once is allowed.

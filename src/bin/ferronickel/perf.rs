@@ -169,8 +169,8 @@ pub fn run(mut args: Args) -> CmdResult {
     );
     writeln!(
         text,
-        "#{:>11} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7}  {}",
-        "size", "count", "type", "redop", "root", "time(us)", "algbw", "busbw", "#wrong", "collective"
+        "#{:>11} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7}  collective",
+        "size", "count", "type", "redop", "root", "time(us)", "algbw", "busbw", "#wrong"
     )
     .unwrap();
     let mut rows = Vec::new();

@@ -56,6 +56,9 @@ DONE:
 }
 \0";
 
+/// Figures by (from, to) GPU; `None` where the pair has no P2P access.
+type Matrix = Vec<Vec<Option<f64>>>;
+
 /// Copies (or kernels) chained per latency figure.
 const LATENCY_OPS: usize = 1000;
 
@@ -218,7 +221,7 @@ pub fn run(mut args: Args) -> CmdResult {
         }
     }
     // Warm up every pair once (first launches JIT and map lazily).
-    let matrix = |f: &dyn Fn(&Dev, &Dev) -> Result<f64, String>| -> Result<Vec<Vec<Option<f64>>>, String> {
+    let matrix = |f: &dyn Fn(&Dev, &Dev) -> Result<f64, String>| -> Result<Matrix, String> {
         devs.iter()
             .enumerate()
             .map(|(i, a)| {
@@ -232,7 +235,7 @@ pub fn run(mut args: Args) -> CmdResult {
         matrix(&|a, b| run_pair(a, b, bytes, iters, engine, both).map(|ms| moved / ms / 1e6))
     };
     let lat = |engine: bool| matrix(&|a, b| run_pair(a, b, 16, LATENCY_OPS, engine, false).map(|ms| ms * 1e3 / LATENCY_OPS as f64));
-    let tables: Vec<(&str, &str, &str, Vec<Vec<Option<f64>>>)> = vec![
+    let tables: Vec<(&str, &str, &str, Matrix)> = vec![
         ("ce_unidirectional_gbps", "Copy engines, one direction", "GB/s", gbps(true, false)?),
         ("ce_bidirectional_gbps", "Copy engines, both directions (sum)", "GB/s", gbps(true, true)?),
         ("sm_unidirectional_gbps", "SM copies (stores into the peer), one direction", "GB/s", gbps(false, false)?),
