@@ -93,11 +93,12 @@ impl Coll {
     }
 }
 
-/// One rank: its communicator, context and stream.
+/// One rank: its communicator, stream and context (fields drop in order: the stream before the
+/// context it lives in).
 struct Rank {
     comm: ncclComm_t,
-    ctx: Context,
     stream: Stream,
+    ctx: Context,
 }
 
 /// The communicators of one `ncclCommInitAll`, destroyed on drop (before their contexts).
@@ -237,7 +238,7 @@ fn init(devs: &[i32]) -> Result<Ranks, String> {
             let _g = ctx.enter().map_err(err)?;
             Stream::new()?
         };
-        ranks.0.push(Rank { comm, ctx, stream });
+        ranks.0.push(Rank { comm, stream, ctx });
     }
     Ok(ranks)
 }

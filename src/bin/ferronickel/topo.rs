@@ -229,7 +229,7 @@ pub fn run(mut args: Args) -> CmdResult {
             })
             .collect()
     };
-    matrix(&|a, b| run_pair(a, b, bytes, 1, false, true).and(run_pair(a, b, bytes, 1, true, true)))?;
+    matrix(&|a, b| run_pair(a, b, bytes, 1, false, true).and_then(|_| run_pair(a, b, bytes, 1, true, true)))?;
     let gbps = |engine: bool, both: bool| {
         let moved = (bytes * iters * if both { 2 } else { 1 }) as f64;
         matrix(&|a, b| run_pair(a, b, bytes, iters, engine, both).map(|ms| moved / ms / 1e6))
