@@ -184,6 +184,12 @@ fn plan_rejects_bad_input_naming_it() {
     assert!(failure(&["plan", "--nranks", "3", "--hosts", "2", "--gpus-per-host", "2"], &[]).contains("evenly"));
     assert!(failure(&["plan", "--nranks", "99999999", "--gpus-per-host", "2"], &[]).contains("65536"));
     assert!(failure(&["plan", "--nranks", "2", "--gpus-per-host", "2", "--bogus", "1"], &[]).contains("--bogus"));
+    // "This machine": its GPUs, or, without any, a pointer to describing one.
+    if has_gpu() {
+        ok_json(&["plan", "--nranks", "2"], &[]);
+    } else {
+        assert!(failure(&["plan", "--nranks", "2"], &[]).contains("describe the machine with --gpus-per-host"));
+    }
 }
 
 #[test]

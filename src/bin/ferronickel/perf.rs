@@ -328,3 +328,47 @@ fn measure(ranks: &Ranks, coll: Coll, send: usize, recv: usize, sweep: &Sweep, s
     }
     Ok((us, wrong))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three ranks' inputs of 6 elements: rank r holds 10r + i.
+    fn three() -> Vec<Vec<f32>> {
+        (0..3).map(|r| (0..6).map(|i| (10 * r + i) as f32).collect()).collect()
+    }
+
+    #[test]
+    fn references_match_hand_worked_results() {
+        let x = three();
+        // Sums over ranks of element i: 30 + 3i.
+        assert_eq!(Coll::AllReduce.reference(&x, 2, 6).unwrap(), [30.0, 33.0, 36.0, 39.0, 42.0, 45.0]);
+        assert_eq!(Coll::Reduce.reference(&x, 0, 6).unwrap(), [30.0, 33.0, 36.0, 39.0, 42.0, 45.0]);
+        assert_eq!(Coll::Reduce.reference(&x, 1, 6), None, "a non-root's receive buffer is not checked");
+        assert_eq!(Coll::Broadcast.reference(&x, 1, 6).unwrap(), x[0]);
+        // All-gather of 2 elements per rank: rank blocks in rank order.
+        let two: Vec<Vec<f32>> = x.iter().map(|v| v[..2].to_vec()).collect();
+        assert_eq!(Coll::AllGather.reference(&two, 1, 6).unwrap(), [0.0, 1.0, 10.0, 11.0, 20.0, 21.0]);
+        // Reduce-scatter of 6 into 2 per rank: rank 1 gets the sums of elements 2 and 3.
+        assert_eq!(Coll::ReduceScatter.reference(&x, 1, 2).unwrap(), [36.0, 39.0]);
+        // All-to-all, 2 per peer: rank 2 gets block 2 of every rank.
+        assert_eq!(Coll::AlltoAll.reference(&x, 2, 6).unwrap(), [4.0, 5.0, 14.0, 15.0, 24.0, 25.0]);
+    }
+
+    #[test]
+    fn counts_follow_nccl_tests() {
+        assert_eq!(Coll::AllReduce.counts(1024, 4), Some((256, 256, 1024)));
+        assert_eq!(Coll::AllGather.counts(1024, 4), Some((64, 256, 1024)));
+        assert_eq!(Coll::ReduceScatter.counts(1024, 4), Some((256, 64, 1024)));
+        assert_eq!(Coll::AlltoAll.counts(1000, 3), Some((249, 249, 996)));
+        assert_eq!(Coll::AllGather.counts(8, 4), None, "less than one element per rank");
+        assert_eq!(Coll::AllReduce.bus_factor(4), 1.5);
+    }
+
+    #[test]
+    fn inputs_are_small_integers_that_differ() {
+        let (a, b) = (inputs(1, 1000), inputs(2, 1000));
+        assert!(a.iter().chain(&b).all(|v| v.fract() == 0.0 && (-8.0..=8.0).contains(v)));
+        assert_ne!(a, b);
+    }
+}
