@@ -76,7 +76,11 @@ pub fn run(mut args: Args) -> CmdResult {
     let m = Machine { nranks, hosts, gpus_per_host };
     let peers = m.peers();
 
-    let per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
+    let mut on_gpu = std::collections::HashMap::new();
+    for p in &peers {
+        *on_gpu.entry((p.host_hash, p.bus_id)).or_insert(0usize) += 1;
+    }
+    let per_gpu = on_gpu.values().copied().max().unwrap_or(1);
     let nchannels = topo::channel_count(per_gpu, topo::min_nchannels(), topo::max_nchannels());
     let order = topo::ring_order(&peers);
     let conns = ConnPlan {
