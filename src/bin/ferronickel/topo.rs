@@ -220,7 +220,6 @@ pub fn run(mut args: Args) -> CmdResult {
             }
         }
     }
-    // Warm up every pair once (first launches JIT and map lazily).
     let matrix = |f: &dyn Fn(&Dev, &Dev) -> Result<f64, String>| -> Result<Matrix, String> {
         devs.iter()
             .enumerate()
@@ -229,6 +228,7 @@ pub fn run(mut args: Args) -> CmdResult {
             })
             .collect()
     };
+    // Warm up every pair once: the first copies and launches map memory and settle clocks.
     matrix(&|a, b| run_pair(a, b, bytes, 1, false, true).and_then(|_| run_pair(a, b, bytes, 1, true, true)))?;
     let gbps = |engine: bool, both: bool| {
         let moved = (bytes * iters * if both { 2 } else { 1 }) as f64;
