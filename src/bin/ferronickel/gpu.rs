@@ -103,17 +103,21 @@ pub fn p2p_matrix(gpus: &[Gpu]) -> Vec<Vec<bool>> {
 pub struct Link {
     /// Active NVLinks between them, from NVML; `None` when NVML is absent or cannot say.
     pub nvlinks: Option<(u32, Option<u32>)>,
+    /// The driver's fallback hint when NVML cannot say: whether P2P atomics are native, which
+    /// NVLink provides and PCIe between GPUs does not.
+    pub native_atomics: Option<bool>,
     /// The PCIe path between them from sysfs, NCCL's names (PIX, PXB, PHB, SYS) and the bridges.
     pub pcie: String,
 }
 
 impl Link {
     pub fn summary(&self) -> String {
-        match self.nvlinks {
-            Some((n, v)) if n > 0 => {
+        match (self.nvlinks, self.native_atomics) {
+            (Some((n, v)), _) if n > 0 => {
                 let gen = v.map(|v| format!(", NVML NVLink version {v}")).unwrap_or_default();
                 format!("NV{n} ({n} NVLinks{gen}); PCIe {}", self.pcie)
             }
+            (None, Some(true)) => format!("NVLink likely (native P2P atomics; count unknown without NVML); PCIe {}", self.pcie),
             _ => format!("PCIe {}", self.pcie),
         }
     }
@@ -122,14 +126,24 @@ impl Link {
         json!({
             "nvlinks": self.nvlinks.map(|(n, _)| n),
             "nvlink_version": self.nvlinks.and_then(|(_, v)| v),
+            "native_p2p_atomics": self.native_atomics,
             "pcie": self.pcie,
         })
     }
 }
 
-/// The link between two GPUs: NVLink counts from NVML where present, the PCIe path from sysfs.
+/// The link between two GPUs: NVLink counts from NVML where present (else the driver's hint),
+/// the PCIe path from sysfs.
 pub fn link(nvml: Option<&crate::nvml::Nvml>, a: &Gpu, b: &Gpu) -> Link {
-    Link { nvlinks: nvml.and_then(|n| n.nvlinks(&a.bus_id, &b.bus_id)), pcie: pcie_path(a, b) }
+    let mut atomics = 0;
+    let attr = sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED;
+    // SAFETY: valid out-pointer and device ordinals.
+    let res = unsafe { sys::cuDeviceGetP2PAttribute(&mut atomics, attr, a.ordinal, b.ordinal) };
+    Link {
+        nvlinks: nvml.and_then(|n| n.nvlinks(&a.bus_id, &b.bus_id)),
+        native_atomics: cuda::check(res, "cuDeviceGetP2PAttribute").ok().map(|_| atomics != 0),
+        pcie: pcie_path(a, b),
+    }
 }
 
 /// Where two devices' PCIe paths meet, from the sysfs device tree
