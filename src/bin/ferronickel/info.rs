@@ -37,7 +37,7 @@ pub fn run(args: Args) -> CmdResult {
         "network_transport": net_transport(),
         "settings": settings_json,
     });
-    Ok(Report { text, json })
+    Ok(Report { text, json, failed: None })
 }
 
 /// What inter-node transport the library has. The network layer is being written now; once it

@@ -18,10 +18,12 @@ mod topo;
 
 use serde_json::Value;
 
-/// What a subcommand produced: text for people and the same facts as JSON for tools.
+/// What a subcommand produced: text for people and the same facts as JSON for tools, and, when
+/// the facts themselves are a failure (perf's wrong elements), why the exit status is 1.
 pub struct Report {
     pub text: String,
     pub json: Value,
+    pub failed: Option<String>,
 }
 
 /// A subcommand's failure: the message, printed to stderr (and as `{"error": …}` with `--json`).
@@ -67,13 +69,19 @@ fn run(argv: Vec<String>) -> i32 {
         (Some(other), _) => Err(format!("unknown command {other:?}\n\n{USAGE}")),
     };
     match result {
-        Ok(report) if json => {
-            println!("{}", serde_json::to_string_pretty(&report.json).expect("a Value always serialises"));
-            0
-        }
         Ok(report) => {
-            print!("{}", report.text);
-            0
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report.json).expect("a Value always serialises"));
+            } else {
+                print!("{}", report.text);
+            }
+            match report.failed {
+                Some(why) => {
+                    eprintln!("ferronickel: {why}");
+                    1
+                }
+                None => 0,
+            }
         }
         Err(e) => {
             if json {

@@ -168,7 +168,7 @@ pub fn run(mut args: Args) -> CmdResult {
         "fifo_bytes": conns.fifo_bytes,
         "sizes": rows,
     });
-    Ok(Report { text, json })
+    Ok(Report { text, json, failed: None })
 }
 
 /// `8`, `4K`, `16M`, `1G`.

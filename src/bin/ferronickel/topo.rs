@@ -258,5 +258,5 @@ pub fn run(mut args: Args) -> CmdResult {
         }
         json.insert(key.into(), Value::from(m.iter().map(|r| r.iter().map(|v| json!(v)).collect::<Vec<_>>()).collect::<Vec<_>>()));
     }
-    Ok(Report { text, json: Value::Object(json) })
+    Ok(Report { text, json: Value::Object(json), failed: None })
 }
