@@ -156,8 +156,8 @@ pub fn run(mut args: Args) -> CmdResult {
             })
             .collect::<Result<_, _>>()?
     };
-    if sweep.factor < 2 || sweep.min > sweep.max || sweep.max > 16 << 30 || per_gpu > 64 || sweep.iters > 100_000 {
-        return Err("need --factor >= 2, --min-bytes <= --max-bytes <= 16G, --ranks-per-gpu <= 64, --iters <= 100000".into());
+    if sweep.factor < 2 || sweep.min > sweep.max || sweep.max > 16 << 30 || per_gpu > 64 || sweep.iters.max(sweep.warmup) > 100_000 {
+        return Err("need --factor >= 2, --min-bytes <= --max-bytes <= 16G, --ranks-per-gpu <= 64, --iters and --warmup <= 100000".into());
     }
     let gpus = gpu::probe().map_err(|e| format!("perf needs a GPU: {e}"))?;
     let devs: Vec<i32> = gpus.iter().flat_map(|g| std::iter::repeat_n(g.ordinal, per_gpu)).collect();
