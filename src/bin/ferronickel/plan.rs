@@ -44,13 +44,17 @@ impl Machine {
     /// bus id = `host:gpu`).
     fn peers(&self) -> Vec<PeerInfo> {
         let per_host = self.nranks / self.hosts;
+        // Fields the ring does not look at (such as a host name for messages) stay zeroed.
+        let blank = PeerInfo::decode(&[0u8; PeerInfo::BYTES]).expect("a buffer of exactly BYTES decodes");
         (0..self.nranks)
             .map(|r| {
                 let (host, gpu) = (r / per_host, (r % per_host) % self.gpus_per_host);
                 let mut bus_id = [0u8; 16];
                 let id = format!("{host:04}:{gpu:02x}");
                 bus_id[..id.len()].copy_from_slice(id.as_bytes());
-                PeerInfo { rank: r as u32, host_hash: host as u64, pid: host as u32, dev: gpu as i32, bus_id }
+                let mut p = blank;
+                (p.rank, p.host_hash, p.pid, p.dev, p.bus_id) = (r as u32, host as u64, host as u32, gpu as i32, bus_id);
+                p
             })
             .collect()
     }
