@@ -5,6 +5,7 @@
 #
 #   libclang          bindgen (build.rs) needs it              -> apt-get install libclang-dev
 #   g++               the C++ half of tests/abi.rs             -> apt-get install g++
+#   cmake, pkg-config tests/install.rs finds the installed lib -> apt-get install cmake pkg-config
 #   nvcc 13.0 + CUDA headers   build.rs kernels, tests' C code -> pip install nvidia-cuda-* 13.0
 #   NVIDIA's nccl.h 2.28.9     reference for tests/abi.rs      -> .deps/nvidia-nccl/include/
 #   .deps/cuda-include         symlink to the CUDA headers the tests compile against
@@ -68,6 +69,17 @@ command -v c++ >/dev/null || missing+=(g++)
 { command -v nm >/dev/null && command -v readelf >/dev/null; } || missing+=(binutils)
 if [ ${#missing[@]} -eq 0 ]; then
   say "cc, c++, nm, readelf: found"
+else
+  say "installing ${missing[*]} (apt-get)"
+  apt_install "${missing[@]}"
+fi
+
+# --- cmake and pkg-config (tests/install.rs builds tests/cmake and a pkg-config program) -------
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+if [ ${#missing[@]} -eq 0 ]; then
+  say "cmake, pkg-config: found"
 else
   say "installing ${missing[*]} (apt-get)"
   apt_install "${missing[@]}"

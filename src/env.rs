@@ -16,8 +16,9 @@ pub fn parse_conf(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
-fn conf_file() -> &'static HashMap<String, String> {
-    static CONF: OnceLock<HashMap<String, String>> = OnceLock::new();
+/// The configuration file in use (the first of the candidates that reads) and its settings.
+fn conf_file() -> &'static (Option<String>, HashMap<String, String>) {
+    static CONF: OnceLock<(Option<String>, HashMap<String, String>)> = OnceLock::new();
     CONF.get_or_init(|| {
         let mut paths = Vec::new();
         if let Ok(p) = std::env::var("NCCL_CONF_FILE") {
@@ -30,16 +31,42 @@ fn conf_file() -> &'static HashMap<String, String> {
         }
         // The first file found is the one NCCL uses.
         paths
-            .iter()
-            .find_map(|p| std::fs::read_to_string(p).ok())
-            .map(|t| parse_conf(&t))
+            .into_iter()
+            .find_map(|p| std::fs::read_to_string(&p).ok().map(|t| (Some(p), parse_conf(&t))))
             .unwrap_or_default()
     })
 }
 
 /// The raw value of a parameter: environment first, then the configuration file.
 pub fn get(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty()).or_else(|| conf_file().get(name).cloned())
+    std::env::var(name).ok().filter(|v| !v.is_empty()).or_else(|| conf_file().1.get(name).cloned())
+}
+
+/// Where a setting in effect came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Environment,
+    /// The configuration file, by path.
+    ConfFile(String),
+}
+
+/// Every `NCCL_*` and `FERRONICKEL_*` setting in effect, by name, with its value and source,
+/// resolved as [`get`] resolves them (so `ferronickel info` shows what the library sees).
+pub fn settings() -> Vec<(String, String, Source)> {
+    let ours = |k: &str| k.starts_with("NCCL_") || k.starts_with("FERRONICKEL_");
+    let mut out: Vec<(String, String, Source)> = std::env::vars()
+        .filter(|(k, v)| ours(k) && !v.is_empty())
+        .map(|(k, v)| (k, v, Source::Environment))
+        .collect();
+    if let (Some(path), conf) = conf_file() {
+        for (k, v) in conf {
+            if ours(k) && !out.iter().any(|(n, _, _)| n == k) {
+                out.push((k.clone(), v.clone(), Source::ConfFile(path.clone())));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }
 
 /// Parses an integer the way NCCL does (decimal or 0x-prefixed hex).

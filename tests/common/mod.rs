@@ -116,3 +116,35 @@ pub fn read_list(path: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
 }
+
+/// Runs a command with a hard time limit: past `limit` it is killed and the test fails naming it.
+/// Output is read on threads, so a chatty child cannot block on a full pipe.
+pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let shown = format!("{cmd:?}");
+    let mut child =
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("piped stderr")));
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap_or_else(|e| panic!("waiting for {shown}: {e}")) {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{shown} did not finish within {limit:?}; killed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Output { status, stdout: out.join().expect("stdout reader"), stderr: err.join().expect("stderr reader") }
+}

@@ -1,0 +1,166 @@
+//! `ferronickel info`: versions, GPUs and their links, P2P access, the interfaces the bootstrap
+//! would use and why, the network transport, and every setting in effect with its source.
+//! Without a GPU it says so and prints the rest.
+
+use crate::args::Args;
+use crate::gpu::{self, Gpu};
+use crate::{CmdResult, Report};
+use nccl::bootstrap::net as bootnet;
+use nccl::env::{self, Source};
+use serde_json::{json, Value};
+use std::fmt::Write;
+
+pub fn run(args: Args) -> CmdResult {
+    args.finish()?;
+    let mut text = String::new();
+    let mut version = 0;
+    // SAFETY: a valid out-pointer to an int.
+    unsafe { nccl::api::version::ncclGetVersion(&mut version) };
+    let nccl_version = format!("{}.{}.{}", version / 10000, version / 100 % 100, version % 100);
+    writeln!(text, "ferronickel {} (NCCL API {nccl_version}, code {version})", env!("CARGO_PKG_VERSION")).unwrap();
+
+    let probe = gpu::probe();
+    let driver = probe.as_ref().ok().and_then(|_| gpu::driver_version());
+    let gpus: &[Gpu] = probe.as_deref().unwrap_or(&[]);
+    let gpu_json = gpu_section(&mut text, &probe, driver, gpus);
+    let net_json = interfaces_section(&mut text);
+    writeln!(text, "\nNetwork transport: {}", net_transport()).unwrap();
+    let settings_json = settings_section(&mut text);
+
+    let json = json!({
+        "ferronickel_version": env!("CARGO_PKG_VERSION"),
+        "nccl_version": nccl_version,
+        "nccl_version_code": version,
+        "cuda_driver_version": driver.map(gpu::version_text),
+        "gpu": gpu_json,
+        "bootstrap": net_json,
+        "network_transport": net_transport(),
+        "settings": settings_json,
+    });
+    Ok(Report { text, json, failed: None })
+}
+
+/// What inter-node transport the library has. The network layer is being written now; once it
+/// lands, this reports the transport and plugins it would load (`NCCL_NET_PLUGIN`, `NCCL_NET`).
+pub fn net_transport() -> &'static str {
+    "not built yet: single node only (no net plugins are looked for)"
+}
+
+fn gpu_section(text: &mut String, probe: &Result<Vec<Gpu>, String>, driver: Option<i32>, gpus: &[Gpu]) -> Value {
+    let no_gpu = match probe {
+        Err(why) => Some(why.clone()),
+        Ok(_) => None,
+    };
+    match (&no_gpu, driver) {
+        (Some(why), _) => writeln!(text, "\nNo GPU: {why}").unwrap(),
+        (None, Some(v)) => writeln!(text, "CUDA driver {}", gpu::version_text(v)).unwrap(),
+        (None, None) => writeln!(text, "CUDA driver version unknown").unwrap(),
+    }
+    if gpus.is_empty() {
+        return json!({ "available": false, "reason": no_gpu, "devices": [], "links": [], "p2p_access": [] });
+    }
+    writeln!(text, "\nGPUs:").unwrap();
+    for g in gpus {
+        writeln!(
+            text,
+            "  {}  {:<28} bus {}  NUMA {}  {:.1} GiB  sm_{}{}",
+            g.ordinal,
+            g.name,
+            g.bus_id,
+            g.numa_node.map_or("-".into(), |n| n.to_string()),
+            g.memory_bytes as f64 / (1u64 << 30) as f64,
+            g.compute_capability.0,
+            g.compute_capability.1
+        )
+        .unwrap();
+    }
+    let nvml = crate::nvml::Nvml::load();
+    let mut links = Vec::new();
+    if gpus.len() > 1 {
+        match &nvml {
+            Ok(_) => writeln!(text, "\nLinks (NVLink from NVML, PCIe path from sysfs):").unwrap(),
+            Err(why) => writeln!(text, "\nLinks (NVML unavailable: {why}; PCIe path from sysfs):").unwrap(),
+        }
+        for (i, a) in gpus.iter().enumerate() {
+            for b in &gpus[i + 1..] {
+                let l = gpu::link(nvml.as_ref().ok(), a, b);
+                writeln!(text, "  GPU{} <-> GPU{}: {}", a.ordinal, b.ordinal, l.summary()).unwrap();
+                let mut j = l.json();
+                j["a"] = json!(a.ordinal);
+                j["b"] = json!(b.ordinal);
+                links.push(j);
+            }
+        }
+    }
+    let p2p = gpu::p2p_matrix(gpus);
+    writeln!(text, "\nP2P access (row reads/writes column):").unwrap();
+    writeln!(text, "       {}", gpus.iter().map(|g| format!("GPU{:<3}", g.ordinal)).collect::<String>()).unwrap();
+    for (g, row) in gpus.iter().zip(&p2p) {
+        let cells: String = row.iter().map(|&ok| format!("{:<6}", if ok { "yes" } else { "no" })).collect();
+        writeln!(text, "  GPU{:<3}{cells}", g.ordinal).unwrap();
+    }
+    json!({
+        "available": true,
+        "devices": gpus.iter().map(Gpu::json).collect::<Vec<_>>(),
+        "nvml": nvml.as_ref().err().map_or(json!("loaded"), |e| json!(e)),
+        "links": links,
+        "p2p_access": p2p,
+    })
+}
+
+fn interfaces_section(text: &mut String) -> Value {
+    let all = bootnet::interfaces();
+    let spec = env::socket_ifname();
+    let chosen = bootnet::select_addrs(spec, &all);
+    let why = match spec {
+        Some(s) => format!("NCCL_SOCKET_IFNAME={s} selects them"),
+        None => "NCCL_SOCKET_IFNAME is unset: the first of these that exists wins: ib*, then any but docker* and lo*, \
+                 then docker*, then lo; IPv4 before IPv6"
+            .into(),
+    };
+    let first = chosen.first().map(|(n, ip)| format!("{n} ({ip})"));
+    writeln!(text, "\nBootstrap interfaces ({why}):").unwrap();
+    for (name, ip) in &all {
+        let mark = if chosen.iter().any(|(n, i)| n == name && i == ip) { "*" } else { " " };
+        writeln!(text, "  {mark} {name:<12} {ip}").unwrap();
+    }
+    match &first {
+        Some(f) => writeln!(text, "  listeners bind {f}").unwrap(),
+        None => writeln!(text, "  nothing matches: listeners fall back to 127.0.0.1").unwrap(),
+    }
+    json!({
+        "socket_ifname": spec,
+        "rule": why,
+        "interfaces": all.iter().map(|(n, ip)| json!({
+            "name": n,
+            "address": ip.to_string(),
+            "selected": chosen.iter().any(|(cn, ci)| cn == n && ci == ip),
+        })).collect::<Vec<_>>(),
+        "bind": chosen.first().map(|(_, ip)| ip.to_string()).unwrap_or_else(|| "127.0.0.1".into()),
+    })
+}
+
+fn settings_section(text: &mut String) -> Value {
+    let settings = env::settings();
+    let source = |s: &Source| match s {
+        Source::Environment => "environment".to_string(),
+        Source::ConfFile(p) => format!("conf file {p}"),
+    };
+    writeln!(text, "\nSettings in effect (NCCL_*, FERRONICKEL_*):").unwrap();
+    if settings.is_empty() {
+        writeln!(text, "  none").unwrap();
+    }
+    for (name, value, src) in &settings {
+        writeln!(text, "  {name}={value}  ({})", source(src)).unwrap();
+    }
+    settings
+        .iter()
+        .map(|(name, value, src)| {
+            let (kind, file) = match src {
+                Source::Environment => ("environment", None),
+                Source::ConfFile(p) => ("conf file", Some(p)),
+            };
+            json!({ "name": name, "value": value, "source": kind, "file": file })
+        })
+        .collect()
+}

@@ -1,0 +1,186 @@
+//! `ferronickel plan`: the ring, the channel counts and, per message size, the algorithm and
+//! protocol the tuner would choose, for this machine or a described one. It runs the library's
+//! own ring builder (`nccl::topo`), connection plan (`nccl::transport::p2p::ConnPlan`) and tuner
+//! (`nccl::tuner`), so what it prints is what a communicator of that shape would do.
+//!
+//! A described machine has `--hosts` hosts of `--gpus-per-host` GPUs; ranks fill the hosts in
+//! order (`nranks / hosts` each) and, within a host, go round-robin over its GPUs (local rank
+//! `l` on GPU `l % gpus-per-host`), as `ncclCommInitAll` over a repeated device list does.
+
+use crate::args::Args;
+use crate::{CmdResult, Report};
+use nccl::abi::{FN_ALGO_ONESHOT, FN_MAX_CHANNELS};
+use nccl::enqueue::{CollKind, CommShape};
+use nccl::topo::{self, PeerInfo};
+use nccl::transport::p2p::{self, ConnPlan};
+use nccl::tuner;
+use serde_json::json;
+use std::fmt::Write;
+
+/// The collectives planned, with nccl-tests' names.
+const COLLS: [(CollKind, &str); 5] = [
+    (CollKind::AllReduce, "all_reduce"),
+    (CollKind::AllGather, "all_gather"),
+    (CollKind::ReduceScatter, "reduce_scatter"),
+    (CollKind::Broadcast, "broadcast"),
+    (CollKind::Reduce, "reduce"),
+];
+
+/// Message sizes (nccl-tests' meaning: the whole buffer, or the gathered total): 16 B to 1 GiB
+/// by factors of 4.
+fn sizes() -> impl Iterator<Item = usize> {
+    (0..14).map(|k| 16usize << (2 * k))
+}
+
+/// The machine a plan is for.
+struct Machine {
+    nranks: usize,
+    hosts: usize,
+    gpus_per_host: usize,
+}
+
+impl Machine {
+    /// One `PeerInfo` per rank, as the bootstrap would gather them (host hash = host index,
+    /// bus id = `host:gpu`).
+    fn peers(&self) -> Vec<PeerInfo> {
+        let per_host = self.nranks / self.hosts;
+        // Fields the ring does not look at (such as a host name for messages) stay zeroed.
+        let blank = PeerInfo::decode(&[0u8; PeerInfo::BYTES]).expect("a buffer of exactly BYTES decodes");
+        (0..self.nranks)
+            .map(|r| {
+                let (host, gpu) = (r / per_host, (r % per_host) % self.gpus_per_host);
+                let mut bus_id = [0u8; 16];
+                let id = format!("{host:04}:{gpu:02x}");
+                bus_id[..id.len()].copy_from_slice(id.as_bytes());
+                let mut p = blank;
+                (p.rank, p.host_hash, p.pid, p.dev, p.bus_id) = (r as u32, host as u64, host as u32, gpu as i32, bus_id);
+                p
+            })
+            .collect()
+    }
+}
+
+pub fn run(mut args: Args) -> CmdResult {
+    let nranks = args.count("nranks")?.ok_or("plan needs --nranks N")?;
+    let hosts = args.count("hosts")?.unwrap_or(1);
+    let gpus_per_host = match args.count("gpus-per-host")? {
+        Some(g) => g,
+        None => crate::gpu::probe()
+            .map(|g| g.len())
+            .map_err(|e| format!("no GPU here ({e}); describe the machine with --gpus-per-host G"))?,
+    };
+    args.finish()?;
+    if nranks % hosts != 0 {
+        return Err(format!("--nranks {nranks} does not divide evenly over --hosts {hosts}"));
+    }
+    if nranks > 1 << 16 {
+        return Err(format!("--nranks {nranks} is more than this command plans (65536)"));
+    }
+    let allowed = tuner::restrictions().map_err(|e| e.to_string())?;
+    let m = Machine { nranks, hosts, gpus_per_host };
+    let peers = m.peers();
+
+    let mut on_gpu = std::collections::HashMap::new();
+    for p in &peers {
+        *on_gpu.entry((p.host_hash, p.bus_id)).or_insert(0usize) += 1;
+    }
+    let per_gpu = on_gpu.values().copied().max().unwrap_or(1);
+    let nchannels = topo::channel_count(per_gpu, topo::min_nchannels(), topo::max_nchannels());
+    let order = topo::ring_order(&peers);
+    let conns = ConnPlan {
+        nranks,
+        ring_channels: nchannels,
+        p2p_channels: p2p::p2p_nchannels().clamp(1, FN_MAX_CHANNELS as i64) as usize,
+        order: order.clone(),
+        fifo_bytes: p2p::fifo_bytes(p2p::buffsize()),
+    };
+    let shape = CommShape { rank: 0, nranks, nchannels, all_pairs_channels: conns.all_pairs_channels() };
+
+    let mut text = String::new();
+    let ranks_per_host = nranks / hosts;
+    writeln!(
+        text,
+        "{nranks} ranks on {hosts} host(s) of {gpus_per_host} GPU(s): {ranks_per_host} rank(s) per host, up to {per_gpu} per GPU"
+    )
+    .unwrap();
+    let mut notes = Vec::new();
+    if hosts > 1 {
+        notes.push("ranks span hosts: ferronickel has no network transport yet, so init would refuse this; shown is the ring it would build".to_string());
+    }
+    if ranks_per_host < gpus_per_host {
+        notes.push(format!("only {ranks_per_host} of each host's {gpus_per_host} GPUs have a rank"));
+    }
+    for n in &notes {
+        writeln!(text, "note: {n}").unwrap();
+    }
+    writeln!(text, "ring (every channel): {}", order.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(" -> ")).unwrap();
+    writeln!(
+        text,
+        "channels: {nchannels} ring channels (one CTA each); {} per send/recv peer off the ring; one-shot all-reduce may use {}",
+        conns.p2p_channels, shape.all_pairs_channels
+    )
+    .unwrap();
+    writeln!(text, "FIFO: {} B per connection (NCCL_BUFFSIZE)", conns.fifo_bytes).unwrap();
+    writeln!(text, "trees: none (ferronickel runs rings only)").unwrap();
+
+    writeln!(text, "\nPer message size (float): the tuner's algorithm/protocol, channels and modelled kernel time:").unwrap();
+    write!(text, "{:>10}", "size").unwrap();
+    for (_, name) in COLLS {
+        write!(text, "  {name:>26}").unwrap();
+    }
+    writeln!(text).unwrap();
+    let mut rows = Vec::new();
+    for size in sizes() {
+        write!(text, "{:>10}", human(size)).unwrap();
+        let mut choices = serde_json::Map::new();
+        for (kind, name) in COLLS {
+            let count = match kind {
+                CollKind::AllGather | CollKind::ReduceScatter => (size / 4).div_ceil(nranks),
+                _ => size / 4,
+            }
+            .max(1);
+            let c = tuner::choose(kind, count, 4, &shape, allowed);
+            let us = tuner::coll_us(kind, count, 4, &shape, allowed);
+            let algo = if c.algo == FN_ALGO_ONESHOT { "OneShot" } else { "Ring" };
+            let proto = tuner::PROTOS[c.proto as usize];
+            write!(text, "  {:>26}", format!("{algo}/{proto} {}ch {us:.1}us", c.nchannels)).unwrap();
+            choices.insert(
+                name.into(),
+                json!({ "algorithm": algo, "protocol": proto, "channels": c.nchannels, "modelled_us": us }),
+            );
+        }
+        writeln!(text).unwrap();
+        rows.push(json!({ "bytes": size, "choices": choices }));
+    }
+    writeln!(
+        text,
+        "\n(With one process driving every rank in one group, broadcast between two ranks, all-gather and\n\
+         send/recv may run on the copy engines instead from about 64 MB: see README, Status.)"
+    )
+    .unwrap();
+    let json = json!({
+        "nranks": nranks,
+        "hosts": hosts,
+        "gpus_per_host": gpus_per_host,
+        "max_ranks_per_gpu": per_gpu,
+        "notes": notes,
+        "rings": [order],
+        "trees": [],
+        "ring_channels": nchannels,
+        "p2p_channels_per_peer": conns.p2p_channels,
+        "oneshot_channels": shape.all_pairs_channels,
+        "fifo_bytes": conns.fifo_bytes,
+        "sizes": rows,
+    });
+    Ok(Report { text, json, failed: None })
+}
+
+/// `8`, `4K`, `16M`, `1G`.
+pub fn human(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}G", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
+        b => b.to_string(),
+    }
+}

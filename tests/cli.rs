@@ -1,0 +1,235 @@
+//! The `ferronickel` command, run as a user runs it: each subcommand's text and `--json` output,
+//! the settings table's sources (environment, conf file), plans against rings worked out by hand,
+//! and bad input. Without a GPU, `topo --measure` and `perf` must fail with a clear message; on a
+//! GPU machine they must run and (perf) find no wrong element.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// `ferronickel <args>` with a clean environment: only PATH, LD_LIBRARY_PATH (for a driver),
+/// HOME (a scratch directory, so no `~/.nccl.conf` leaks in) and `env`.
+fn ferronickel(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferronickel"));
+    cmd.args(args).env_clear().env("HOME", scratch("cli-home"));
+    for var in ["PATH", "LD_LIBRARY_PATH"] {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    output_within(&mut cmd, LIMIT)
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn ok_text(args: &[&str], env: &[(&str, &str)]) -> String {
+    let o = ferronickel(args, env);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "ferronickel {args:?} failed ({}):\n{out}\n{err}", o.status);
+    out
+}
+
+fn ok_json(args: &[&str], env: &[(&str, &str)]) -> Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = ok_text(&a, env);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("ferronickel {a:?} printed invalid JSON ({e}):\n{out}"))
+}
+
+/// The failure message of a command that must fail; with `--json`, stdout must still parse.
+fn failure(args: &[&str], env: &[(&str, &str)]) -> String {
+    let o = ferronickel(args, env);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "ferronickel {args:?} should fail with status 1:\n{out}\n{err}");
+    let mut a = args.to_vec();
+    a.push("--json");
+    let j = ferronickel(&a, env);
+    let doc: Value = serde_json::from_slice(&j.stdout).expect("an error under --json is still JSON");
+    assert!(doc["error"].as_str().is_some_and(|e| !e.is_empty()), "no error field: {doc}");
+    err
+}
+
+fn has_gpu() -> bool {
+    ok_json(&["info"], &[])["gpu"]["available"].as_bool().expect("gpu.available is a bool")
+}
+
+fn conf_file(dir: &Path) -> String {
+    let path = dir.join("nccl.conf");
+    std::fs::write(&path, "# test conf\nNCCL_BUFFSIZE=0x200000\nFERRONICKEL_COPY_ENGINE=0\nNCCL_DEBUG=INFO\nOTHER=1\n").unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn info_shows_versions_and_where_each_setting_came_from() {
+    let conf = conf_file(&scratch("cli-info"));
+    let env = [("NCCL_DEBUG", "WARN"), ("NCCL_CONF_FILE", conf.as_str()), ("NCCL_SOCKET_IFNAME", "lo")];
+    let out = ok_text(&["info"], &env);
+    assert!(out.contains("NCCL API 2.28.9, code 22809"), "{out}");
+    // The environment wins over the conf file; conf-only settings name the file.
+    assert!(out.contains("NCCL_DEBUG=WARN  (environment)"), "{out}");
+    assert!(!out.contains("NCCL_DEBUG=INFO"), "{out}");
+    assert!(out.contains(&format!("NCCL_BUFFSIZE=0x200000  (conf file {conf})")), "{out}");
+    assert!(out.contains(&format!("FERRONICKEL_COPY_ENGINE=0  (conf file {conf})")), "{out}");
+    assert!(out.contains(&format!("NCCL_CONF_FILE={conf}  (environment)")), "{out}");
+    assert!(!out.contains("OTHER"), "only NCCL_* and FERRONICKEL_* are listed:\n{out}");
+    assert!(out.contains("Bootstrap interfaces (NCCL_SOCKET_IFNAME=lo selects them)"), "{out}");
+    assert!(out.contains("listeners bind lo (127.0.0.1)"), "{out}");
+    assert!(out.contains("Network transport: not built yet"), "{out}");
+
+    let j = ok_json(&["info"], &env);
+    assert_eq!(j["nccl_version"], "2.28.9");
+    assert_eq!(j["nccl_version_code"], 22809);
+    let settings = j["settings"].as_array().expect("settings is an array");
+    let find = |name: &str| settings.iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("{name} missing: {j}"));
+    assert_eq!((&find("NCCL_DEBUG")["value"], &find("NCCL_DEBUG")["source"]), (&"WARN".into(), &"environment".into()));
+    let buff = find("NCCL_BUFFSIZE");
+    assert_eq!((&buff["value"], &buff["source"], &buff["file"]), (&"0x200000".into(), &"conf file".into(), &conf.clone().into()));
+    assert_eq!(settings.len(), 5, "exactly the five NCCL_*/FERRONICKEL_* settings: {settings:?}");
+    assert_eq!(j["bootstrap"]["bind"], "127.0.0.1");
+    let selected: Vec<&str> = j["bootstrap"]["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["selected"] == true)
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert!(!selected.is_empty() && selected.iter().all(|n| n.starts_with("lo")), "{selected:?}");
+
+    // Without a GPU it says so and still printed everything above.
+    if !j["gpu"]["available"].as_bool().unwrap() {
+        assert!(out.contains("\nNo GPU: "), "{out}");
+        assert!(j["gpu"]["reason"].as_str().is_some_and(|r| r.contains("CUDA")), "{j}");
+        assert_eq!(j["cuda_driver_version"], Value::Null);
+    } else {
+        let devs = j["gpu"]["devices"].as_array().unwrap();
+        assert!(!devs.is_empty());
+        assert_eq!(j["gpu"]["p2p_access"].as_array().unwrap().len(), devs.len());
+    }
+}
+
+#[test]
+fn info_without_settings_and_with_an_interface_that_does_not_exist() {
+    let out = ok_text(&["info"], &[("NCCL_SOCKET_IFNAME", "=no-such-if0")]);
+    assert!(out.contains("nothing matches: listeners fall back to 127.0.0.1"), "{out}");
+    assert!(out.contains("NCCL_SOCKET_IFNAME==no-such-if0  (environment)"), "{out}");
+    let j = ok_json(&["info"], &[("NCCL_CONF_FILE", "/nonexistent/nccl.conf")]);
+    assert_eq!(j["settings"].as_array().unwrap().len(), 1, "only NCCL_CONF_FILE itself: {j}");
+    assert_eq!(j["bootstrap"]["socket_ifname"], Value::Null);
+}
+
+fn ring(j: &Value) -> Vec<u64> {
+    j["rings"][0].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect()
+}
+
+fn choice(j: &Value, bytes: u64, coll: &str) -> (String, String) {
+    let row = j["sizes"].as_array().unwrap().iter().find(|r| r["bytes"] == bytes).unwrap_or_else(|| panic!("no {bytes} B row"));
+    let c = &row["choices"][coll];
+    (c["algorithm"].as_str().unwrap().into(), c["protocol"].as_str().unwrap().into())
+}
+
+#[test]
+fn plan_matches_rings_worked_out_by_hand() {
+    // 2 hosts x 2 GPUs, 8 ranks: host 0 has ranks 0-3, rank l on GPU l % 2, so GPU 0 holds 0,2
+    // and GPU 1 holds 1,3; the ring visits them GPU by GPU, host by host. Two ranks per GPU
+    // halve the channel budget.
+    let j = ok_json(&["plan", "--nranks", "8", "--hosts", "2", "--gpus-per-host", "2"], &[]);
+    assert_eq!(ring(&j), [0, 2, 1, 3, 4, 6, 5, 7]);
+    assert_eq!((j["ring_channels"].as_u64(), j["max_ranks_per_gpu"].as_u64()), (Some(32), Some(2)));
+    assert!(j["notes"][0].as_str().unwrap().contains("no network transport"), "{j}");
+    assert_eq!(j["trees"].as_array().map(Vec::len), Some(0));
+
+    // One host of 4 GPUs: the identity ring, 64 channels, one-shot limited to the 4 p2p channels.
+    let j = ok_json(&["plan", "--nranks", "4", "--gpus-per-host", "4"], &[]);
+    assert_eq!(ring(&j), [0, 1, 2, 3]);
+    assert_eq!((j["ring_channels"].as_u64(), j["oneshot_channels"].as_u64()), (Some(64), Some(4)));
+
+    // Two GPUs: the tuner's measured crossovers (src/tuner.rs tests): one-shot LL for small
+    // all-reduces, the Simple ring for large ones.
+    let j = ok_json(&["plan", "--nranks", "2", "--gpus-per-host", "2"], &[]);
+    assert_eq!(choice(&j, 16, "all_reduce"), ("OneShot".into(), "LL".into()));
+    assert_eq!(choice(&j, 1 << 30, "all_reduce"), ("Ring".into(), "Simple".into()));
+    assert_eq!(choice(&j, 16, "all_gather"), ("Ring".into(), "LL".into()));
+    assert_eq!(j["sizes"].as_array().unwrap().len(), 14, "16 B to 1 GiB by factors of 4");
+
+    // The environment restricts it exactly as it restricts a communicator.
+    let env = [("NCCL_PROTO", "Simple"), ("NCCL_MAX_NCHANNELS", "8")];
+    let j = ok_json(&["plan", "--nranks", "2", "--gpus-per-host", "2"], &env);
+    assert_eq!(j["ring_channels"], 8);
+    for row in j["sizes"].as_array().unwrap() {
+        for (_, c) in row["choices"].as_object().unwrap() {
+            assert_eq!(c["protocol"], "Simple", "{row}");
+        }
+    }
+
+    let out = ok_text(&["plan", "--nranks", "8", "--hosts", "2", "--gpus-per-host", "2"], &[]);
+    assert!(out.contains("ring (every channel): 0 -> 2 -> 1 -> 3 -> 4 -> 6 -> 5 -> 7"), "{out}");
+    assert!(out.contains("32 ring channels"), "{out}");
+}
+
+#[test]
+fn plan_rejects_bad_input_naming_it() {
+    let e = failure(&["plan", "--nranks", "2", "--gpus-per-host", "2"], &[("NCCL_PROTO", "LL256")]);
+    assert!(e.contains("NCCL_PROTO=LL256"), "{e}");
+    assert!(failure(&["plan", "--gpus-per-host", "2"], &[]).contains("--nranks"));
+    assert!(failure(&["plan", "--nranks", "0", "--gpus-per-host", "2"], &[]).contains("--nranks \"0\""));
+    assert!(failure(&["plan", "--nranks", "3", "--hosts", "2", "--gpus-per-host", "2"], &[]).contains("evenly"));
+    assert!(failure(&["plan", "--nranks", "99999999", "--gpus-per-host", "2"], &[]).contains("65536"));
+    assert!(failure(&["plan", "--nranks", "2", "--gpus-per-host", "2", "--bogus", "1"], &[]).contains("--bogus"));
+    // "This machine": its GPUs, or, without any, a pointer to describing one.
+    if has_gpu() {
+        ok_json(&["plan", "--nranks", "2"], &[]);
+    } else {
+        assert!(failure(&["plan", "--nranks", "2"], &[]).contains("describe the machine with --gpus-per-host"));
+    }
+}
+
+#[test]
+fn topo_needs_measure_and_a_gpu() {
+    assert!(failure(&["topo"], &[]).contains("needs --measure"));
+    assert!(failure(&["topo", "--measure", "--bytes", "8"], &[]).contains("--bytes"));
+    let args = ["topo", "--measure", "--bytes", "1M", "--iters", "2"];
+    if has_gpu() {
+        let j = ok_json(&args, &[]);
+        let n = j["gpus"].as_array().unwrap().len();
+        for key in ["ce_unidirectional_gbps", "ce_bidirectional_gbps", "sm_unidirectional_gbps", "sm_bidirectional_gbps"] {
+            let m = j[key].as_array().unwrap();
+            assert_eq!(m.len(), n, "{key}");
+            assert!(m[0][0].as_f64().is_some_and(|v| v > 0.0), "{key}: a GPU always reaches itself: {j}");
+        }
+    } else {
+        let e = failure(&args, &[]);
+        assert!(e.contains("topo --measure needs a GPU: no CUDA driver found"), "{e}");
+    }
+}
+
+#[test]
+fn perf_checks_results_or_says_it_needs_a_gpu() {
+    assert!(failure(&["perf", "all_reduce", "allreduce"], &[]).contains("unknown collective \"allreduce\""));
+    assert!(failure(&["perf", "--factor", "1"], &[]).contains("--factor >= 2"));
+    let args = ["perf", "--max-bytes", "64K", "--iters", "2", "--warmup", "1"];
+    if has_gpu() {
+        let j = ok_json(&args, &[]);
+        assert_eq!(j["wrong_total"], 0, "{j}");
+        assert!(!j["rows"].as_array().unwrap().is_empty());
+        let out = ok_text(&args, &[]);
+        assert!(out.contains("#wrong") && out.contains("all_reduce"), "{out}");
+    } else {
+        let e = failure(&args, &[]);
+        assert!(e.contains("perf needs a GPU: no CUDA driver found"), "{e}");
+    }
+}
+
+#[test]
+fn usage_and_unknown_commands() {
+    assert!(ok_text(&["--help"], &[]).contains("plan --nranks N"));
+    assert!(failure(&["frobnicate"], &[]).contains("unknown command \"frobnicate\""));
+}
