@@ -7,9 +7,15 @@
 //! point-to-point messages open a short-lived connection each, so a rank holds three sockets
 //! however many ranks there are.
 //!
+//! Every connection, to the root and to a rank's listener, first proves that it holds the
+//! unique id's secret ([`auth`]); nothing else is read from it before. A rank whose connection
+//! closes is named to the others within milliseconds: by the root during init, by `Lost`
+//! frames passed around the ring during collectives.
+//!
 //! Protocol logic is pure and tested without sockets ([`id`], [`wire`], [`root::RootState`],
 //! `mailbox`); the sockets live in [`net`] and the thin edges here and in [`root::spawn`].
 
+pub mod auth;
 pub mod id;
 mod mailbox;
 pub mod net;
@@ -18,43 +24,70 @@ pub mod wire;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
+use auth::{Credentials, Secret};
 use mailbox::Mailbox;
-use net::{Acceptor, Arrival, FrameStream};
-use wire::{LinkKind, Msg, MAX_CONTROL_BODY, MAX_DATA_BODY};
+use net::{Acceptor, Arrival, FrameStream, Link, NetError, Progress, Wake};
+use wire::{LinkKind, Msg, MAX_ADDR_LEN, MAX_CONTROL_BODY, MAX_DATA_BODY};
+
+/// The most ranks one communicator may have. NCCL's largest runs are around 100k ranks; the
+/// cap bounds what a registration (honest or forged) can make the root and the ranks allocate
+/// (a peer table of this many IPv6 addresses is 3 MiB).
+pub const MAX_RANKS: usize = 1 << 17;
 
 /// What goes inside ncclUniqueId's 128 bytes (layout in [`id`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BootstrapId {
-    /// Random per `ncclGetUniqueId` call (derived from the address under `NCCL_COMM_ID`); every
-    /// frame that opens a connection carries it, so strangers and other jobs are told apart.
+    /// Random per `ncclGetUniqueId` call (derived from the address under `NCCL_COMM_ID`): names
+    /// the job, so that a rank given another job's id is told so. Not a credential.
     pub magic: u64,
+    /// The credential: every bootstrap connection proves it holds this (see [`auth`]).
+    pub secret: Secret,
     /// The root's listening address.
     pub root: SocketAddr,
     /// `NCCL_COMM_ID` mode: no root runs yet; rank 0 starts it inside [`Bootstrap::init`].
     pub root_by_rank0: bool,
 }
 
-/// ncclGetUniqueId: a fresh random magic, and a root listener thread started on the chosen
-/// interface. With `NCCL_COMM_ID=<host>:<port>` set: the id carries that address and a magic
-/// derived from it (every process computes the same id), and no root is started here.
+impl BootstrapId {
+    pub fn credentials(&self) -> Credentials {
+        Credentials { magic: self.magic, secret: self.secret }
+    }
+}
+
+/// ncclGetUniqueId: a fresh random magic and secret, and a root listener thread started on the
+/// chosen interface. With `NCCL_COMM_ID=<host>:<port>` set: the id carries that address, a
+/// magic derived from it and a secret derived from it and [`id::SECRET_VAR`] (every process
+/// computes the same id), and no root is started here.
 pub fn new_unique_id() -> Result<BootstrapId> {
     if let Some(spec) = crate::env::comm_id() {
         let (host, port) = id::split_host_port(spec)?;
         let root = net::resolve(host, port)?;
-        crate::nccl_info!(Subsys::BOOTSTRAP, "NCCL_COMM_ID={spec}: rank 0 will run the bootstrap root at {root}");
-        return Ok(BootstrapId::from_comm_id(root));
+        let shared = crate::env::get(id::SECRET_VAR);
+        let protection = match shared {
+            Some(_) => format!("only processes given the same {} can join", id::SECRET_VAR),
+            None => format!(
+                "anyone who can reach {root} can join; set {} to the same secret on every rank to prevent it",
+                id::SECRET_VAR
+            ),
+        };
+        crate::nccl_info!(Subsys::BOOTSTRAP, "NCCL_COMM_ID={spec}: rank 0 will run the bootstrap root at {root}; {protection}");
+        return Ok(BootstrapId::from_comm_id(root, shared.as_deref()));
     }
     let listener = net::listen(net::local_ip())?;
     let root = listener.local_addr()?;
-    let magic = net::random_magic();
-    root::spawn(listener, magic)?;
-    Ok(BootstrapId { magic, root, root_by_rank0: false })
+    let magic = u64::from_le_bytes(auth::random_bytes()?).max(1);
+    let id = BootstrapId { magic, secret: Secret::random()?, root, root_by_rank0: false };
+    root::spawn(listener, id.credentials())?;
+    Ok(id)
 }
 
 /// The p2p tag of [`share_id`]'s messages.
@@ -81,13 +114,25 @@ pub fn share_id(parent: &Bootstrap, members: &[usize]) -> Result<BootstrapId> {
 /// How much longer than the root a rank waits for the peer table, so that when ranks are
 /// missing the root's report (which names them) arrives before the rank gives up on its own.
 const ROOT_REPORT_MARGIN: Duration = Duration::from_secs(1);
+/// How long a rank that hit a loss tries to tell a ring neighbour about it.
+const TELL_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Who this rank is, as the checks on incoming connections need it.
 #[derive(Clone, Copy, Debug)]
 struct Me {
-    magic: u64,
+    cred: Credentials,
     rank: usize,
     nranks: usize,
+}
+
+impl Me {
+    fn next(&self) -> usize {
+        (self.rank + 1) % self.nranks
+    }
+
+    fn prev(&self) -> usize {
+        (self.rank + self.nranks - 1) % self.nranks
+    }
 }
 
 /// The ring links and the collective counter that keeps ranks' collectives matched.
@@ -95,6 +140,71 @@ struct Ring {
     next: FrameStream,
     prev: FrameStream,
     op: u64,
+    /// Set by the first failure: the ring's streams may be mid-frame, so every later
+    /// collective fails at once with the same explanation.
+    broken: Option<Error>,
+}
+
+/// What this rank's listener thread has received for the rank's own threads.
+#[derive(Default)]
+struct Inbox {
+    mailbox: Mailbox,
+    /// The ring link from the previous rank, until init takes it.
+    ring_in: Option<FrameStream>,
+    /// Init took its ring link: any later one is unexpected.
+    ring_taken: bool,
+}
+
+/// The inbox and the condition variable its readers wait on.
+#[derive(Default)]
+struct Shared {
+    inbox: Mutex<Inbox>,
+    arrived: Condvar,
+}
+
+/// The thread that serves this rank's listener for the life of the handle: it authenticates
+/// every connection and files what arrives, so that a peer's send or ring link never waits for
+/// this rank to be inside a bootstrap call (sends are fire-and-forget, as in NCCL).
+struct Listener {
+    /// Closing this end tells the thread to exit.
+    stop: Option<UnixStream>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Listener {
+    fn spawn(acceptor: Acceptor, me: Me, shared: Arc<Shared>, timeout: Duration) -> Result<Listener> {
+        let (stop, stopped) = UnixStream::pair()?;
+        let thread = std::thread::Builder::new()
+            .name(format!("nccl-bootstrap-r{}", me.rank))
+            .spawn(move || serve(acceptor, me, &shared, &stopped, timeout))
+            .map_err(|e| Error::System(format!("bootstrap: could not start the listener thread: {e}")))?;
+        Ok(Listener { stop: Some(stop), thread: Some(thread) })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            // The thread wakes on the closed pair at once; it only lingers while it finishes
+            // reading one message, bounded by the bootstrap timeout.
+            let _ = t.join();
+        }
+    }
+}
+
+/// The listener thread's loop: until the handle is dropped.
+fn serve(mut acceptor: Acceptor, me: Me, shared: &Shared, stopped: &UnixStream, timeout: Duration) {
+    loop {
+        match acceptor.next_or_watched(None, &String::new, &[stopped]) {
+            Ok(Some(Wake::Arrival(a))) => admit(me, shared, *a, timeout),
+            Ok(_) => return,
+            Err(e) => {
+                crate::nccl_warn_unrecorded!("Bootstrap rank {}: the listener stops: {e}", me.rank);
+                return;
+            }
+        }
+    }
 }
 
 /// One rank's handle after rendezvous. Send + Sync (internally locked); used by one thread at a
@@ -106,37 +216,41 @@ pub struct Bootstrap {
     listen: SocketAddr,
     /// `None` for a single rank.
     ring: Option<Mutex<Ring>>,
-    acceptor: Mutex<Acceptor>,
-    mailbox: Mutex<Mailbox>,
+    shared: Arc<Shared>,
     /// Next p2p sequence number per (peer, tag).
     send_seq: Mutex<HashMap<(usize, u32), u64>>,
+    _listener: Listener,
 }
 
 impl Bootstrap {
-    /// Register with the root, receive the peer table, connect the ring (to next, from prev).
-    /// `timeout` bounds every wait (cut to [`root::MAX_TIMEOUT`]); on failure the error names
-    /// the missing/bad rank(s).
+    /// Register with the root, receive the peer table, connect the ring (to next, from prev),
+    /// and wait until the root says every rank's ring is up: init succeeds everywhere or fails
+    /// everywhere. `timeout` bounds every wait (cut to [`root::MAX_TIMEOUT`]); on failure the
+    /// error names the missing, bad or lost rank(s).
     pub fn init(id: &BootstrapId, rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap> {
-        if nranks == 0 || nranks > u32::MAX as usize || rank >= nranks {
+        if nranks == 0 || rank >= nranks {
             crate::bail_arg!("bootstrap: rank {rank} is out of range for nranks {nranks}");
+        }
+        if nranks > MAX_RANKS {
+            crate::bail_arg!("bootstrap: nranks {nranks} exceeds the limit of {MAX_RANKS} ranks per communicator");
         }
         if timeout.is_zero() {
             crate::bail_arg!("bootstrap: a zero timeout leaves no time to rendezvous; set NCCL_BOOTSTRAP_TIMEOUT > 0");
         }
         let timeout = timeout.min(root::MAX_TIMEOUT);
         let start = Instant::now();
-        let mut acceptor = Acceptor::new(net::listen(net::local_ip())?)?;
+        let cred = id.credentials();
+        let me = Me { cred, rank, nranks };
+        let acceptor = Acceptor::new(net::listen(net::local_ip())?, cred)?;
         let listen = acceptor.local_addr()?;
+        let shared = Arc::new(Shared::default());
+        let listener = Listener::spawn(acceptor, me, shared.clone(), timeout)?;
         if id.root_by_rank0 && rank == 0 {
-            root::spawn(net::listen_exact(id.root)?, id.magic)?;
+            root::spawn(net::listen_exact(id.root)?, cred)?;
         }
-        let peers = register(id, rank, nranks, listen, timeout, start)?;
-        let me = Me { magic: id.magic, rank, nranks };
-        let mailbox = Mutex::new(Mailbox::default());
-        let ring = match nranks {
-            1 => None,
-            _ => Some(Mutex::new(connect_ring(me, &peers, &mut acceptor, &mailbox, timeout)?)),
-        };
+        let (peers, mut root_conn) = register(id, me, listen, timeout, start)?;
+        let ring = connect_ring(me, &peers, &shared, &mut root_conn, timeout)?;
+        wait_ready(me, &mut root_conn, id.root, timeout)?;
         crate::nccl_info!(
             Subsys::BOOTSTRAP,
             "Bootstrap rank {rank}/{nranks} ready in {:?}: listening on {listen}, root {}",
@@ -148,10 +262,10 @@ impl Bootstrap {
             timeout,
             peers,
             listen,
-            ring,
-            acceptor: Mutex::new(acceptor),
-            mailbox,
+            ring: ring.map(Mutex::new),
+            shared,
             send_seq: Mutex::new(HashMap::new()),
+            _listener: listener,
         })
     }
 
@@ -165,7 +279,13 @@ impl Bootstrap {
 
     /// The unique id's magic: the same on every rank of this communicator, different for others.
     pub fn magic(&self) -> u64 {
-        self.me.magic
+        self.me.cred.magic
+    }
+
+    /// The unique id's credentials, for transports that authenticate their own connections
+    /// with [`auth`].
+    pub fn credentials(&self) -> Credentials {
+        self.me.cred
     }
 
     /// Where this rank accepts ring and p2p connections.
@@ -182,14 +302,14 @@ impl Bootstrap {
         all[rank] = mine.to_vec();
         let Some(ring) = &self.ring else { return Ok(all) };
         let (mut ring, deadline) = self.lock_ring(ring)?;
-        let Ring { next, prev, op } = &mut *ring;
-        *op += 1;
+        ring.op += 1;
+        let op = ring.op;
         for step in 0..n - 1 {
             let (send, recv) = ((rank + n - step) % n, (rank + n - step - 1) % n);
-            let frame = wire::encode_data(send as u32, *op, &all[send]);
-            let msg = FrameStream::exchange(next, &frame, prev, MAX_DATA_BODY, deadline)
-                .map_err(|e| e.context(&self.ring_context("allgather", step)))?;
-            all[recv] = self.ring_block(msg, recv, *op)?;
+            let frame = wire::encode_data(send as u32, op, &all[send]);
+            let what = || format!("allgather #{op} step {step}");
+            let msg = self.ring_step(&mut ring, &what, &frame, true, deadline)?;
+            all[recv] = self.ring_block(&mut ring, msg, recv, op)?;
         }
         Ok(all)
     }
@@ -207,18 +327,18 @@ impl Bootstrap {
         };
         let Some(ring) = &self.ring else { return Ok(mine.unwrap_or_default().to_vec()) };
         let (mut ring, deadline) = self.lock_ring(ring)?;
-        let Ring { next, prev, op } = &mut *ring;
-        *op += 1;
-        let ctx = |e: net::NetError| e.context(&self.ring_context("broadcast", 0));
+        ring.op += 1;
+        let op = ring.op;
+        let what = || format!("broadcast #{op} from rank {root}");
         let data = match mine {
             Some(d) => d.to_vec(),
             None => {
-                let msg = prev.recv(MAX_DATA_BODY, deadline).map_err(ctx)?;
-                self.ring_block(msg, root, *op)?
+                let msg = self.ring_step(&mut ring, &what, &[], true, deadline)?;
+                self.ring_block(&mut ring, msg, root, op)?
             }
         };
-        if (rank + 1) % n != root {
-            next.send_bytes(&wire::encode_data(root as u32, *op, &data), deadline).map_err(ctx)?;
+        if self.me.next() != root {
+            self.ring_step(&mut ring, &what, &wire::encode_data(root as u32, op, &data), false, deadline)?;
         }
         Ok(data)
     }
@@ -231,7 +351,7 @@ impl Bootstrap {
     /// Point-to-point with a tag; messages from one peer with one tag arrive in order. Each
     /// message uses its own connection, closed after writing, so no descriptors pile up.
     pub fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
-        let Me { magic, rank, nranks } = self.me;
+        let Me { cred, rank, nranks } = self.me;
         if peer >= nranks {
             crate::bail_arg!("bootstrap send: peer {peer} is out of range for nranks {nranks}");
         }
@@ -240,15 +360,15 @@ impl Bootstrap {
         let mut seqs = self.send_seq.try_lock_until(deadline).ok_or_else(|| self.busy("send"))?;
         let seq = seqs.get(&(peer, tag)).copied().unwrap_or(0);
         if peer == rank {
-            self.mailbox.lock().push(rank, tag, seq, data.to_vec());
+            self.shared.inbox.lock().mailbox.push(rank, tag, seq, data.to_vec());
         } else {
             let addr = self.peers[peer];
             let what = || {
                 format!("bootstrap: rank {rank} sending {} bytes with tag {tag} to rank {peer} at {addr}", data.len())
             };
-            let mut conn = FrameStream::connect(addr, deadline).map_err(|e| e.context(&what()))?;
+            let mut conn = FrameStream::open(addr, &cred, deadline, false).map_err(|e| e.context(&what()))?;
             conn.set_label(format!("rank {peer} to take a message with tag {tag} from rank {rank}"));
-            let mut frames = wire::encode(&Msg::Hello { magic, from: rank as u32, link: LinkKind::P2p });
+            let mut frames = wire::encode(&Msg::Hello { from: rank as u32, link: LinkKind::P2p });
             frames.extend(wire::encode_data(tag, seq, data));
             conn.send_bytes(&frames, deadline).map_err(|e| e.context(&what()))?;
         }
@@ -264,32 +384,32 @@ impl Bootstrap {
             crate::bail_arg!("bootstrap recv: peer {peer} is out of range for nranks {nranks}");
         }
         let deadline = Instant::now() + self.timeout;
-        let take = || self.mailbox.lock().take(peer, tag);
-        if let Some(m) = take() {
-            return Ok(m);
-        }
-        let mut acceptor = self.acceptor.try_lock_until(deadline).ok_or_else(|| self.busy("recv"))?;
+        let mut progress = Progress::new(|| format!("rank {peer}'s message with tag {tag} (rank {rank} is receiving)"));
+        let mut inbox = self.shared.inbox.lock();
         loop {
-            if let Some(m) = take() {
+            if let Some(m) = inbox.mailbox.take(peer, tag) {
                 return Ok(m);
             }
-            let waiting_for = || format!("rank {peer}'s message with tag {tag} (rank {rank} is receiving)");
-            match acceptor.next(Some(deadline), &waiting_for)? {
-                Some(arrival) => drop(admit(self.me, &self.mailbox, arrival, deadline, None)),
-                None => {
-                    return Err(Error::System(format!(
-                        "bootstrap: rank {rank} got no message from rank {peer} with tag {tag} within {:?}; \
-                         did rank {peer} fail or skip the matching send?",
-                        self.timeout
-                    )))
-                }
+            if Instant::now() >= deadline {
+                return Err(Error::System(format!(
+                    "bootstrap: rank {rank} got no message from rank {peer} with tag {tag} within {:?}; \
+                     did rank {peer} fail or skip the matching send?",
+                    self.timeout
+                )));
             }
+            let nap = progress.nap(Some(deadline)).unwrap_or_default();
+            self.shared.arrived.wait_for(&mut inbox, nap);
+            progress.tick(Some(deadline));
         }
     }
 
     fn lock_ring<'a>(&self, ring: &'a Mutex<Ring>) -> Result<(parking_lot::MutexGuard<'a, Ring>, Instant)> {
         let deadline = Instant::now() + self.timeout;
-        Ok((ring.try_lock_until(deadline).ok_or_else(|| self.busy("collective"))?, deadline))
+        let ring = ring.try_lock_until(deadline).ok_or_else(|| self.busy("collective"))?;
+        match &ring.broken {
+            Some(e) => Err(e.clone()),
+            None => Ok((ring, deadline)),
+        }
     }
 
     fn busy(&self, what: &str) -> Error {
@@ -299,31 +419,76 @@ impl Bootstrap {
         ))
     }
 
-    fn ring_context(&self, what: &str, step: usize) -> String {
-        let Me { rank, nranks: n, .. } = self.me;
-        format!(
-            "bootstrap {what} step {step}: rank {rank} exchanging with rank {} (next) and rank {} (prev)",
-            (rank + 1) % n,
-            (rank + n - 1) % n
-        )
+    /// One step of a ring collective ([`FrameStream::ring_step`]). A closed link or a `Lost`
+    /// frame names the lost rank; the loss is passed on to both neighbours (so it travels the
+    /// ring both ways and every rank names the same rank within milliseconds), and the ring
+    /// stays broken.
+    fn ring_step(
+        &self,
+        ring: &mut Ring,
+        what: &dyn Fn() -> String,
+        bytes: &[u8],
+        recv: bool,
+        deadline: Instant,
+    ) -> Result<Option<Msg>> {
+        let Me { rank, .. } = self.me;
+        let (next, prev) = (self.me.next(), self.me.prev());
+        let r = FrameStream::ring_step(&mut ring.next, bytes, recv.then_some(&mut ring.prev), deadline);
+        let (lost, text) = match r {
+            Ok(Some(Msg::Lost { rank: lost, text })) => (lost as usize, text),
+            Ok(msg) => return Ok(msg),
+            Err((link, NetError::Timeout)) => {
+                let waited = match link {
+                    Link::Prev => format!("rank {prev} (ring prev) to send"),
+                    Link::Next => format!("rank {next} (ring next) to take what it sent"),
+                };
+                let e = Error::System(format!(
+                    "bootstrap {}: rank {rank} waited {:?} for {waited}; is that rank stuck, or not calling the \
+                     same bootstrap collectives?",
+                    what(),
+                    self.timeout
+                ));
+                ring.broken = Some(e.clone());
+                return Err(e);
+            }
+            Err((link, e)) => {
+                let lost = if link == Link::Next { next } else { prev };
+                (lost, format!("its ring link to rank {rank} failed during bootstrap {} ({e})", what()))
+            }
+        };
+        let at = self.peers.get(lost).map_or_else(|| "no such rank".to_string(), |a| format!("listening at {a}"));
+        let e = Error::Remote(format!("bootstrap {}: rank {lost} ({at}) was lost: {text}", what()));
+        ring.broken = Some(e.clone());
+        let tell = wire::encode(&Msg::Lost { rank: lost as u32, text });
+        let until = Instant::now() + TELL_TIMEOUT;
+        if lost != next {
+            let _ = ring.next.send_bytes(&tell, until);
+        }
+        if lost != prev {
+            let _ = ring.prev.send_bytes(&tell, until);
+        }
+        Err(e)
     }
 
     /// Checks that a ring frame is the block expected in this collective: ranks that call
     /// bootstrap collectives in different orders fail here instead of mixing up data.
-    fn ring_block(&self, msg: Msg, origin: usize, op: u64) -> Result<Vec<u8>> {
-        match msg {
-            Msg::Data { tag, seq, payload } if tag as usize == origin && seq == op => Ok(payload),
-            Msg::Data { tag, seq, .. } => Err(Error::InvalidUsage(format!(
+    fn ring_block(&self, ring: &mut Ring, msg: Option<Msg>, origin: usize, op: u64) -> Result<Vec<u8>> {
+        let e = match msg {
+            Some(Msg::Data { tag, seq, payload }) if tag as usize == origin && seq == op => return Ok(payload),
+            Some(Msg::Data { tag, seq, .. }) => Error::InvalidUsage(format!(
                 "bootstrap: rank {} expected rank {origin}'s block of collective #{op} but got rank {tag}'s of #{seq}; \
                  every rank must call the same bootstrap collectives in the same order",
                 self.me.rank
-            ))),
-            other => Err(Error::Remote(format!(
+            )),
+            Some(other) => Error::Remote(format!(
                 "bootstrap: rank {} got a {} frame on its ring link",
                 self.me.rank,
                 other.kind_name()
-            ))),
-        }
+            )),
+            None => Error::Internal("bootstrap: a ring step that reads returned no frame".into()),
+        };
+        ring.broken = Some(e.clone());
+        Err(e)
     }
 }
 
@@ -336,21 +501,23 @@ fn check_len(len: usize) -> Result<()> {
     }
 }
 
-/// Registers with the root and waits for the peer table (or the root's refusal).
+/// Registers with the root and waits for the peer table (or the root's refusal). The
+/// connection stays open: the root learns through it that this rank's ring is up, or that it
+/// died, and tells this rank the same about the others.
 fn register(
     id: &BootstrapId,
-    rank: usize,
-    nranks: usize,
+    me: Me,
     listen: SocketAddr,
     timeout: Duration,
     start: Instant,
-) -> Result<Vec<SocketAddr>> {
-    let root = id.root;
-    let mut conn = FrameStream::connect(root, start + timeout).map_err(|e| {
-        Error::System(format!(
+) -> Result<(Vec<SocketAddr>, FrameStream)> {
+    let (root, rank, nranks) = (id.root, me.rank, me.nranks);
+    let mut conn = FrameStream::open(root, &me.cred, start + timeout, true).map_err(|e| match e {
+        NetError::Refused(text) => Error::InvalidUsage(format!("bootstrap: the root at {root} refused rank {rank}: {text}")),
+        e => Error::System(format!(
             "bootstrap: rank {rank} could not reach the root at {root} within {timeout:?} ({e}); check that the \
              process that called ncclGetUniqueId (or rank 0 under NCCL_COMM_ID) is running and reachable"
-        ))
+        )),
     })?;
     conn.set_label(format!(
         "the peer table from the root at {root} (rank {rank} registered; the root waits for the others, \
@@ -358,7 +525,6 @@ fn register(
     ));
     let deadline = Instant::now() + timeout + ROOT_REPORT_MARGIN;
     let reg = Msg::Register {
-        magic: id.magic,
         rank: rank as u32,
         nranks: nranks as u32,
         listen,
@@ -366,107 +532,136 @@ fn register(
     };
     let what = format!("bootstrap: rank {rank} registering with the root at {root}");
     conn.send(&reg, deadline).map_err(|e| e.context(&what))?;
-    let reply = conn.recv(MAX_CONTROL_BODY, deadline).map_err(|e| match e {
-        net::NetError::Timeout => Error::System(format!(
+    let table_bytes = 4 + nranks * MAX_ADDR_LEN;
+    let reply = conn.recv(table_bytes.max(MAX_CONTROL_BODY), deadline).map_err(|e| match e {
+        NetError::Timeout => Error::System(format!(
             "bootstrap: rank {rank} got no peer table from the root at {root} within {:?}; \
              other ranks have not registered, or the root is stuck",
             timeout + ROOT_REPORT_MARGIN
         )),
         e => e.context(&what),
     })?;
-    root::check_reply(reply, rank, nranks, root)
+    Ok((root::check_reply(reply, rank, nranks, root)?, conn))
 }
 
-/// Opens the link to the next rank and waits for the previous rank's, stashing any p2p
-/// message that arrives first (a faster peer may already be sending to us).
+/// How often init looks at the root connection while it waits for its ring link.
+const ROOT_CHECK_EVERY: Duration = Duration::from_millis(10);
+
+/// Opens the link to the next rank and waits for the previous rank's (which the listener thread
+/// files). The root connection is watched meanwhile: if another rank is lost, the root says so
+/// at once.
 fn connect_ring(
     me: Me,
     peers: &[SocketAddr],
-    acceptor: &mut Acceptor,
-    mailbox: &Mutex<Mailbox>,
+    shared: &Shared,
+    root_conn: &mut FrameStream,
     timeout: Duration,
-) -> Result<Ring> {
+) -> Result<Option<Ring>> {
+    if me.nranks == 1 {
+        return Ok(None);
+    }
     let deadline = Instant::now() + timeout;
-    let (next, prev) = ((me.rank + 1) % me.nranks, (me.rank + me.nranks - 1) % me.nranks);
-    let what = format!(
-        "bootstrap: rank {} could not open its ring link to rank {next} at {} (did rank {next} fail?)",
-        me.rank, peers[next]
-    );
-    let mut out = FrameStream::connect(peers[next], deadline).map_err(|e| e.context(&what))?;
-    out.set_label(format!("rank {next} (ring next)"));
-    out.send(&Msg::Hello { magic: me.magic, from: me.rank as u32, link: LinkKind::Ring }, deadline)
-        .map_err(|e| e.context(&what))?;
-    let waiting_for = || format!("rank {prev} to open its ring link to rank {}", me.rank);
-    loop {
-        match acceptor.next(Some(deadline), &waiting_for)? {
-            Some(arrival) => {
-                if let Some(mut inp) = admit(me, mailbox, arrival, deadline, Some(prev)) {
-                    inp.set_label(format!("rank {prev} (ring prev)"));
-                    return Ok(Ring { next: out, prev: inp, op: 0 });
-                }
-            }
-            None => return Err(Error::System(format!(
-                "bootstrap: rank {prev} did not open its ring link to rank {} within {timeout:?}; it may have failed",
-                me.rank
-            ))),
+    let (rank, next, prev) = (me.rank, me.next(), me.prev());
+    let root = root_conn.peer();
+    let mut out = match FrameStream::open(peers[next], &me.cred, deadline, false).and_then(|mut s| {
+        s.send(&Msg::Hello { from: rank as u32, link: LinkKind::Ring }, deadline).map(|()| s)
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            let text = format!("rank {rank} could not open its ring link to rank {next} at {} ({e})", peers[next]);
+            // Tell the root, which tells everyone, then report what the root says (it may know
+            // more, e.g. that rank `next` died) or our own view.
+            let _ = root_conn.send(&Msg::Lost { rank: next as u32, text: text.clone() }, Instant::now() + TELL_TIMEOUT);
+            return Err(match root_conn.recv(MAX_CONTROL_BODY, Instant::now() + TELL_TIMEOUT) {
+                Ok(msg) => root::refusal(msg, rank, root),
+                Err(_) => Error::Remote(format!("bootstrap: {text}; did rank {next} fail?")),
+            });
         }
+    };
+    out.set_label(format!("rank {next} (ring next)"));
+    let mut progress = Progress::new(|| format!("rank {prev} to open its ring link to rank {rank}"));
+    loop {
+        let taken = {
+            let mut inbox = shared.inbox.lock();
+            inbox.ring_taken = inbox.ring_in.is_some();
+            inbox.ring_in.take()
+        };
+        if let Some(mut inp) = taken {
+            inp.set_label(format!("rank {prev} (ring prev)"));
+            return Ok(Some(Ring { next: out, prev: inp, op: 0, broken: None }));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::System(format!(
+                "bootstrap: rank {prev} did not open its ring link to rank {rank} within {timeout:?}; it may have failed"
+            )));
+        }
+        let lost_root = |e: NetError| e.context(&format!("bootstrap: rank {rank} lost the root at {root} during init"));
+        if root_conn.wait_readable(left.min(ROOT_CHECK_EVERY)).map_err(|e| lost_root(e.into()))? {
+            match root_conn.recv(MAX_CONTROL_BODY, Instant::now()) {
+                Err(NetError::Timeout) => {}
+                Ok(msg) => return Err(root::refusal(msg, rank, root)),
+                Err(e) => return Err(lost_root(e)),
+            }
+        }
+        progress.tick(Some(deadline));
     }
 }
 
-/// Screens a connection on a rank's listener: a p2p message goes to the mailbox, the expected
-/// ring link is returned, anything else (wrong magic, unknown rank, garbage) is dropped and
-/// logged.
-fn admit(
-    me: Me,
-    mailbox: &Mutex<Mailbox>,
-    a: Arrival,
-    deadline: Instant,
-    ring_from: Option<usize>,
-) -> Option<FrameStream> {
+/// Tells the root this rank's ring is up and waits until every rank's is (or the root's
+/// explanation why init failed).
+fn wait_ready(me: Me, root_conn: &mut FrameStream, root: SocketAddr, timeout: Duration) -> Result<()> {
+    let rank = me.rank;
+    let deadline = Instant::now() + timeout + ROOT_REPORT_MARGIN;
+    let what = format!("bootstrap: rank {rank} waiting for the root at {root} to confirm every rank's ring");
+    root_conn.set_label(format!("the root at {root} to confirm that every rank linked its ring"));
+    root_conn.send(&Msg::Ready, deadline).map_err(|e| e.context(&what))?;
+    match root_conn.recv(MAX_CONTROL_BODY, deadline) {
+        Ok(Msg::Ready) => Ok(()),
+        Ok(msg) => Err(root::refusal(msg, rank, root)),
+        Err(e) => Err(e.context(&what)),
+    }
+}
+
+/// Files an authenticated connection on a rank's listener: a p2p message goes to the mailbox,
+/// the ring link from the previous rank to init, anything else (unknown rank, wrong kind, a
+/// second ring link) is dropped and logged. Strangers never get this far: they fail the
+/// handshake in [`net`].
+fn admit(me: Me, shared: &Shared, a: Arrival, timeout: Duration) {
     let Arrival { mut conn, from: addr, msg } = a;
     let here = me.rank;
     match msg {
-        Msg::Hello { magic, from, link } if magic == me.magic && (from as usize) < me.nranks => match link {
-            LinkKind::Ring if ring_from == Some(from as usize) => Some(conn),
-            LinkKind::Ring => {
-                crate::nccl_warn!("Bootstrap rank {here}: dropped an unexpected ring link from rank {from} ({addr})");
-                None
+        Msg::Hello { from, link: LinkKind::Ring } if from as usize == me.prev() => {
+            let mut inbox = shared.inbox.lock();
+            match inbox.ring_taken || inbox.ring_in.is_some() {
+                true => crate::nccl_warn_unrecorded!("Bootstrap rank {here}: dropped a second ring link from rank {from} ({addr})"),
+                false => inbox.ring_in = Some(conn),
             }
-            LinkKind::P2p => {
-                match conn.recv(MAX_DATA_BODY, deadline) {
-                    Ok(Msg::Data { tag, seq, payload }) => {
-                        if !mailbox.lock().push(from as usize, tag, seq, payload) {
-                            crate::nccl_warn!("Bootstrap rank {here}: dropped a repeated message #{seq} from rank {from} with tag {tag}");
-                        }
+        }
+        Msg::Hello { from, link: LinkKind::P2p } if (from as usize) < me.nranks => {
+            match conn.recv(MAX_DATA_BODY, Instant::now() + timeout) {
+                Ok(Msg::Data { tag, seq, payload }) => {
+                    if !shared.inbox.lock().mailbox.push(from as usize, tag, seq, payload) {
+                        crate::nccl_warn_unrecorded!(
+                            "Bootstrap rank {here}: dropped a repeated message #{seq} from rank {from} with tag {tag}"
+                        );
                     }
-                    Ok(other) => crate::nccl_warn!(
-                        "Bootstrap rank {here}: rank {from} sent {} instead of data",
-                        other.kind_name()
-                    ),
-                    Err(e) => crate::nccl_warn!("Bootstrap rank {here}: lost a message from rank {from} ({addr}): {e}"),
+                    shared.arrived.notify_all();
                 }
-                None
+                Ok(other) => crate::nccl_warn_unrecorded!(
+                    "Bootstrap rank {here}: rank {from} sent {} instead of data",
+                    other.kind_name()
+                ),
+                Err(e) => crate::nccl_warn_unrecorded!("Bootstrap rank {here}: lost a message from rank {from} ({addr}): {e}"),
             }
-        },
-        Msg::Hello { magic, from, .. } if magic == me.magic => {
-            crate::nccl_warn!(
-                "Bootstrap rank {here}: dropped a connection from {addr} claiming rank {from} of {}",
-                me.nranks
-            );
-            None
         }
-        Msg::Hello { .. } => {
-            crate::nccl_warn!(
-                "Bootstrap rank {here}: dropped a connection from {addr} with a wrong magic (another job?)"
-            );
-            None
-        }
-        other => {
-            crate::nccl_warn!(
-                "Bootstrap rank {here}: dropped a connection from {addr} that opened with {}",
-                other.kind_name()
-            );
-            None
-        }
+        Msg::Hello { from, link } => crate::nccl_warn_unrecorded!(
+            "Bootstrap rank {here}: dropped a {link:?} link from {addr} claiming rank {from} of {}",
+            me.nranks
+        ),
+        other => crate::nccl_warn_unrecorded!(
+            "Bootstrap rank {here}: dropped a connection from {addr} that opened with {}",
+            other.kind_name()
+        ),
     }
 }
