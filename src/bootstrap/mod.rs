@@ -452,8 +452,11 @@ impl Bootstrap {
                 return Err(e);
             }
             Err((link, e)) => {
-                let lost = if link == Link::Next { next } else { prev };
-                (lost, format!("its ring link to rank {rank} failed during bootstrap {} ({e})", what()))
+                let (lost, side) = match link {
+                    Link::Next => (next, "from"),
+                    Link::Prev => (prev, "to"),
+                };
+                (lost, format!("its ring link {side} rank {rank} failed during bootstrap {} ({e})", what()))
             }
         };
         let at = self.peers.get(lost).map_or_else(|| "no such rank".to_string(), |a| format!("listening at {a}"));
@@ -544,7 +547,8 @@ fn register(
     Ok((root::check_reply(reply, rank, nranks, root)?, conn))
 }
 
-/// How often init looks at the root connection while it waits for its ring link.
+/// How often init looks at the root connection while it waits for its ring link (which wakes
+/// it at once when it comes).
 const ROOT_CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// Opens the link to the next rank and waits for the previous rank's (which the listener thread
@@ -569,13 +573,7 @@ fn connect_ring(
         Ok(s) => s,
         Err(e) => {
             let text = format!("rank {rank} could not open its ring link to rank {next} at {} ({e})", peers[next]);
-            // Tell the root, which tells everyone, then report what the root says (it may know
-            // more, e.g. that rank `next` died) or our own view.
-            let _ = root_conn.send(&Msg::Lost { rank: next as u32, text: text.clone() }, Instant::now() + TELL_TIMEOUT);
-            return Err(match root_conn.recv(MAX_CONTROL_BODY, Instant::now() + TELL_TIMEOUT) {
-                Ok(msg) => root::refusal(msg, rank, root),
-                Err(_) => Error::Remote(format!("bootstrap: {text}; did rank {next} fail?")),
-            });
+            return Err(blame(me, root_conn, next, text));
         }
     };
     out.set_label(format!("rank {next} (ring next)"));
@@ -583,6 +581,9 @@ fn connect_ring(
     loop {
         let taken = {
             let mut inbox = shared.inbox.lock();
+            if inbox.ring_in.is_none() {
+                shared.arrived.wait_for(&mut inbox, ROOT_CHECK_EVERY);
+            }
             inbox.ring_taken = inbox.ring_in.is_some();
             inbox.ring_in.take()
         };
@@ -592,12 +593,11 @@ fn connect_ring(
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(Error::System(format!(
-                "bootstrap: rank {prev} did not open its ring link to rank {rank} within {timeout:?}; it may have failed"
-            )));
+            let text = format!("rank {prev} did not open its ring link to rank {rank} within {timeout:?}");
+            return Err(blame(me, root_conn, prev, text));
         }
         let lost_root = |e: NetError| e.context(&format!("bootstrap: rank {rank} lost the root at {root} during init"));
-        if root_conn.wait_readable(left.min(ROOT_CHECK_EVERY)).map_err(|e| lost_root(e.into()))? {
+        if root_conn.wait_readable(Duration::ZERO).map_err(|e| lost_root(e.into()))? {
             match root_conn.recv(MAX_CONTROL_BODY, Instant::now()) {
                 Err(NetError::Timeout) => {}
                 Ok(msg) => return Err(root::refusal(msg, rank, root)),
@@ -605,6 +605,18 @@ fn connect_ring(
             }
         }
         progress.tick(Some(deadline));
+    }
+}
+
+/// Reports to the root that rank `lost` could not be linked (the root tells everyone, so all
+/// ranks name the same culprit), and returns the root's verdict, or our own view if the root
+/// does not answer at once.
+fn blame(me: Me, root_conn: &mut FrameStream, lost: usize, text: String) -> Error {
+    let root = root_conn.peer();
+    let _ = root_conn.send(&Msg::Lost { rank: lost as u32, text: text.clone() }, Instant::now() + TELL_TIMEOUT);
+    match root_conn.recv(MAX_CONTROL_BODY, Instant::now() + TELL_TIMEOUT) {
+        Ok(msg) => root::refusal(msg, me.rank, root),
+        Err(_) => Error::Remote(format!("bootstrap: {text}; did rank {lost} fail?")),
     }
 }
 
@@ -637,6 +649,7 @@ fn admit(me: Me, shared: &Shared, a: Arrival, timeout: Duration) {
                 true => crate::nccl_warn_unrecorded!("Bootstrap rank {here}: dropped a second ring link from rank {from} ({addr})"),
                 false => inbox.ring_in = Some(conn),
             }
+            shared.arrived.notify_all();
         }
         Msg::Hello { from, link: LinkKind::P2p } if (from as usize) < me.nranks => {
             match conn.recv(MAX_DATA_BODY, Instant::now() + timeout) {

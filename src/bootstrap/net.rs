@@ -499,9 +499,10 @@ fn pump(
         if let (true, Some(s)) = (watch_out, out.as_mut()) {
             match read_some(&s.stream, &mut s.buf, MAX_CONTROL_BODY) {
                 Ok(more) => progress |= more,
-                // The next rank closing after it got everything we sent is its normal end: our
-                // write is done, and a real loss reaches us as a Lost frame around the ring.
-                Err(_) if !want_write => watch_out = false,
+                // The next rank closing after it got everything we sent (maybe just now, in
+                // this very pass) is its normal end; a real loss reaches us as a Lost frame
+                // around the ring.
+                Err(_) if s.sent == s.outbox.len() => watch_out = false,
                 Err(e) => return Err(next(e)),
             }
         }

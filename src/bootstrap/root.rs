@@ -18,6 +18,11 @@ use super::wire::{Msg, RefuseReason, MAX_CONTROL_BODY};
 use super::MAX_RANKS;
 use crate::error::{Error, Result};
 
+/// How much longer than the ranks the root waits for ring reports, so that a rank that could
+/// not link to a neighbour reports that neighbour (naming the culprit) before the root gives up
+/// on everyone still unlinked.
+const RING_REPORT_MARGIN: Duration = Duration::from_secs(1);
+
 /// Longest wait the bootstrap honours (longer requests are cut to it), so that deadline
 /// arithmetic cannot overflow whatever a caller or a peer asks for.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -79,7 +84,7 @@ impl<C: Copy + Debug + PartialEq> RootState<C> {
         let (at, timeout) = self.first?;
         match &self.phase {
             Phase::Registering => Some(at + timeout),
-            Phase::Ring { since, .. } => Some(*since + timeout),
+            Phase::Ring { since, .. } => Some(*since + timeout + RING_REPORT_MARGIN),
             Phase::Finished => None,
         }
     }
@@ -406,7 +411,7 @@ mod tests {
             Some(Action::Table { conns: vec![10, 11, 12], table: (0..3).map(|r| reg(r, 3).listen).collect() })
         );
         // The ring phase has its own deadline, from the table.
-        assert_eq!(s.deadline(), Some(t0 + T / 2 + T));
+        assert_eq!(s.deadline(), Some(t0 + T / 2 + T + RING_REPORT_MARGIN));
         assert_eq!(s.registered().collect::<Vec<_>>(), vec![10, 11, 12]);
         assert_eq!(s.on_ready(12), None);
         assert_eq!(s.on_ready(12), None, "a repeated report counts once");
@@ -505,7 +510,8 @@ mod tests {
         let t0 = Instant::now();
         let mut s = tabled(3, t0);
         assert_eq!(s.on_ready(11), None);
-        let (conns, why, text) = fail(s.poll(t0 + T));
+        assert_eq!(s.poll(t0 + T), None, "the ranks get to report first");
+        let (conns, why, text) = fail(s.poll(t0 + T + RING_REPORT_MARGIN));
         assert_eq!((conns, why), (vec![10, 11, 12], RefuseReason::Missing));
         assert!(text.contains("rank(s) [0, 2] did not link the ring within 5s"), "{text}");
     }
