@@ -795,3 +795,179 @@ fn soak_init_destroy() {
         .unwrap();
     wait_all_within(vec![child], Duration::from_secs(280));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Floods of silent connections: honest ranks get through whatever else is connected.
+
+/// Raises this process's descriptor limit to the hard limit (floods need a few thousand).
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: lim is a valid rlimit for getrlimit to fill and setrlimit to read.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+}
+
+/// Opens `n` connections to `addr` that never say a word (on a thread: a full backlog makes
+/// connect wait for the listener).
+fn silent_flood(addr: SocketAddr, n: usize) -> std::thread::JoinHandle<Vec<TcpStream>> {
+    std::thread::spawn(move || (0..n).filter_map(|_| TcpStream::connect(addr).ok()).collect())
+}
+
+#[test]
+fn silent_floods_delay_nobody() {
+    raise_fd_limit();
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: as in raise_fd_limit.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    // More than a listener reads at once, so that eviction is exercised; within the limit.
+    let flood = (net::max_pending() + 200).min(lim.rlim_cur as usize / 6);
+    let id = new_unique_id().unwrap();
+    let on_root = silent_flood(id.root, flood).join().unwrap();
+    assert!(on_root.len() > flood / 2, "only {} of {flood} flood connections opened", on_root.len());
+    let (addr_tx, addr_rx) = mpsc::channel::<SocketAddr>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let flooder = std::thread::spawn(move || {
+        let conns = silent_flood(addr_rx.recv_timeout(HARD).unwrap(), flood).join().unwrap();
+        (0..3).for_each(|_| go_tx.send(()).unwrap());
+        conns
+    });
+    let (addr_tx, go_rx) = (std::sync::Mutex::new(addr_tx), std::sync::Mutex::new(go_rx));
+    let took = run_threads(4, move |r| {
+        let b = Bootstrap::init(&id, r, 4, HONEST).unwrap();
+        if r == 1 {
+            addr_tx.lock().unwrap().send(b.listen_addr()).unwrap();
+        } else {
+            go_rx.lock().unwrap().recv_timeout(HARD).unwrap();
+        }
+        // Rank 1 starts at once, the others once rank 1's listener is flooded: every p2p
+        // message to rank 1 passes the flood.
+        let t = Instant::now();
+        exercise(&b);
+        t.elapsed()
+    });
+    let on_rank = flooder.join().unwrap();
+    assert!(on_rank.len() > flood / 2, "only {} of {flood} flood connections opened", on_rank.len());
+    // Without eviction the honest ranks would wait for the strangers' first-frame limit (5 s).
+    for (r, t) in took.iter().enumerate() {
+        assert!(*t < Duration::from_secs(4), "rank {r} was held up for {t:?} by {flood} silent connections");
+    }
+    drop((on_root, on_rank));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ranks killed (SIGKILL) during init and during a bootstrap collective: every survivor fails
+// within 2 s of the kill, naming the dead rank, long before the bootstrap timeout.
+
+const VICTIM: &str = "FNB_VICTIM";
+
+/// In a child started by [`spawn_victim`]: plays rank `FNB_CHILD_RANK` up to `stage` (init
+/// blocked, or inside a collective), says so on stdout, and waits to be killed.
+fn victim(test: &str) -> bool {
+    if std::env::var(VICTIM).as_deref() != Ok(test) {
+        return false;
+    }
+    let var = |k: &str| std::env::var(k).unwrap();
+    let id = BootstrapId::from_unique_id(&unhex(&var("FNB_CHILD_ID"))).unwrap();
+    let (rank, n) = (var("FNB_CHILD_RANK").parse().unwrap(), var("FNB_CHILD_NRANKS").parse().unwrap());
+    match var("FNB_VICTIM_STAGE").as_str() {
+        "init" => {
+            println!("FNB_VICTIM_READY");
+            // Blocks: not every rank will register.
+            let _ = Bootstrap::init(&id, rank, n, HONEST);
+        }
+        _ => {
+            let b = Bootstrap::init(&id, rank, n, HONEST).unwrap();
+            b.barrier().unwrap();
+            println!("FNB_VICTIM_READY");
+            std::thread::sleep(HARD);
+        }
+    }
+    true
+}
+
+fn spawn_victim(test: &str, id: &BootstrapId, rank: usize, n: usize, stage: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(VICTIM, test)
+        .env("FNB_CHILD_ID", hex(&id.to_unique_id()))
+        .env("FNB_CHILD_RANK", rank.to_string())
+        .env("FNB_CHILD_NRANKS", n.to_string())
+        .env("FNB_VICTIM_STAGE", stage)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for the victim's ready line, lets the survivors block on it for `settle`, kills it,
+/// and returns the time of the kill.
+fn kill_when_ready(mut child: Child, settle: Duration) -> Instant {
+    use std::io::BufRead;
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let ready = std::io::BufReader::new(out).lines().any(|l| l.is_ok_and(|l| l.contains("FNB_VICTIM_READY")));
+        let _ = tx.send(ready);
+    });
+    let ready = rx.recv_timeout(HARD);
+    std::thread::sleep(settle);
+    child.kill().unwrap();
+    let killed = Instant::now();
+    child.wait().unwrap();
+    assert_eq!(ready, Ok(true), "the victim never got ready");
+    killed
+}
+
+/// Checks every survivor's (error, time of failure) against the kill.
+fn survivors_named(results: Vec<(Error, Instant)>, killed: Instant, dead: usize) {
+    for (r, (e, at)) in results.into_iter().enumerate() {
+        let m = e.to_string();
+        assert!(m.contains(&format!("rank {dead} ")) && m.contains("was lost"), "survivor {r}: {m}");
+        assert!(matches!(e, Error::Remote(_)), "survivor {r}: {e:?}");
+        let after = at.saturating_duration_since(killed);
+        assert!(after < Duration::from_secs(2), "survivor {r} failed {after:?} after the kill: {m}");
+    }
+}
+
+#[test]
+fn rank_killed_during_init_is_named() {
+    const TEST: &str = "rank_killed_during_init_is_named";
+    if victim(TEST) {
+        return;
+    }
+    // Four ranks, rank 3 never comes: ranks 0 and 1 (threads) and 2 (the victim) are
+    // registered and waiting when rank 2 dies.
+    let id = new_unique_id().unwrap();
+    let survivors = std::thread::spawn(move || {
+        run_threads(2, move |r| (expect_err(Bootstrap::init(&id, r, 4, HONEST)), Instant::now()))
+    });
+    let killed = kill_when_ready(spawn_victim(TEST, &id, 2, 4, "init"), Duration::from_millis(700));
+    survivors_named(survivors.join().unwrap(), killed, 2);
+}
+
+#[test]
+fn rank_killed_during_allgather_is_named() {
+    const TEST: &str = "rank_killed_during_allgather_is_named";
+    if victim(TEST) {
+        return;
+    }
+    // Rank 2 of 5 dies while the others wait in an allgather it never joins: its neighbours
+    // see its links close, and ranks 0 and 4, which have no link to it, hear it around the ring.
+    let id = new_unique_id().unwrap();
+    let victim = spawn_victim(TEST, &id, 2, 5, "collective");
+    let survivors = std::thread::spawn(move || {
+        run_threads(4, move |i| {
+            let r = [0, 1, 3, 4][i];
+            let b = Bootstrap::init(&id, r, 5, HONEST).unwrap();
+            b.barrier().unwrap();
+            let e = b.allgather(&block(r, true)).map(drop).unwrap_err();
+            // The ring stays broken: later collectives fail at once with the same words.
+            assert_eq!(b.barrier().map_err(|e| e.to_string()), Err(e.to_string()));
+            (e, Instant::now())
+        })
+    });
+    let killed = kill_when_ready(victim, Duration::from_millis(500));
+    survivors_named(survivors.join().unwrap(), killed, 2);
+}
