@@ -196,7 +196,7 @@ impl Drop for Listener {
 /// The listener thread's loop: until the handle is dropped.
 fn serve(mut acceptor: Acceptor, me: Me, shared: &Shared, stopped: &UnixStream, timeout: Duration) {
     loop {
-        match acceptor.next_or_watched(None, &String::new, &[stopped]) {
+        match acceptor.next(None, &String::new, &[stopped]) {
             Ok(Some(Wake::Arrival(a))) => admit(me, shared, *a, timeout),
             Ok(_) => return,
             Err(e) => {
@@ -351,7 +351,7 @@ impl Bootstrap {
     /// Point-to-point with a tag; messages from one peer with one tag arrive in order. Each
     /// message uses its own connection, closed after writing, so no descriptors pile up.
     pub fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
-        let Me { cred, rank, nranks } = self.me;
+        let Me { rank, nranks, .. } = self.me;
         if peer >= nranks {
             crate::bail_arg!("bootstrap send: peer {peer} is out of range for nranks {nranks}");
         }
@@ -366,11 +366,9 @@ impl Bootstrap {
             let what = || {
                 format!("bootstrap: rank {rank} sending {} bytes with tag {tag} to rank {peer} at {addr}", data.len())
             };
-            let mut conn = FrameStream::open(addr, &cred, deadline, false).map_err(|e| e.context(&what()))?;
+            let mut conn = open_link(self.me, addr, LinkKind::P2p, deadline).map_err(|e| e.context(&what()))?;
             conn.set_label(format!("rank {peer} to take a message with tag {tag} from rank {rank}"));
-            let mut frames = wire::encode(&Msg::Hello { from: rank as u32, link: LinkKind::P2p });
-            frames.extend(wire::encode_data(tag, seq, data));
-            conn.send_bytes(&frames, deadline).map_err(|e| e.context(&what()))?;
+            conn.send_bytes(&wire::encode_data(tag, seq, data), deadline).map_err(|e| e.context(&what()))?;
         }
         seqs.insert((peer, tag), seq + 1);
         Ok(())
@@ -567,9 +565,7 @@ fn connect_ring(
     let deadline = Instant::now() + timeout;
     let (rank, next, prev) = (me.rank, me.next(), me.prev());
     let root = root_conn.peer();
-    let mut out = match FrameStream::open(peers[next], &me.cred, deadline, false).and_then(|mut s| {
-        s.send(&Msg::Hello { from: rank as u32, link: LinkKind::Ring }, deadline).map(|()| s)
-    }) {
+    let mut out = match open_link(me, peers[next], LinkKind::Ring, deadline) {
         Ok(s) => s,
         Err(e) => {
             let text = format!("rank {rank} could not open its ring link to rank {next} at {} ({e})", peers[next]);
@@ -606,6 +602,14 @@ fn connect_ring(
         }
         progress.tick(Some(deadline));
     }
+}
+
+/// Opens an authenticated connection to the listener at `addr` (a rank's) and announces what
+/// it is for: the one way every rank-to-rank link starts, whatever its kind.
+fn open_link(me: Me, addr: SocketAddr, kind: LinkKind, deadline: Instant) -> std::result::Result<FrameStream, NetError> {
+    let mut s = FrameStream::open(addr, &me.cred, deadline, false)?;
+    s.send(&Msg::Hello { from: me.rank as u32, link: kind }, deadline)?;
+    Ok(s)
 }
 
 /// Reports to the root that rank `lost` could not be linked (the root tells everyone, so all

@@ -586,11 +586,11 @@ pub struct Arrival {
     pub msg: Msg,
 }
 
-/// What woke [`Acceptor::next_or_watched`].
+/// What woke [`Acceptor::next`].
 pub enum Wake {
     Arrival(Box<Arrival>),
-    /// The watched stream at this index is readable: a frame, or its end.
-    Watched(usize),
+    /// The watched streams at these indices are readable: a frame, or their end.
+    Watched(Vec<usize>),
 }
 
 /// Accepts connections on a listener, challenges each one at once and reads the answers
@@ -615,20 +615,12 @@ impl Acceptor {
         Ok(self.listener.local_addr()?)
     }
 
-    /// The next authenticated connection with its first frame, or `None` once `deadline` passes
-    /// (`None` deadline: wait as long as it takes). `waiting_for` names what the caller expects,
-    /// for the progress lines of a long wait.
-    pub fn next(&mut self, deadline: Option<Instant>, waiting_for: &dyn Fn() -> String) -> Result<Option<Arrival>> {
-        Ok(self.next_or_watched(deadline, waiting_for, &[])?.map(|w| match w {
-            Wake::Arrival(a) => *a,
-            Wake::Watched(_) => unreachable!("nothing is watched"),
-        }))
-    }
-
-    /// As [`next`](Self::next), but also returns as soon as one of `watch` (established
-    /// connections whose closing or news the caller must not miss) is readable. Frames already
-    /// buffered in a watched [`FrameStream`] are the caller's to check first.
-    pub fn next_or_watched(
+    /// The next authenticated connection with its first frame, or the watched streams that
+    /// became readable (established connections whose closing or news the caller must not
+    /// miss), or `None` once `deadline` passes (`None` deadline: wait as long as it takes).
+    /// `waiting_for` names what the caller expects, for the progress lines of a long wait.
+    /// Frames already buffered in a watched [`FrameStream`] are the caller's to check first.
+    pub fn next(
         &mut self,
         deadline: Option<Instant>,
         waiting_for: &dyn Fn() -> String,
@@ -659,9 +651,10 @@ impl Acceptor {
             poll(&mut fds, progress.nap(wake))?;
             progress.tick(deadline);
 
-            let (n, w) = (self.pending.len(), watch.len());
-            if let Some(i) = (0..w).find(|&i| fds[n + i].revents != 0) {
-                return Ok(Some(Wake::Watched(i)));
+            let n = self.pending.len();
+            let readable: Vec<usize> = (0..watch.len()).filter(|&i| fds[n + i].revents != 0).collect();
+            if !readable.is_empty() {
+                return Ok(Some(Wake::Watched(readable)));
             }
             let (mut done, mut dead) = (None, Vec::new());
             for (i, p) in self.pending.iter_mut().enumerate() {
@@ -878,6 +871,13 @@ mod tests {
         Credentials { magic, secret: auth::Secret([magic as u8; auth::SECRET_LEN]) }
     }
 
+    fn arrival(w: Option<Wake>) -> Arrival {
+        match w {
+            Some(Wake::Arrival(a)) => *a,
+            _ => panic!("expected an arrival"),
+        }
+    }
+
     fn acceptor(c: Credentials) -> (Acceptor, SocketAddr) {
         let acc = Acceptor::new(listen(Ipv4Addr::LOCALHOST.into()).unwrap(), c).unwrap();
         let addr = acc.local_addr().unwrap();
@@ -897,7 +897,7 @@ mod tests {
             let mut c = FrameStream::open(addr, &cred(3), deadline, false).unwrap();
             c.send_bytes(&both, deadline).map(|_| c)
         });
-        let mut a = acc.next(Some(deadline), &String::new).unwrap().unwrap();
+        let mut a = arrival(acc.next(Some(deadline), &String::new, &[]).unwrap());
         assert_eq!(a.msg, hello);
         assert_eq!(a.conn.recv(wire::MAX_DATA_BODY, deadline).unwrap(), data);
         let mut c = writer.join().unwrap().unwrap();
@@ -913,7 +913,7 @@ mod tests {
         let bad_magic = std::thread::spawn(move || FrameStream::open(addr, &cred(4), deadline, false).map(drop));
         let forged = Credentials { magic: 3, secret: auth::Secret([9; auth::SECRET_LEN]) };
         let bad_secret = std::thread::spawn(move || FrameStream::open(addr, &forged, deadline, false).map(drop));
-        assert!(acc.next(Some(Instant::now() + Duration::from_millis(300)), &String::new).unwrap().is_none());
+        assert!(acc.next(Some(Instant::now() + Duration::from_millis(300)), &String::new, &[]).unwrap().is_none());
         match bad_magic.join().unwrap() {
             Err(NetError::Refused(m)) => assert!(m.contains("magic does not match"), "{m}"),
             other => panic!("{other:?}"),
@@ -924,7 +924,7 @@ mod tests {
         }
         // A listener that does not hold the secret is found out by the connector.
         let (mut impostor, addr) = acceptor(forged);
-        let t = std::thread::spawn(move || impostor.next(Some(Instant::now() + Duration::from_secs(2)), &String::new).map(|a| a.is_none()));
+        let t = std::thread::spawn(move || impostor.next(Some(Instant::now() + Duration::from_secs(2)), &String::new, &[]).map(|a| a.is_none()));
         match FrameStream::open(addr, &cred(3), deadline, false) {
             Err(NetError::Refused(m)) => assert!(m.contains("could not prove"), "{m}"),
             other => panic!("{other:?}"),
@@ -936,7 +936,7 @@ mod tests {
     fn acceptor_deadline_and_refused_connect() {
         let (mut acc, gone) = acceptor(cred(1));
         let t = Instant::now();
-        assert!(acc.next(Some(t + Duration::from_millis(100)), &String::new).unwrap().is_none());
+        assert!(acc.next(Some(t + Duration::from_millis(100)), &String::new, &[]).unwrap().is_none());
         assert!(t.elapsed() >= Duration::from_millis(100));
         drop(acc);
         let t = Instant::now();

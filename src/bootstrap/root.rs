@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
+use std::hash::Hash;
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
@@ -67,17 +68,19 @@ pub struct RootState<C> {
     nranks: Option<(usize, u32)>,
     /// Registered ranks only: memory follows who registered, not what a registration claims.
     slots: BTreeMap<usize, (C, SocketAddr)>,
+    /// The rank of each registered connection.
+    by_conn: HashMap<C, usize>,
     first: Option<(Instant, Duration)>,
     phase: Phase,
 }
 
 impl<C> Default for RootState<C> {
     fn default() -> Self {
-        RootState { nranks: None, slots: BTreeMap::new(), first: None, phase: Phase::Registering }
+        RootState { nranks: None, slots: BTreeMap::new(), by_conn: HashMap::new(), first: None, phase: Phase::Registering }
     }
 }
 
-impl<C: Copy + Debug + PartialEq> RootState<C> {
+impl<C: Copy + Debug + Eq + Hash> RootState<C> {
     /// When [`poll`](Self::poll) will report missing ranks; `None` before the first registration
     /// (the id may legitimately be handed out long before anyone calls init, as in NCCL).
     pub fn deadline(&self) -> Option<Instant> {
@@ -124,6 +127,7 @@ impl<C: Copy + Debug + PartialEq> RootState<C> {
             return reject(format!("rank {rank} already registered by the process listening at {by}"));
         }
         self.slots.insert(rank, (conn, reg.listen));
+        self.by_conn.insert(conn, rank);
         if self.slots.len() < reg.nranks as usize {
             return None;
         }
@@ -165,7 +169,7 @@ impl<C: Copy + Debug + PartialEq> RootState<C> {
     fn rank_of(&self, conn: C) -> Option<usize> {
         match self.phase {
             Phase::Finished => None,
-            _ => self.slots.iter().find(|(_, &(c, _))| c == conn).map(|(&r, _)| r),
+            _ => self.by_conn.get(&conn).copied(),
         }
     }
 
@@ -255,28 +259,35 @@ fn run(mut acceptor: Acceptor, addr: SocketAddr) {
             break;
         }
         let keys: Vec<usize> = state.registered().collect();
-        let wake = match keys.iter().position(|k| conns[k].has_frame()) {
-            Some(i) => Ok(Some(Wake::Watched(i))),
-            None => {
+        let buffered: Vec<usize> = (0..keys.len()).filter(|&i| conns[&keys[i]].has_frame()).collect();
+        let wake = match buffered.is_empty() {
+            false => Ok(Some(Wake::Watched(buffered))),
+            true => {
                 let watch: Vec<&dyn std::os::fd::AsRawFd> = keys.iter().map(|k| &conns[k] as _).collect();
-                acceptor.next_or_watched(state.deadline(), &|| state.waiting_for(), &watch)
+                acceptor.next(state.deadline(), &|| state.waiting_for(), &watch)
             }
         };
-        let action = match wake {
-            Ok(None) => continue,
+        match wake {
+            Ok(None) => {}
             Err(e) => {
                 crate::nccl_warn_unrecorded!("Bootstrap root at {addr} stops: {e}");
                 return;
             }
-            Ok(Some(Wake::Watched(i))) => {
-                let key = keys[i];
-                let conn = conns.get_mut(&key).expect("registered connections are held");
-                match conn.recv(MAX_CONTROL_BODY, Instant::now()) {
-                    Ok(Msg::Ready) => state.on_ready(key),
-                    Ok(Msg::Lost { rank, text }) => state.on_lost_report(key, rank as usize, text),
-                    Ok(other) => state.on_closed(key, &format!("carried {} out of turn", other.kind_name())),
-                    Err(NetError::Timeout) => None,
-                    Err(e) => state.on_closed(key, &format!("failed ({e})")),
+            // Every readable rank in one pass: the ring reports of thousands of ranks arrive
+            // together, and one poll of every connection per report would be quadratic.
+            Ok(Some(Wake::Watched(ready))) => {
+                for key in ready.into_iter().map(|i| keys[i]) {
+                    let Some(conn) = conns.get_mut(&key) else { continue };
+                    let action = match conn.recv(MAX_CONTROL_BODY, Instant::now()) {
+                        Ok(Msg::Ready) => state.on_ready(key),
+                        Ok(Msg::Lost { rank, text }) => state.on_lost_report(key, rank as usize, text),
+                        Ok(other) => state.on_closed(key, &format!("carried {} out of turn", other.kind_name())),
+                        Err(NetError::Timeout) => None,
+                        Err(e) => state.on_closed(key, &format!("failed ({e})")),
+                    };
+                    if let Some(action) = action {
+                        perform(action, &mut conns);
+                    }
                 }
             }
             Ok(Some(Wake::Arrival(a))) => {
@@ -291,11 +302,10 @@ fn run(mut acceptor: Acceptor, addr: SocketAddr) {
                 let reg = Registration { rank, nranks, listen, timeout: Duration::from_millis(timeout_ms) };
                 serial += 1;
                 conns.insert(serial, a.conn);
-                state.on_register(serial, reg, Instant::now())
+                if let Some(action) = state.on_register(serial, reg, Instant::now()) {
+                    perform(action, &mut conns);
+                }
             }
-        };
-        if let Some(action) = action {
-            perform(action, &mut conns);
         }
     }
     crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root at {addr} done");
