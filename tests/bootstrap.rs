@@ -289,6 +289,7 @@ fn wait_all_within(mut children: Vec<Child>, within: Duration) {
     for (r, mut c) in children.into_iter().enumerate() {
         let mut out = String::new();
         c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        print!("{out}");
         assert!(done[r].unwrap().success(), "rank {r} failed:\n{out}");
         assert!(out.contains(&format!("FNB_CHILD_OK rank {r}")), "rank {r} did not run its test:\n{out}");
     }
