@@ -5,7 +5,8 @@
 //! table of all listeners back, and links into a ring (a connection to the next rank, one from
 //! the previous). Collectives ([`Bootstrap::allgather`], ...) run around the ring;
 //! point-to-point messages open a short-lived connection each, so a rank holds three sockets
-//! however many ranks there are.
+//! however many ranks there are. A thread per rank serves its listener, so a peer's send never
+//! waits for this rank to be inside a bootstrap call.
 //!
 //! Every connection, to the root and to a rank's listener, first proves that it holds the
 //! unique id's secret ([`auth`]); nothing else is read from it before. A rank whose connection
