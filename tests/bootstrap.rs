@@ -811,10 +811,16 @@ fn raise_fd_limit() {
     }
 }
 
-/// Opens `n` connections to `addr` that never say a word (on a thread: a full backlog makes
-/// connect wait for the listener).
+/// Opens up to `n` connections to `addr` that never say a word (on a thread: a full backlog
+/// makes connect wait for the listener), giving up after 10 s.
 fn silent_flood(addr: SocketAddr, n: usize) -> std::thread::JoinHandle<Vec<TcpStream>> {
-    std::thread::spawn(move || (0..n).filter_map(|_| TcpStream::connect(addr).ok()).collect())
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        (0..n)
+            .map_while(|_| (Instant::now() < deadline).then(|| TcpStream::connect_timeout(&addr, Duration::from_secs(1))))
+            .filter_map(Result::ok)
+            .collect()
+    })
 }
 
 #[test]
@@ -971,4 +977,34 @@ fn rank_killed_during_allgather_is_named() {
     });
     let killed = kill_when_ready(victim, Duration::from_millis(500));
     survivors_named(survivors.join().unwrap(), killed, 2);
+}
+
+/// A rank whose handle is gone (its sockets closed, as when its process dies): a send to it
+/// fails at once, and the others' next collectives fail naming it, within the same bound.
+#[test]
+fn a_closed_rank_fails_sends_and_collectives_at_once() {
+    let id = new_unique_id().unwrap();
+    let (gone_tx, gone_rx) = mpsc::channel::<()>();
+    let gone_rx = std::sync::Mutex::new(gone_rx);
+    let gone_tx = std::sync::Mutex::new(gone_tx);
+    let results = run_threads(3, move |r| {
+        let b = Bootstrap::init(&id, r, 3, HONEST).unwrap();
+        b.barrier().unwrap();
+        if r == 2 {
+            drop(b);
+            (0..2).for_each(|_| gone_tx.lock().unwrap().send(()).unwrap());
+            return None;
+        }
+        gone_rx.lock().unwrap().recv_timeout(HARD).unwrap();
+        let t = Instant::now();
+        let send = b.send(2, 1, b"to the dead").unwrap_err().to_string();
+        let coll = b.broadcast(0, (r == 0).then_some(&b"x"[..])).and_then(|_| b.barrier()).unwrap_err().to_string();
+        Some((send, coll, t.elapsed()))
+    });
+    for (r, res) in results.into_iter().take(2).enumerate() {
+        let (send, coll, took) = res.unwrap();
+        assert!(send.contains("to rank 2"), "rank {r}: {send}");
+        assert!(coll.contains("rank 2 (listening at") && coll.contains("was lost"), "rank {r}: {coll}");
+        assert!(took < Duration::from_secs(2), "rank {r} took {took:?}");
+    }
 }
