@@ -257,7 +257,7 @@ impl NetError {
 }
 
 /// Waits until one of `fds` is ready or `timeout` passes (`None`: no limit). EINTR is a wake-up.
-fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
+pub(super) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
     // Round up, so a sub-millisecond remainder sleeps instead of spinning.
     let ms = timeout.map_or(-1, |t| t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int);
     // SAFETY: fds is a valid, initialised slice of pollfd for the whole call.
@@ -269,7 +269,7 @@ fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
     }
 }
 
-fn pollfd(fd: &impl AsRawFd, events: libc::c_short) -> libc::pollfd {
+pub(super) fn pollfd(fd: &impl AsRawFd, events: libc::c_short) -> libc::pollfd {
     libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 }
 }
 
