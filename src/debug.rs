@@ -4,7 +4,7 @@
 //! Every WARN also becomes the text `ncclGetLastError` returns, as in NCCL.
 
 use parking_lot::Mutex;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, CStr};
 use std::io::Write;
 
@@ -143,6 +143,13 @@ pub fn log(level: Level, subsys: u64, msg: &str) {
     if level == Level::Warn {
         set_last_error(msg);
     }
+    print(level, subsys, msg);
+}
+
+/// Writes one log line without touching the last-error text: for events no application call
+/// caused (a stranger's connection to a bootstrap listener), which must not replace the
+/// explanation of the application's own last failure.
+pub fn print(level: Level, subsys: u64, msg: &str) {
     let mut guard = CONFIG.lock();
     let cfg = guard.get_or_insert_with(load_config);
     if level > cfg.level || (level > Level::Warn && cfg.mask & subsys == 0) {
@@ -168,15 +175,33 @@ pub fn set_last_error(msg: &str) {
     buf[n] = 0;
 }
 
-/// The last error text; the pointer stays valid for the life of the process.
+thread_local! {
+    /// This thread's copy of the last-error text, taken under the lock, so that the caller reads
+    /// a string no other thread is writing.
+    static LAST_ERROR_COPY: RefCell<[u8; 1024]> = const { RefCell::new([0; 1024]) };
+}
+
+/// The last error text, copied for the calling thread; the pointer stays valid until the same
+/// thread asks again (NCCL's contract) or exits.
 pub fn last_error_ptr() -> *const c_char {
-    LAST_ERROR.data_ptr() as *const c_char
+    let text = *LAST_ERROR.lock();
+    LAST_ERROR_COPY.with(|c| {
+        let mut c = c.borrow_mut();
+        *c = text;
+        c.as_ptr() as *const c_char
+    })
 }
 
 /// The last error text as a Rust string (for tests).
 pub fn last_error() -> String {
     let buf = LAST_ERROR.lock();
     CStr::from_bytes_until_nul(&buf[..]).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// A WARN line that does not become the last-error text (see [`print`]).
+#[macro_export]
+macro_rules! nccl_warn_unrecorded {
+    ($($t:tt)*) => { $crate::debug::print($crate::debug::Level::Warn, $crate::debug::Subsys::ALL, &format!($($t)*)) };
 }
 
 #[macro_export]

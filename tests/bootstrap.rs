@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nccl::bootstrap::auth::{self, Role, Secret};
 use nccl::bootstrap::wire::{self, LinkKind, Msg, RefuseReason};
 use nccl::bootstrap::*;
 use nccl::error::Error;
@@ -102,8 +103,8 @@ fn handle_is_send_and_sync() {
 
 #[test]
 fn bad_arguments() {
-    let id = BootstrapId { magic: 1, root: "127.0.0.1:9".parse().unwrap(), root_by_rank0: false };
-    for (rank, n, t) in [(0, 0, HONEST), (2, 2, HONEST), (0, 1, Duration::ZERO)] {
+    let id = fake_id("127.0.0.1:9".parse().unwrap());
+    for (rank, n, t) in [(0, 0, HONEST), (2, 2, HONEST), (0, 1, Duration::ZERO), (0, MAX_RANKS + 1, HONEST), (0, usize::MAX, HONEST)] {
         assert!(
             matches!(Bootstrap::init(&id, rank, n, t), Err(Error::InvalidArgument(_))),
             "rank {rank} of {n}, {t:?}"
@@ -215,14 +216,23 @@ fn late_ranks() {
 #[test]
 fn comm_id_root_started_by_rank0() {
     let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let id = BootstrapId::from_comm_id(addr);
+    let id = BootstrapId::from_comm_id(addr, Some("shared by the job"));
     assert_eq!(BootstrapId::from_unique_id(&id.to_unique_id()), Ok(id));
+    // Someone who knows only the address (and not the shared secret) is refused.
+    // It tries while the root (up at 0.3 s) still waits for rank 3 (at 1.5 s).
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        tx.send(Bootstrap::init(&BootstrapId::from_comm_id(addr, None), 1, 4, SHORT).map(drop))
+    });
     run_threads(4, move |r| {
-        if r == 0 {
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        std::thread::sleep(Duration::from_millis([300, 0, 0, 1500][r]));
         exercise(&Bootstrap::init(&id, r, 4, HONEST).unwrap())
     });
+    match rx.recv_timeout(HARD).unwrap() {
+        Err(Error::InvalidUsage(m)) => assert!(m.contains("could not prove it holds the unique id"), "{m}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -256,8 +266,13 @@ fn child_rank(test: &str) -> bool {
     true
 }
 
-fn wait_all(mut children: Vec<Child>) {
-    let deadline = Instant::now() + HARD;
+fn wait_all(children: Vec<Child>) {
+    wait_all_within(children, HARD)
+}
+
+/// Waits for every child to succeed, killing them all if they are not done `within`.
+fn wait_all_within(mut children: Vec<Child>, within: Duration) {
+    let deadline = Instant::now() + within;
     let mut done = vec![None; children.len()];
     while done.iter().any(Option::is_none) {
         for (c, d) in children.iter_mut().zip(done.iter_mut()) {
@@ -267,13 +282,14 @@ fn wait_all(mut children: Vec<Child>) {
         }
         if Instant::now() > deadline {
             children.iter_mut().for_each(|c| drop(c.kill()));
-            panic!("child ranks still running after {HARD:?}: a hang");
+            panic!("child processes still running after {within:?}: a hang");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     for (r, mut c) in children.into_iter().enumerate() {
         let mut out = String::new();
         c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        print!("{out}");
         assert!(done[r].unwrap().success(), "rank {r} failed:\n{out}");
         assert!(out.contains(&format!("FNB_CHILD_OK rank {r}")), "rank {r} did not run its test:\n{out}");
     }
@@ -335,6 +351,11 @@ fn expect_err(r: Result<Bootstrap, Error>) -> Error {
     }
 }
 
+/// An id for a root that is not ours (nothing listens there, or a fake does).
+fn fake_id(root: SocketAddr) -> BootstrapId {
+    BootstrapId { magic: 1, secret: Secret([1; auth::SECRET_LEN]), root, root_by_rank0: false }
+}
+
 /// Runs `n` honest ranks of `id` and checks they rendezvous and allgather correctly.
 fn honest_ranks(id: BootstrapId, n: usize) {
     run_threads(n, move |r| {
@@ -357,9 +378,42 @@ fn closed_by_peer(s: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
-fn register_frame(magic: u64, rank: u32, nranks: u32) -> Vec<u8> {
+/// Reads one whole frame from a blocking socket (None if it closes or times out first).
+fn read_frame(s: &mut TcpStream, within: Duration) -> Option<Msg> {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Ok(Some((msg, _))) = wire::decode(&buf, wire::MAX_CONTROL_BODY) {
+            return Some(msg);
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// A raw client's side of the handshake: reads the challenge, answers it as `magic`/`secret`,
+/// and returns the listener's reply.
+fn raw_handshake(s: &mut TcpStream, magic: u64, secret: &Secret) -> Option<Msg> {
+    let Some(Msg::Challenge { nonce: theirs }) = read_frame(s, HARD) else { panic!("no challenge") };
+    let nonce = [7; auth::NONCE_LEN];
+    let proof = secret.proof(Role::Connector, &theirs, &nonce);
+    s.write_all(&wire::encode(&Msg::Auth { magic, nonce, proof })).unwrap();
+    read_frame(s, HARD)
+}
+
+fn register_frame(rank: u32, nranks: u32) -> Vec<u8> {
     let listen: SocketAddr = "127.0.0.1:9".parse().unwrap();
-    wire::encode(&Msg::Register { magic, rank, nranks, listen, timeout_ms: 2000 })
+    wire::encode(&Msg::Register { rank, nranks, listen, timeout_ms: 2000 })
+}
+
+fn refusal_text(m: Option<Msg>) -> String {
+    match m {
+        Some(Msg::Refused { reason: RefuseReason::Rejected, text }) => text,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }
 
 #[test]
@@ -377,6 +431,21 @@ fn wrong_magic_is_refused_and_honest_ranks_complete() {
     honest_ranks(id, 2);
 }
 
+/// Knowing the root's address and the magic (both travel in clear) is not enough.
+#[test]
+fn a_forged_id_is_refused_and_learns_nothing() {
+    let id = new_unique_id().unwrap();
+    let forged = BootstrapId { secret: Secret([0x42; auth::SECRET_LEN]), ..id };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || tx.send(Bootstrap::init(&forged, 1, 2, SHORT).map(drop)));
+    match rx.recv_timeout(HARD).unwrap() {
+        Err(Error::InvalidUsage(m)) => assert!(m.contains("could not prove it holds the unique id"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // Rank 1's slot was not taken by the forger.
+    honest_ranks(id, 2);
+}
+
 #[test]
 fn strangers_on_the_root_port_are_dropped() {
     let id = new_unique_id().unwrap();
@@ -387,19 +456,30 @@ fn strangers_on_the_root_port_are_dropped() {
     let mut http = connect();
     http.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
     let mut oversized = connect();
-    let mut frame = register_frame(id.magic, 0, 2);
+    let mut frame = register_frame(0, 2);
     frame[8..12].copy_from_slice(&(2u32 << 20).to_le_bytes());
     oversized.write_all(&frame[..12]).unwrap();
-    let mut not_a_registration = connect();
-    not_a_registration
-        .write_all(&wire::encode(&Msg::Hello { magic: id.magic, from: 0, link: LinkKind::Ring }))
-        .unwrap();
+    // Skips the handshake: a registration straight away is not an answer to the challenge.
+    let mut unauthenticated = connect();
+    unauthenticated.write_all(&register_frame(0, 2)).unwrap();
     let mut truncated = connect();
-    truncated.write_all(&register_frame(id.magic, 0, 2)[..20]).unwrap();
+    truncated.write_all(&wire::encode(&Msg::Auth { magic: id.magic, nonce: [0; 16], proof: [0; 32] })[..20]).unwrap();
     truncated.shutdown(std::net::Shutdown::Write).unwrap();
     let _silent = connect();
     let mut bad_magic = connect();
-    bad_magic.write_all(&register_frame(id.magic ^ 1, 0, 2)).unwrap();
+    assert!(refusal_text(raw_handshake(&mut bad_magic, id.magic ^ 1, &id.secret)).contains("magic does not match"));
+    let mut forged = connect();
+    let forged_secret = Secret([3; auth::SECRET_LEN]);
+    assert!(refusal_text(raw_handshake(&mut forged, id.magic, &forged_secret)).contains("could not prove"));
+    // A replay: a proof made (with the real secret) for one challenge, sent on another
+    // connection, whose challenge differs.
+    let mut first = connect();
+    let Some(Msg::Challenge { nonce: seen }) = read_frame(&mut first, HARD) else { panic!("no challenge") };
+    let recorded = id.secret.proof(Role::Connector, &seen, &[7; 16]);
+    let mut replay = connect();
+    assert!(matches!(read_frame(&mut replay, HARD), Some(Msg::Challenge { nonce }) if nonce != seen));
+    replay.write_all(&wire::encode(&Msg::Auth { magic: id.magic, nonce: [7; 16], proof: recorded })).unwrap();
+    assert!(refusal_text(read_frame(&mut replay, HARD)).contains("could not prove"));
 
     // The stranger traffic disturbs nobody, and the silent connection delays nobody: the honest
     // ranks finish well before the root would drop it.
@@ -410,21 +490,71 @@ fn strangers_on_the_root_port_are_dropped() {
         ("random", &mut random),
         ("http", &mut http),
         ("oversized", &mut oversized),
-        ("not a registration", &mut not_a_registration),
+        ("unauthenticated", &mut unauthenticated),
         ("truncated", &mut truncated),
+        ("bad magic", &mut bad_magic),
+        ("forged", &mut forged),
+        ("replay", &mut replay),
     ] {
         assert!(closed_by_peer(s, Duration::from_secs(5)), "{name} connection left open");
     }
-    // A well-formed registration with the wrong magic gets an explanation before the close.
-    bad_magic.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut reply = Vec::new();
-    bad_magic.read_to_end(&mut reply).unwrap();
-    match wire::decode_complete(&reply, wire::MAX_CONTROL_BODY).unwrap() {
-        Msg::Refused { reason: RefuseReason::Rejected, text } => {
-            assert!(text.contains("magic does not match"), "{text}")
-        }
-        other => panic!("{other:?}"),
+}
+
+/// A registration from someone who holds the id but claims absurd counts is refused without
+/// the root allocating for them, and the root goes on serving the honest ranks.
+#[test]
+fn huge_counts_are_refused_before_allocating() {
+    let id = new_unique_id().unwrap();
+    for (rank, nranks, why) in [
+        (0, u32::MAX, "exceeds the bootstrap's limit"),
+        (u32::MAX - 1, u32::MAX, "exceeds the bootstrap's limit"),
+        (7, 3, "out of range"),
+    ] {
+        let mut s = TcpStream::connect(id.root).unwrap();
+        assert_eq!(raw_handshake(&mut s, id.magic, &id.secret).map(|m| m.kind_name()), Some("Proven"));
+        s.write_all(&register_frame(rank, nranks)).unwrap();
+        let text = refusal_text(read_frame(&mut s, HARD));
+        assert!(text.contains(why), "{text}");
     }
+    honest_ranks(id, 2);
+}
+
+/// The C API checks counts before anything is allocated or anyone is contacted.
+#[test]
+fn api_counts_are_checked_first() {
+    use nccl::api::init::{ncclCommInitAll, ncclCommInitRank, ncclGetUniqueId};
+    use nccl::types::{ncclComm_t, ncclResult_t};
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    // SAFETY: id is a valid out-pointer.
+    assert_eq!(unsafe { ncclGetUniqueId(&mut id) }, ncclResult_t::ncclSuccess);
+    let mut comm: ncclComm_t = std::ptr::null_mut();
+    let t0 = Instant::now();
+    // SAFETY: comm is a valid out-pointer; the calls must fail on their counts alone.
+    assert_eq!(unsafe { ncclCommInitRank(&mut comm, i32::MAX, id, 0) }, ncclResult_t::ncclInvalidArgument);
+    assert!(nccl::debug::last_error().contains("exceeds the limit"), "{}", nccl::debug::last_error());
+    let mut comms = [std::ptr::null_mut(); 1];
+    // SAFETY: as above; devlist NULL.
+    let r = unsafe { ncclCommInitAll(comms.as_mut_ptr(), i32::MAX, std::ptr::null()) };
+    assert_eq!(r, ncclResult_t::ncclInvalidArgument);
+    assert!(nccl::debug::last_error().contains("ndev 2147483647 exceeds the limit"), "{}", nccl::debug::last_error());
+    assert!(t0.elapsed() < Duration::from_secs(2), "count checks took {:?}", t0.elapsed());
+    assert!(comm.is_null() && comms[0].is_null());
+}
+
+/// Strangers' connections are logged, but never replace the text of the application's own
+/// last error.
+#[test]
+fn strangers_do_not_touch_the_last_error() {
+    let id = new_unique_id().unwrap();
+    let mut forged = TcpStream::connect(id.root).unwrap();
+    let mut garbage = TcpStream::connect(id.root).unwrap();
+    nccl::debug::set_last_error("the application's own error");
+    garbage.write_all(&[0xee; 32]).unwrap();
+    refusal_text(raw_handshake(&mut forged, id.magic, &Secret([5; auth::SECRET_LEN])));
+    assert!(closed_by_peer(&mut garbage, HARD));
+    // Every other test in this binary may write the text too; only the strangers' words matter.
+    let last = nccl::debug::last_error();
+    assert!(!last.contains("could not prove") && !last.contains("not a ferronickel bootstrap frame"), "{last}");
 }
 
 #[test]
@@ -489,7 +619,7 @@ fn missing_rank_is_named_to_everyone() {
 #[test]
 fn unreachable_root_fails_within_the_timeout() {
     let root = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let id = BootstrapId { magic: 1, root, root_by_rank0: false };
+    let id = fake_id(root);
     let t0 = Instant::now();
     match run_threads(1, move |_| expect_err(Bootstrap::init(&id, 0, 2, SHORT))).remove(0) {
         Error::System(m) => assert!(m.contains("could not reach the root") && m.contains(&root.to_string()), "{m}"),
@@ -500,39 +630,42 @@ fn unreachable_root_fails_within_the_timeout() {
 
 #[test]
 fn silent_root_fails_within_the_timeout() {
-    // Connections complete in the kernel's backlog, but nobody ever answers.
+    // Connections complete in the kernel's backlog, but nobody ever answers (not even the
+    // challenge).
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let id = BootstrapId { magic: 1, root: listener.local_addr().unwrap(), root_by_rank0: false };
+    let id = fake_id(listener.local_addr().unwrap());
     let t0 = Instant::now();
     match run_threads(1, move |_| expect_err(Bootstrap::init(&id, 0, 2, SHORT))).remove(0) {
-        Error::System(m) => assert!(m.contains("got no peer table from the root"), "{m}"),
+        Error::System(m) => assert!(m.contains("could not reach the root"), "{m}"),
         other => panic!("{other:?}"),
     }
     assert!(t0.elapsed() < SHORT + Duration::from_secs(2), "took {:?}", t0.elapsed());
     drop(listener);
 }
 
-/// A rank that registers and then dies: its ring neighbours fail, naming it.
+/// A rank that registers and then never links the ring (its listener never answers): the
+/// others fail at the ring's deadline, naming it.
 #[test]
-fn dead_rank_is_named_by_its_ring_neighbours() {
+fn a_rank_that_never_links_is_named() {
     let id = new_unique_id().unwrap();
-    let dead_listener: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = dead_listener.local_addr().unwrap();
     let fake = std::thread::spawn(move || {
         let mut s = TcpStream::connect(id.root).unwrap();
-        let reg = Msg::Register { magic: id.magic, rank: 2, nranks: 3, listen: dead_listener, timeout_ms: 2000 };
+        assert!(matches!(raw_handshake(&mut s, id.magic, &id.secret), Some(Msg::Proven { .. })));
+        let reg = Msg::Register { rank: 2, nranks: 3, listen, timeout_ms: 2000 };
         s.write_all(&wire::encode(&reg)).unwrap();
         assert!(closed_by_peer(&mut s, HARD), "the root never answered the fake rank");
     });
     let t0 = Instant::now();
     let errs = run_threads(2, move |r| expect_err(Bootstrap::init(&id, r, 3, SHORT)));
     fake.join().unwrap();
-    // Rank 1's next is rank 2 (refused connection); rank 0's prev is rank 2 (never connects).
     for (r, e) in errs.iter().enumerate() {
         let m = e.to_string();
-        assert!(m.contains("rank 2"), "rank {r}: {m}");
-        assert!(matches!(e, Error::System(_)), "rank {r}: {e:?}");
+        assert!(m.contains("rank 2") || m.contains("rank(s) [2]"), "rank {r}: {m}");
     }
     assert!(t0.elapsed() < SHORT + Duration::from_secs(2), "took {:?}", t0.elapsed());
+    drop(dead_listener);
 }
 
 #[test]
@@ -545,20 +678,25 @@ fn strangers_on_a_rank_listener_are_dropped() {
         let connect = || TcpStream::connect(addr).unwrap();
         let mut garbage = connect();
         garbage.write_all(&[0xff; 100]).unwrap();
-        let mut wrong_magic = connect();
-        let hello = |magic, from| wire::encode(&Msg::Hello { magic, from, link: LinkKind::P2p });
         // A forged message rank 1 is about to wait for: it must never be delivered.
-        let forged = wire::encode(&Msg::Data { tag: 5, seq: 0, payload: b"forged".to_vec() });
-        wrong_magic.write_all(&[hello(id.magic ^ 1, 0), forged].concat()).unwrap();
+        let mut forged = connect();
+        let hello = |from| wire::encode(&Msg::Hello { from, link: LinkKind::P2p });
+        let data = wire::encode(&Msg::Data { tag: 5, seq: 0, payload: b"forged".to_vec() });
+        let Some(Msg::Challenge { .. }) = read_frame(&mut forged, HARD) else { panic!("no challenge") };
+        forged.write_all(&[hello(0), data.clone()].concat()).unwrap();
+        let mut bad_secret = connect();
+        refusal_text(raw_handshake(&mut bad_secret, id.magic, &Secret([8; auth::SECRET_LEN])));
+        // Holding the id but claiming a rank that does not exist.
         let mut bad_rank = connect();
-        bad_rank.write_all(&hello(id.magic, 7)).unwrap();
+        assert!(matches!(raw_handshake(&mut bad_rank, id.magic, &id.secret), Some(Msg::Proven { .. })));
+        bad_rank.write_all(&hello(7)).unwrap();
         let mut oversized = connect();
-        let mut frame = hello(id.magic, 0);
+        let mut frame = hello(0);
         frame[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
         oversized.write_all(&frame[..12]).unwrap();
         let silent = connect();
         ready_tx.send(()).unwrap();
-        let mut all = [garbage, wrong_magic, bad_rank, oversized];
+        let mut all = [garbage, forged, bad_secret, bad_rank, oversized];
         let closed = all.iter_mut().map(|s| closed_by_peer(s, Duration::from_secs(5))).collect::<Vec<_>>();
         drop(silent);
         closed
@@ -583,5 +721,290 @@ fn strangers_on_a_rank_listener_are_dropped() {
     assert_eq!(got, b"real");
     assert_eq!(all, vec![b"x".to_vec(), b"x".to_vec()]);
     assert!(took < Duration::from_secs(4), "recv was held up for {took:?}");
-    assert_eq!(strangers.join().unwrap(), [true; 4], "every misbehaving connection is closed");
+    assert_eq!(strangers.join().unwrap(), [true; 5], "every misbehaving connection is closed");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Soak: init and destroy, over and over, with nothing left behind.
+
+/// Cycles the soak runs; `FNB_SOAK_CYCLES=10000` runs the full soak of the issue.
+const SOAK_CYCLES_DEFAULT: usize = 1000;
+
+/// (open descriptors, threads, resident KiB) of this process.
+fn usage() -> (usize, usize, usize) {
+    let fds = std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let field = |name: &str| -> usize {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    (fds, field("Threads:"), field("VmRSS:"))
+}
+
+/// Waits (bounded) for the background threads of finished cycles (the roots) to exit.
+fn settled(limit: (usize, usize)) -> (usize, usize, usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let u = usage();
+        if (u.0 <= limit.0 && u.1 <= limit.1) || Instant::now() > deadline {
+            return u;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn soak_init_destroy() {
+    const TEST: &str = "soak_init_destroy";
+    if std::env::var(CHILD_TEST).as_deref() == Ok(TEST) {
+        let cycles = std::env::var("FNB_SOAK_CYCLES").map_or(SOAK_CYCLES_DEFAULT, |v| v.parse().unwrap());
+        let cycle = || {
+            let id = new_unique_id().unwrap();
+            let ranks: Vec<_> = (0..2)
+                .map(|r| {
+                    std::thread::spawn(move || {
+                        let b = Bootstrap::init(&id, r, 2, HONEST).unwrap();
+                        b.barrier().unwrap();
+                    })
+                })
+                .collect();
+            ranks.into_iter().for_each(|t| t.join().unwrap());
+        };
+        // Warm up (first-use allocations, the interface choice), then measure.
+        (0..20).for_each(|_| cycle());
+        let before = settled((0, 0));
+        for i in 0..cycles {
+            cycle();
+            if i % 1000 == 999 {
+                println!("soak: {} cycles, usage {:?}", i + 1, usage());
+            }
+        }
+        let after = settled((before.0, before.1));
+        println!("soak: {cycles} cycles; fds, threads, VmRSS KiB before {before:?}, after {after:?}");
+        assert!(after.0 <= before.0, "descriptors leaked: {before:?} -> {after:?}");
+        assert!(after.1 <= before.1, "threads leaked: {before:?} -> {after:?}");
+        assert!(after.2 <= before.2 + 16 * 1024, "memory grew by more than 16 MiB: {before:?} -> {after:?}");
+        println!("FNB_CHILD_OK rank 0");
+        return;
+    }
+    // A process of its own, so that the other tests' threads and sockets do not blur the counts.
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .env(CHILD_TEST, TEST)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_all_within(vec![child], Duration::from_secs(280));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Floods of silent connections: honest ranks get through whatever else is connected.
+
+/// Raises this process's descriptor limit to the hard limit (floods need a few thousand).
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: lim is a valid rlimit for getrlimit to fill and setrlimit to read.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+}
+
+/// Opens up to `n` connections to `addr` that never say a word (on a thread: a full backlog
+/// makes connect wait for the listener), giving up after 10 s.
+fn silent_flood(addr: SocketAddr, n: usize) -> std::thread::JoinHandle<Vec<TcpStream>> {
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        (0..n)
+            .map_while(|_| (Instant::now() < deadline).then(|| TcpStream::connect_timeout(&addr, Duration::from_secs(1))))
+            .filter_map(Result::ok)
+            .collect()
+    })
+}
+
+#[test]
+fn silent_floods_delay_nobody() {
+    raise_fd_limit();
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: as in raise_fd_limit.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    // More than a listener reads at once, so that eviction is exercised; within the limit.
+    let flood = (net::max_pending() + 200).min(lim.rlim_cur as usize / 6);
+    let id = new_unique_id().unwrap();
+    let on_root = silent_flood(id.root, flood).join().unwrap();
+    assert!(on_root.len() > flood / 2, "only {} of {flood} flood connections opened", on_root.len());
+    let (addr_tx, addr_rx) = mpsc::channel::<SocketAddr>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let flooder = std::thread::spawn(move || {
+        let conns = silent_flood(addr_rx.recv_timeout(HARD).unwrap(), flood).join().unwrap();
+        (0..3).for_each(|_| go_tx.send(()).unwrap());
+        conns
+    });
+    let (addr_tx, go_rx) = (std::sync::Mutex::new(addr_tx), std::sync::Mutex::new(go_rx));
+    let took = run_threads(4, move |r| {
+        let b = Bootstrap::init(&id, r, 4, HONEST).unwrap();
+        if r == 1 {
+            addr_tx.lock().unwrap().send(b.listen_addr()).unwrap();
+        } else {
+            go_rx.lock().unwrap().recv_timeout(HARD).unwrap();
+        }
+        // Rank 1 starts at once, the others once rank 1's listener is flooded: every p2p
+        // message to rank 1 passes the flood.
+        let t = Instant::now();
+        exercise(&b);
+        t.elapsed()
+    });
+    let on_rank = flooder.join().unwrap();
+    assert!(on_rank.len() > flood / 2, "only {} of {flood} flood connections opened", on_rank.len());
+    // Without eviction the honest ranks would wait for the strangers' first-frame limit (5 s).
+    for (r, t) in took.iter().enumerate() {
+        assert!(*t < Duration::from_secs(4), "rank {r} was held up for {t:?} by {flood} silent connections");
+    }
+    drop((on_root, on_rank));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ranks killed (SIGKILL) during init and during a bootstrap collective: every survivor fails
+// within 2 s of the kill, naming the dead rank, long before the bootstrap timeout.
+
+const VICTIM: &str = "FNB_VICTIM";
+
+/// In a child started by [`spawn_victim`]: plays rank `FNB_CHILD_RANK` up to `stage` (init
+/// blocked, or inside a collective), says so on stdout, and waits to be killed.
+fn victim(test: &str) -> bool {
+    if std::env::var(VICTIM).as_deref() != Ok(test) {
+        return false;
+    }
+    let var = |k: &str| std::env::var(k).unwrap();
+    let id = BootstrapId::from_unique_id(&unhex(&var("FNB_CHILD_ID"))).unwrap();
+    let (rank, n) = (var("FNB_CHILD_RANK").parse().unwrap(), var("FNB_CHILD_NRANKS").parse().unwrap());
+    match var("FNB_VICTIM_STAGE").as_str() {
+        "init" => {
+            println!("FNB_VICTIM_READY");
+            // Blocks: not every rank will register.
+            let _ = Bootstrap::init(&id, rank, n, HONEST);
+        }
+        _ => {
+            let b = Bootstrap::init(&id, rank, n, HONEST).unwrap();
+            b.barrier().unwrap();
+            println!("FNB_VICTIM_READY");
+            std::thread::sleep(HARD);
+        }
+    }
+    true
+}
+
+fn spawn_victim(test: &str, id: &BootstrapId, rank: usize, n: usize, stage: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(VICTIM, test)
+        .env("FNB_CHILD_ID", hex(&id.to_unique_id()))
+        .env("FNB_CHILD_RANK", rank.to_string())
+        .env("FNB_CHILD_NRANKS", n.to_string())
+        .env("FNB_VICTIM_STAGE", stage)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for the victim's ready line, lets the survivors block on it for `settle`, kills it,
+/// and returns the time of the kill.
+fn kill_when_ready(mut child: Child, settle: Duration) -> Instant {
+    use std::io::BufRead;
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let ready = std::io::BufReader::new(out).lines().any(|l| l.is_ok_and(|l| l.contains("FNB_VICTIM_READY")));
+        let _ = tx.send(ready);
+    });
+    let ready = rx.recv_timeout(HARD);
+    std::thread::sleep(settle);
+    child.kill().unwrap();
+    let killed = Instant::now();
+    child.wait().unwrap();
+    assert_eq!(ready, Ok(true), "the victim never got ready");
+    killed
+}
+
+/// Checks every survivor's (error, time of failure) against the kill.
+fn survivors_named(results: Vec<(Error, Instant)>, killed: Instant, dead: usize) {
+    for (r, (e, at)) in results.into_iter().enumerate() {
+        let m = e.to_string();
+        assert!(m.contains(&format!("rank {dead} ")) && m.contains("was lost"), "survivor {r}: {m}");
+        assert!(matches!(e, Error::Remote(_)), "survivor {r}: {e:?}");
+        let after = at.saturating_duration_since(killed);
+        assert!(after < Duration::from_secs(2), "survivor {r} failed {after:?} after the kill: {m}");
+    }
+}
+
+#[test]
+fn rank_killed_during_init_is_named() {
+    const TEST: &str = "rank_killed_during_init_is_named";
+    if victim(TEST) {
+        return;
+    }
+    // Four ranks, rank 3 never comes: ranks 0 and 1 (threads) and 2 (the victim) are
+    // registered and waiting when rank 2 dies.
+    let id = new_unique_id().unwrap();
+    let survivors = std::thread::spawn(move || {
+        run_threads(2, move |r| (expect_err(Bootstrap::init(&id, r, 4, HONEST)), Instant::now()))
+    });
+    let killed = kill_when_ready(spawn_victim(TEST, &id, 2, 4, "init"), Duration::from_millis(700));
+    survivors_named(survivors.join().unwrap(), killed, 2);
+}
+
+#[test]
+fn rank_killed_during_allgather_is_named() {
+    const TEST: &str = "rank_killed_during_allgather_is_named";
+    if victim(TEST) {
+        return;
+    }
+    // Rank 2 of 5 dies while the others wait in an allgather it never joins: its neighbours
+    // see its links close, and ranks 0 and 4, which have no link to it, hear it around the ring.
+    let id = new_unique_id().unwrap();
+    let victim = spawn_victim(TEST, &id, 2, 5, "collective");
+    let survivors = std::thread::spawn(move || {
+        run_threads(4, move |i| {
+            let r = [0, 1, 3, 4][i];
+            let b = Bootstrap::init(&id, r, 5, HONEST).unwrap();
+            b.barrier().unwrap();
+            let e = b.allgather(&block(r, true)).map(drop).unwrap_err();
+            // The ring stays broken: later collectives fail at once with the same words.
+            assert_eq!(b.barrier().map_err(|e| e.to_string()), Err(e.to_string()));
+            (e, Instant::now())
+        })
+    });
+    let killed = kill_when_ready(victim, Duration::from_millis(500));
+    survivors_named(survivors.join().unwrap(), killed, 2);
+}
+
+/// A rank whose handle is gone (its sockets closed, as when its process dies): a send to it
+/// fails at once, and the others' next collectives fail naming it, within the same bound.
+#[test]
+fn a_closed_rank_fails_sends_and_collectives_at_once() {
+    let id = new_unique_id().unwrap();
+    let (gone_tx, gone_rx) = mpsc::channel::<()>();
+    let gone_rx = std::sync::Mutex::new(gone_rx);
+    let gone_tx = std::sync::Mutex::new(gone_tx);
+    let results = run_threads(3, move |r| {
+        let b = Bootstrap::init(&id, r, 3, HONEST).unwrap();
+        b.barrier().unwrap();
+        if r == 2 {
+            drop(b);
+            (0..2).for_each(|_| gone_tx.lock().unwrap().send(()).unwrap());
+            return None;
+        }
+        gone_rx.lock().unwrap().recv_timeout(HARD).unwrap();
+        let t = Instant::now();
+        let send = b.send(2, 1, b"to the dead").unwrap_err().to_string();
+        let coll = b.broadcast(0, (r == 0).then_some(&b"x"[..])).and_then(|_| b.barrier()).unwrap_err().to_string();
+        Some((send, coll, t.elapsed()))
+    });
+    for (r, res) in results.into_iter().take(2).enumerate() {
+        let (send, coll, took) = res.unwrap();
+        assert!(send.contains("to rank 2"), "rank {r}: {send}");
+        assert!(coll.contains("rank 2 (listening at") && coll.contains("was lost"), "rank {r}: {coll}");
+        assert!(took < Duration::from_secs(2), "rank {r} took {took:?}");
+    }
 }

@@ -105,6 +105,9 @@ fn check_ranks(nranks: c_int, rank: c_int) -> Result<(usize, usize)> {
     if nranks < 1 {
         crate::bail_arg!("nranks {nranks} must be at least 1");
     }
+    if nranks as usize > bootstrap::MAX_RANKS {
+        crate::bail_arg!("nranks {nranks} exceeds the limit of {} ranks per communicator", bootstrap::MAX_RANKS);
+    }
     if rank < 0 || rank >= nranks {
         crate::bail_arg!("rank {rank} is out of range for nranks {nranks}");
     }
@@ -242,6 +245,11 @@ pub unsafe extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, dev
         non_null(comm, "comm")?;
         if ndev < 1 {
             crate::bail_arg!("ndev {ndev} must be at least 1");
+        }
+        // Counts first: one thread and one communicator per rank follow, so an absurd ndev
+        // must fail before anything is allocated.
+        if ndev as usize > bootstrap::MAX_RANKS {
+            crate::bail_arg!("ndev {ndev} exceeds the limit of {} ranks per communicator", bootstrap::MAX_RANKS);
         }
         let n = ndev as usize;
         let devs: Vec<i32> = if devlist.is_null() {

@@ -20,7 +20,7 @@
 //! ([`Watcher::request_report`]: the device watchdog fired) or, if it watches the file named by
 //! `FERRONICKEL_HANG_REPORT_FILE`, when that file is touched.
 //!
-//! Frames are bootstrap `Data` frames from a peer that passed the magic check at init; their
+//! Frames are bootstrap `Data` frames from a peer that authenticated at init (`auth`); their
 //! bodies are still bounded ([`MAX_BODY`]) and their text cut before it is logged.
 
 use std::io::{Read, Write};

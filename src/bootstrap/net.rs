@@ -12,7 +12,8 @@ use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::wire::{self, Msg, WireError, MAX_CONTROL_BODY};
+use super::auth::{self, Credentials, Nonce, Role};
+use super::wire::{self, Msg, RefuseReason, WireError, MAX_CONTROL_BODY};
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
 
@@ -175,22 +176,6 @@ pub fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
         .ok_or_else(|| Error::InvalidArgument(format!("NCCL_COMM_ID host {host:?} has no address")))
 }
 
-/// A fresh non-zero random magic from the kernel (hash-seeded fallback if getrandom fails).
-pub fn random_magic() -> u64 {
-    let mut b = [0u8; 8];
-    // SAFETY: b is valid for writes of b.len() bytes for the duration of the call.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    let v = if n == b.len() as isize {
-        u64::from_le_bytes(b)
-    } else {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-        h.finish()
-    };
-    v.max(1)
-}
-
 // ---------------------------------------------------------------------------------------------
 // Progress of long waits
 
@@ -213,27 +198,30 @@ impl<F: Fn() -> String> Progress<F> {
         Progress { since, next: since + PROGRESS_EVERY, waiting_for }
     }
 
-    /// How long the next `poll` may sleep: up to `deadline`, but no later than the next report.
-    fn nap(&self, deadline: Option<Instant>) -> Option<Duration> {
+    /// How long the next wait may sleep: up to `deadline`, but no later than the next report.
+    pub fn nap(&self, deadline: Option<Instant>) -> Option<Duration> {
         let now = Instant::now();
         let until = deadline.map_or(self.next, |d| d.min(self.next));
         Some(until.saturating_duration_since(now))
     }
 
-    /// Reports if a report is due.
-    fn tick(&mut self, deadline: Option<Instant>) {
+    /// Reports if a report is due (never for a wait that names nobody: a listener's idle time).
+    pub fn tick(&mut self, deadline: Option<Instant>) {
         let now = Instant::now();
         if now < self.next {
             return;
         }
         self.next = now + PROGRESS_EVERY;
+        let whom = (self.waiting_for)();
+        if whom.is_empty() {
+            return;
+        }
         let left = deadline.map_or("no time limit".to_string(), |d| {
             format!("giving up in {}s", d.saturating_duration_since(now).as_secs())
         });
         crate::nccl_info!(
             Subsys::BOOTSTRAP,
-            "Bootstrap: still waiting for {} after {}s ({left})",
-            (self.waiting_for)(),
+            "Bootstrap: still waiting for {whom} after {}s ({left})",
             (now - self.since).as_secs()
         );
     }
@@ -249,6 +237,9 @@ pub enum NetError {
     Timeout,
     #[error("the peer closed the connection")]
     Closed,
+    /// The other end refused us (with its explanation) or failed to prove it holds the id.
+    #[error("{0}")]
+    Refused(String),
     #[error("{0}")]
     Io(#[from] io::Error),
     #[error("{0}")]
@@ -260,7 +251,7 @@ impl NetError {
     pub fn context(self, what: &str) -> Error {
         match self {
             NetError::Timeout | NetError::Io(_) => Error::System(format!("{what}: {self}")),
-            NetError::Closed | NetError::Wire(_) => Error::Remote(format!("{what}: {self}")),
+            NetError::Closed | NetError::Refused(_) | NetError::Wire(_) => Error::Remote(format!("{what}: {self}")),
         }
     }
 }
@@ -302,22 +293,31 @@ fn read_some(stream: &TcpStream, buf: &mut Vec<u8>, max_body: usize) -> std::res
     }
 }
 
-/// One end of a bootstrap connection: a non-blocking socket plus the bytes read past the last
-/// frame.
+/// One end of a bootstrap connection: a non-blocking socket, the bytes read past the last
+/// frame, and the bytes of frames not yet fully written (kept across a failed send, so that a
+/// frame written afterwards still starts at a frame boundary).
 #[derive(Debug)]
 pub struct FrameStream {
     stream: TcpStream,
     buf: Vec<u8>,
+    outbox: Vec<u8>,
+    sent: usize,
     peer: SocketAddr,
     /// Who is at the other end, for progress lines ("rank 3 (ring prev)").
     label: String,
+}
+
+impl AsRawFd for FrameStream {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.stream.as_raw_fd()
+    }
 }
 
 impl FrameStream {
     fn new(stream: TcpStream, buf: Vec<u8>, peer: SocketAddr) -> io::Result<FrameStream> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
-        Ok(FrameStream { stream, buf, peer, label: format!("the peer at {peer}") })
+        Ok(FrameStream { stream, buf, outbox: Vec::new(), sent: 0, peer, label: format!("the peer at {peer}") })
     }
 
     /// Names the other end in the progress lines of long waits on this stream.
@@ -325,21 +325,60 @@ impl FrameStream {
         self.label = label;
     }
 
-    /// Connects, retrying refusals until `deadline`: the listener may not be up yet (rank 0
-    /// starting an `NCCL_COMM_ID` root, a peer still in its own init).
-    pub fn connect(addr: SocketAddr, deadline: Instant) -> std::result::Result<FrameStream, NetError> {
+    /// Connects and authenticates both ways (see [`auth`]): the listener's challenge, our proof,
+    /// the listener's proof. `patient`: retry refused connections until `deadline`, for a
+    /// listener that may not be up yet (the root of an `NCCL_COMM_ID` run, started by rank 0);
+    /// otherwise a refusal is final (every rank's listener is up before the peer table goes
+    /// out, so a refusal means the peer is gone). A connection closed during the handshake is
+    /// retried either way: a listener shedding a flood of silent connections may have evicted it.
+    pub fn open(
+        addr: SocketAddr,
+        cred: &Credentials,
+        deadline: Instant,
+        patient: bool,
+    ) -> std::result::Result<FrameStream, NetError> {
         let mut backoff = Duration::from_millis(5);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(NetError::Timeout);
             }
-            match TcpStream::connect_timeout(&addr, left) {
-                Ok(s) => return Ok(FrameStream::new(s, Vec::new(), addr)?),
-                Err(e) if Instant::now() + backoff >= deadline => return Err(e.into()),
-                Err(_) => std::thread::sleep(backoff),
+            let r = TcpStream::connect_timeout(&addr, left).map_err(NetError::from).and_then(|s| {
+                let mut s = FrameStream::new(s, Vec::new(), addr)?;
+                s.handshake(cred, deadline).map(|()| s)
+            });
+            let retry = match &r {
+                Err(NetError::Io(e)) if e.kind() == io::ErrorKind::ConnectionRefused => patient,
+                Err(NetError::Io(e)) => e.kind() == io::ErrorKind::ConnectionReset,
+                Err(NetError::Closed) => true,
+                _ => false,
+            };
+            if !retry || Instant::now() + backoff >= deadline {
+                return r;
             }
+            std::thread::sleep(backoff);
             backoff = (backoff * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// The connector's side of the handshake of [`auth`].
+    fn handshake(&mut self, cred: &Credentials, deadline: Instant) -> std::result::Result<(), NetError> {
+        let peer = self.peer;
+        let unexpected = |m: Msg| NetError::Refused(format!("the listener at {peer} sent {} during the handshake", m.kind_name()));
+        let listener_nonce = match self.recv(MAX_CONTROL_BODY, deadline)? {
+            Msg::Challenge { nonce } => nonce,
+            other => return Err(unexpected(other)),
+        };
+        let nonce = auth::nonce().map_err(|e| NetError::Io(io::Error::other(e.to_string())))?;
+        let proof = cred.secret.proof(Role::Connector, &listener_nonce, &nonce);
+        self.send(&Msg::Auth { magic: cred.magic, nonce, proof }, deadline)?;
+        match self.recv(MAX_CONTROL_BODY, deadline)? {
+            Msg::Proven { proof } if cred.secret.verify(Role::Listener, &listener_nonce, &nonce, &proof) => Ok(()),
+            Msg::Proven { .. } => Err(NetError::Refused(format!(
+                "the listener at {peer} could not prove it holds the unique id: not the rank it claims to be"
+            ))),
+            Msg::Refused { text, .. } => Err(NetError::Refused(text)),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -361,94 +400,152 @@ impl FrameStream {
         }
     }
 
+    /// Whether a complete frame (or a malformed one) is already buffered: `poll` will not
+    /// announce it.
+    pub fn has_frame(&self) -> bool {
+        !matches!(wire::decode(&self.buf, wire::MAX_DATA_BODY), Ok(None))
+    }
+
+    /// Waits up to `timeout` for something to read (a frame or the end); true if there is.
+    pub fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        if self.has_frame() {
+            return Ok(true);
+        }
+        let mut fds = [pollfd(&self.stream, libc::POLLIN)];
+        poll(&mut fds, Some(timeout))?;
+        Ok(fds[0].revents != 0)
+    }
+
     pub fn send(&mut self, msg: &Msg, deadline: Instant) -> std::result::Result<(), NetError> {
         self.send_bytes(&wire::encode(msg), deadline)
     }
 
-    /// Writes already-encoded frames.
+    /// Writes already-encoded frames (after any left over from a failed send).
     pub fn send_bytes(&mut self, bytes: &[u8], deadline: Instant) -> std::result::Result<(), NetError> {
-        pump(Some((self, bytes)), None, deadline).map(drop)
+        self.outbox.extend_from_slice(bytes);
+        pump(Some(self), None, false, deadline).map(drop).map_err(|(_, e)| e)
     }
 
     /// The next frame, with bodies up to `max_body`.
     pub fn recv(&mut self, max_body: usize, deadline: Instant) -> std::result::Result<Msg, NetError> {
-        pump(None, Some((self, max_body)), deadline)?.ok_or(NetError::Timeout)
+        pump(None, Some((self, max_body)), false, deadline).map_err(|(_, e)| e)?.ok_or(NetError::Timeout)
     }
 
-    /// Writes `bytes` to `out` while reading one frame from `inp`, so that a ring of ranks all
-    /// sending large blocks at once cannot deadlock on full socket buffers.
-    pub fn exchange(
-        out: &mut FrameStream,
+    /// One step of a ring collective: writes `bytes` to `next` while reading one frame from
+    /// `prev` (if given), so that a ring of ranks all sending large blocks at once cannot
+    /// deadlock on full socket buffers. `next` is watched too: a [`Msg::Lost`] sent back on it
+    /// ends the step at once, as does its closing while we still write to it. A `Lost` read
+    /// from `prev` also ends the step, even with our write unfinished. Errors say which link
+    /// failed.
+    pub fn ring_step(
+        next: &mut FrameStream,
         bytes: &[u8],
-        inp: &mut FrameStream,
-        max_body: usize,
+        prev: Option<&mut FrameStream>,
         deadline: Instant,
-    ) -> std::result::Result<Msg, NetError> {
-        pump(Some((out, bytes)), Some((inp, max_body)), deadline)?.ok_or(NetError::Timeout)
+    ) -> std::result::Result<Option<Msg>, (Link, NetError)> {
+        next.outbox.extend_from_slice(bytes);
+        pump(Some(next), prev.map(|p| (p, wire::MAX_DATA_BODY)), true, deadline)
     }
 }
 
-impl AsRawFd for FrameStream {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.stream.as_raw_fd()
-    }
+/// Which link of a ring step failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    Next,
+    Prev,
 }
 
-/// The one I/O loop behind send, recv and exchange.
+/// The one I/O loop behind send, recv and ring_step: flushes `out`'s outbox while reading one
+/// frame from `inp`; with `watch_out`, also reads what comes back on `out` (see
+/// [`FrameStream::ring_step`]).
 fn pump(
-    out: Option<(&mut FrameStream, &[u8])>,
+    mut out: Option<&mut FrameStream>,
     mut inp: Option<(&mut FrameStream, usize)>,
+    mut watch_out: bool,
     deadline: Instant,
-) -> std::result::Result<Option<Msg>, NetError> {
-    let mut written = 0;
+) -> std::result::Result<Option<Msg>, (Link, NetError)> {
+    let next = |e: NetError| (Link::Next, e);
+    let prev = |e: NetError| (Link::Prev, e);
     let mut got = None;
     let mut note = None;
     loop {
         if let (Some((s, max)), None) = (inp.as_mut(), got.as_ref()) {
-            if let Some((msg, used)) = wire::decode(&s.buf, *max)? {
+            if let Some((msg, used)) = wire::decode(&s.buf, *max).map_err(|e| prev(e.into()))? {
                 s.buf.drain(..used);
+                if matches!(msg, Msg::Lost { .. }) {
+                    return Ok(Some(msg));
+                }
                 got = Some(msg);
             }
         }
-        let want_write = out.as_ref().is_some_and(|(_, b)| written < b.len());
+        if let (true, Some(s)) = (watch_out, out.as_mut()) {
+            if let Some((msg, used)) = wire::decode(&s.buf, MAX_CONTROL_BODY).map_err(|e| next(e.into()))? {
+                s.buf.drain(..used);
+                return match msg {
+                    Msg::Lost { .. } => Ok(Some(msg)),
+                    other => Err(next(WireError::Malformed(format!("{} sent back on a ring link", other.kind_name())).into())),
+                };
+            }
+        }
+        let want_write = out.as_ref().is_some_and(|s| s.sent < s.outbox.len());
         let want_read = inp.is_some() && got.is_none();
         if !want_write && !want_read {
             return Ok(got);
         }
         let mut progress = false;
-        if let (true, Some((s, b))) = (want_write, out.as_ref()) {
-            match (&s.stream).write(&b[written..]) {
-                Ok(n) => (written, progress) = (written + n, true),
+        if let (true, Some(s)) = (want_write, out.as_mut()) {
+            match (&s.stream).write(&s.outbox[s.sent..]) {
+                Ok(n) => {
+                    s.sent += n;
+                    progress = true;
+                    if s.sent == s.outbox.len() {
+                        s.outbox.clear();
+                        s.sent = 0;
+                    }
+                }
                 Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(next(e.into())),
             }
         }
         if let (true, Some((s, max))) = (want_read, inp.as_mut()) {
-            progress |= read_some(&s.stream, &mut s.buf, *max)?;
+            progress |= read_some(&s.stream, &mut s.buf, *max).map_err(prev)?;
+        }
+        if let (true, Some(s)) = (watch_out, out.as_mut()) {
+            match read_some(&s.stream, &mut s.buf, MAX_CONTROL_BODY) {
+                Ok(more) => progress |= more,
+                // The next rank closing after it got everything we sent (maybe just now, in
+                // this very pass) is its normal end; a real loss reaches us as a Lost frame
+                // around the ring.
+                Err(_) if s.sent == s.outbox.len() => watch_out = false,
+                Err(e) => return Err(next(e)),
+            }
         }
         if progress {
             continue;
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(NetError::Timeout);
+            return Err(if want_read { prev(NetError::Timeout) } else { next(NetError::Timeout) });
         }
         let mut fds = Vec::with_capacity(2);
-        if let (true, Some((s, _))) = (want_write, out.as_ref()) {
-            fds.push(pollfd(&s.stream, libc::POLLOUT));
+        if let Some(s) = out.as_ref() {
+            let events = if want_write { libc::POLLOUT } else { 0 } | if watch_out { libc::POLLIN } else { 0 };
+            if events != 0 {
+                fds.push(pollfd(&s.stream, events));
+            }
         }
         if let (true, Some((s, _))) = (want_read, inp.as_ref()) {
             fds.push(pollfd(&s.stream, libc::POLLIN));
         }
         let note = note.get_or_insert_with(|| {
             let label = match (&out, &inp) {
-                (Some((o, _)), Some((i, _))) if o.peer != i.peer => format!("{} and {}", o.label, i.label),
-                (Some((s, _)), _) | (None, Some((s, _))) => s.label.clone(),
+                (Some(o), Some((i, _))) if o.peer != i.peer => format!("{} and {}", o.label, i.label),
+                (Some(s), _) | (None, Some((s, _))) => s.label.clone(),
                 (None, None) => String::new(),
             };
             Progress::new(move || label.clone())
         });
-        poll(&mut fds, note.nap(Some(deadline)))?;
+        poll(&mut fds, note.nap(Some(deadline))).map_err(|e| prev(e.into()))?;
         note.tick(Some(deadline));
     }
 }
@@ -456,60 +553,104 @@ fn pump(
 // ---------------------------------------------------------------------------------------------
 // Acceptor
 
-/// How long an accepted connection may take to send its first complete frame.
+/// How long an accepted connection may take to authenticate and send its first frame.
 pub const FIRST_FRAME_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections read at once; more wait in the kernel's backlog and cost no descriptor.
-const MAX_PENDING: usize = 32;
 
-/// A connection accepted but not yet identified by a complete first frame.
+/// Connections a listener reads at once. Each costs a descriptor and a small buffer, so the cap
+/// is a slice of the descriptor limit (this process also runs the application). When it is
+/// reached, a new connection evicts the oldest one that has not yet authenticated instead of
+/// waiting behind it: a flood of silent strangers then only delays an honest rank by the
+/// retry of its handshake ([`FrameStream::open`]), never by the strangers' timeouts. There is
+/// deliberately no per-address cap: honest ranks on one host, or behind one NAT, share an
+/// address with each other and with any local stranger.
+pub fn max_pending() -> usize {
+    static CAP: OnceLock<usize> = OnceLock::new();
+    *CAP.get_or_init(|| {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: lim is a valid rlimit for getrlimit to fill.
+        let soft = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } {
+            0 => lim.rlim_cur.min(1 << 20) as usize,
+            _ => 1024,
+        };
+        (soft / 8).clamp(32, 1024)
+    })
+}
+
+/// A connection accepted but not yet identified by an authenticated first frame.
 struct Pending {
     stream: TcpStream,
     from: SocketAddr,
     buf: Vec<u8>,
-    expires: Instant,
+    accepted: Instant,
+    /// The nonce we challenged it with, until its proof checks out.
+    challenge: Option<Nonce>,
 }
 
-/// A connection whose first frame has arrived; the caller checks it (magic, kind) and keeps or
-/// drops the connection.
+impl Pending {
+    fn expires(&self) -> Instant {
+        self.accepted + FIRST_FRAME_TIMEOUT
+    }
+}
+
+/// A connection that proved it holds the unique id and sent its first frame; the caller checks
+/// the frame (kind, rank) and keeps or drops the connection.
 pub struct Arrival {
     pub conn: FrameStream,
     pub from: SocketAddr,
     pub msg: Msg,
 }
 
-/// Accepts connections on a listener and reads each one's first frame concurrently, so a silent
-/// or slow stranger delays nobody: garbage, truncated and oversized first frames are dropped
-/// and logged at once, silent connections after [`FIRST_FRAME_TIMEOUT`].
+/// What woke [`Acceptor::next`].
+pub enum Wake {
+    Arrival(Box<Arrival>),
+    /// The watched streams at these indices are readable: a frame, or their end.
+    Watched(Vec<usize>),
+}
+
+/// Accepts connections on a listener, challenges each one at once and reads the answers
+/// concurrently, so a silent or slow stranger delays nobody. Nothing but the handshake of
+/// [`auth`] is read from a connection that has not passed it; garbage, oversized frames and
+/// failed proofs are dropped and logged at once, silent connections after
+/// [`FIRST_FRAME_TIMEOUT`] or when evicted. The log lines about strangers never become the
+/// application's last-error text.
 pub struct Acceptor {
     listener: TcpListener,
+    cred: Credentials,
     pending: Vec<Pending>,
 }
 
 impl Acceptor {
-    pub fn new(listener: TcpListener) -> Result<Acceptor> {
+    pub fn new(listener: TcpListener, cred: Credentials) -> Result<Acceptor> {
         listener.set_nonblocking(true)?;
-        Ok(Acceptor { listener, pending: Vec::new() })
+        Ok(Acceptor { listener, cred, pending: Vec::new() })
     }
 
     pub fn local_addr(&self) -> Result<SocketAddr> {
         Ok(self.listener.local_addr()?)
     }
 
-    /// The next connection with a complete first frame, or `None` once `deadline` passes
-    /// (`None` deadline: wait as long as it takes). `waiting_for` names what the caller expects,
-    /// for the progress lines of a long wait.
-    pub fn next(&mut self, deadline: Option<Instant>, waiting_for: &dyn Fn() -> String) -> Result<Option<Arrival>> {
+    /// The next authenticated connection with its first frame, or the watched streams that
+    /// became readable (established connections whose closing or news the caller must not
+    /// miss), or `None` once `deadline` passes (`None` deadline: wait as long as it takes).
+    /// `waiting_for` names what the caller expects, for the progress lines of a long wait.
+    /// Frames already buffered in a watched [`FrameStream`] are the caller's to check first.
+    pub fn next(
+        &mut self,
+        deadline: Option<Instant>,
+        waiting_for: &dyn Fn() -> String,
+        watch: &[&dyn AsRawFd],
+    ) -> Result<Option<Wake>> {
         let here = self.local_addr()?;
         let mut progress = Progress::new(waiting_for);
         loop {
             let now = Instant::now();
             self.pending.retain(|p| {
-                let alive = p.expires > now;
+                let alive = p.expires() > now;
                 if !alive {
-                    crate::nccl_warn!(
-                        "Bootstrap listener {here}: dropped a connection from {} that sent no complete frame within {:?}",
-                        p.from,
-                        FIRST_FRAME_TIMEOUT
+                    crate::nccl_warn_unrecorded!(
+                        "Bootstrap listener {here}: dropped a connection from {} that did not authenticate and \
+                         send a frame within {FIRST_FRAME_TIMEOUT:?}",
+                        p.from
                     );
                 }
                 alive
@@ -517,21 +658,24 @@ impl Acceptor {
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
-            let accepting = self.pending.len() < MAX_PENDING;
             let mut fds: Vec<libc::pollfd> = self.pending.iter().map(|p| pollfd(&p.stream, libc::POLLIN)).collect();
-            if accepting {
-                fds.push(pollfd(&self.listener, libc::POLLIN));
-            }
-            let wake = self.pending.iter().map(|p| p.expires).chain(deadline).min();
+            fds.extend(watch.iter().map(|w| libc::pollfd { fd: w.as_raw_fd(), events: libc::POLLIN, revents: 0 }));
+            fds.push(pollfd(&self.listener, libc::POLLIN));
+            let wake = self.pending.iter().map(Pending::expires).chain(deadline).min();
             poll(&mut fds, progress.nap(wake))?;
             progress.tick(deadline);
 
+            let n = self.pending.len();
+            let readable: Vec<usize> = (0..watch.len()).filter(|&i| fds[n + i].revents != 0).collect();
+            if !readable.is_empty() {
+                return Ok(Some(Wake::Watched(readable)));
+            }
             let (mut done, mut dead) = (None, Vec::new());
             for (i, p) in self.pending.iter_mut().enumerate() {
                 if fds[i].revents == 0 {
                     continue;
                 }
-                match first_frame(p) {
+                match first_frame(p, &self.cred) {
                     Ok(None) => {}
                     Ok(Some(msg)) => {
                         done = Some((i, msg));
@@ -546,7 +690,7 @@ impl Acceptor {
                         dead.push(i);
                     }
                     Err(e) => {
-                        crate::nccl_warn!("Bootstrap listener {here}: dropped a connection from {}: {e}", p.from);
+                        crate::nccl_warn_unrecorded!("Bootstrap listener {here}: dropped a connection from {}: {e}", p.from);
                         dead.push(i);
                     }
                 }
@@ -556,54 +700,122 @@ impl Acceptor {
             dead.iter().rev().for_each(|&i| drop(self.pending.remove(i)));
             if let Some((p, msg)) = arrival {
                 match FrameStream::new(p.stream, p.buf, p.from) {
-                    Ok(conn) => return Ok(Some(Arrival { conn, from: p.from, msg })),
-                    Err(e) => crate::nccl_warn!("Bootstrap listener {here}: lost the connection from {}: {e}", p.from),
+                    Ok(conn) => return Ok(Some(Wake::Arrival(Box::new(Arrival { conn, from: p.from, msg })))),
+                    Err(e) => crate::nccl_warn_unrecorded!("Bootstrap listener {here}: lost the connection from {}: {e}", p.from),
                 }
             }
-            if accepting && fds.last().is_some_and(|f| f.revents != 0) {
-                self.accept_ready();
+            if fds.last().is_some_and(|f| f.revents != 0) {
+                self.accept_ready(here);
             }
         }
     }
 
-    /// Takes every connection the kernel has ready. Each one's first-frame clock starts now, at
-    /// its accept, never at a time read before the `poll` that may have slept for minutes.
-    fn accept_ready(&mut self) {
-        while self.pending.len() < MAX_PENDING {
-            match self.listener.accept() {
-                Ok((stream, from)) => match stream.set_nonblocking(true) {
-                    Ok(()) => self.pending.push(Pending {
-                        stream,
-                        from,
-                        buf: Vec::new(),
-                        expires: Instant::now() + FIRST_FRAME_TIMEOUT,
-                    }),
-                    Err(e) => crate::nccl_warn!("Bootstrap: cannot use the connection from {from}: {e}"),
-                },
+    /// Takes the connections the kernel has ready (at most a full table's worth per call, so
+    /// the pending ones are still read during a flood) and challenges each at once. Each one's
+    /// clock starts at its accept, never at a time read before the `poll` that may have slept
+    /// for minutes.
+    fn accept_ready(&mut self, here: SocketAddr) {
+        for _ in 0..max_pending() {
+            let (stream, from) = match self.listener.accept() {
+                Ok(c) => c,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // Out of descriptors and the like: back off instead of spinning on a
                     // listener that stays readable.
-                    crate::nccl_warn!("Bootstrap: accept failed: {e}");
+                    crate::nccl_warn_unrecorded!("Bootstrap listener {here}: accept failed: {e}");
                     std::thread::sleep(Duration::from_millis(50));
                     return;
                 }
+            };
+            if self.pending.len() >= max_pending() {
+                self.evict(here);
             }
+            match challenge(&stream) {
+                Ok(nonce) => self.pending.push(Pending {
+                    stream,
+                    from,
+                    buf: Vec::new(),
+                    accepted: Instant::now(),
+                    challenge: Some(nonce),
+                }),
+                Err(e) => crate::nccl_warn_unrecorded!("Bootstrap listener {here}: cannot challenge {from}: {e}"),
+            }
+        }
+    }
+
+    /// Drops the oldest connection that has not authenticated (or the oldest of all).
+    fn evict(&mut self, here: SocketAddr) {
+        let unproven = self.pending.iter().enumerate().filter(|(_, p)| p.challenge.is_some()).min_by_key(|(_, p)| p.accepted);
+        let oldest = self.pending.iter().enumerate().min_by_key(|(_, p)| p.accepted);
+        if let Some((i, _)) = unproven.or(oldest) {
+            let p = self.pending.remove(i);
+            crate::nccl_warn_unrecorded!(
+                "Bootstrap listener {here}: {} connections are waiting to authenticate; dropped the oldest, from {}",
+                max_pending(),
+                p.from
+            );
         }
     }
 }
 
-/// Reads what is ready on a pending connection and decodes its first frame if complete; the
-/// frame's bytes are consumed, anything after them stays in `p.buf`.
-fn first_frame(p: &mut Pending) -> std::result::Result<Option<Msg>, NetError> {
-    while read_some(&p.stream, &mut p.buf, MAX_CONTROL_BODY)? {
-        if let Some((msg, used)) = wire::decode(&p.buf, MAX_CONTROL_BODY)? {
+/// Writes `bytes` to a fresh non-blocking socket in one go: small frames at the start of a
+/// connection always fit in its empty send buffer, so a short write means the peer is gone.
+fn write_now(stream: &TcpStream, bytes: &[u8]) -> io::Result<()> {
+    match (&*stream).write(bytes)? {
+        n if n == bytes.len() => Ok(()),
+        n => Err(io::Error::other(format!("only {n} of {} bytes could be written", bytes.len()))),
+    }
+}
+
+/// Makes the socket non-blocking and sends it a fresh challenge.
+fn challenge(stream: &TcpStream) -> io::Result<Nonce> {
+    stream.set_nonblocking(true)?;
+    let nonce = auth::nonce().map_err(|e| io::Error::other(e.to_string()))?;
+    write_now(stream, &wire::encode(&Msg::Challenge { nonce }))?;
+    Ok(nonce)
+}
+
+/// Reads what is ready on a pending connection: first its proof (answered with ours, or with a
+/// refusal), then its first frame, returned once complete; bytes after it stay in `p.buf`.
+fn first_frame(p: &mut Pending, cred: &Credentials) -> std::result::Result<Option<Msg>, NetError> {
+    loop {
+        while let Some((msg, used)) = wire::decode(&p.buf, MAX_CONTROL_BODY)? {
             p.buf.drain(..used);
-            return Ok(Some(msg));
+            match p.challenge.take() {
+                None => return Ok(Some(msg)),
+                Some(nonce) => check_proof(p, cred, nonce, msg)?,
+            }
+        }
+        if !read_some(&p.stream, &mut p.buf, MAX_CONTROL_BODY)? {
+            return Ok(None);
         }
     }
-    Ok(None)
+}
+
+/// Checks a connector's answer to our challenge and sends our own proof; a wrong magic or proof
+/// gets a refusal that explains it (nothing secret in it) and ends the connection.
+fn check_proof(p: &Pending, cred: &Credentials, ours: Nonce, msg: Msg) -> std::result::Result<(), NetError> {
+    let refuse = |text: String| {
+        let _ = write_now(&p.stream, &wire::encode(&Msg::Refused { reason: RefuseReason::Rejected, text: text.clone() }));
+        Err(NetError::Refused(text))
+    };
+    match msg {
+        Msg::Auth { magic, .. } if magic != cred.magic => refuse(format!(
+            "{} presented a unique id whose magic does not match this listener's; \
+             every rank must use the id from the same ncclGetUniqueId call",
+            p.from
+        )),
+        Msg::Auth { nonce, proof, .. } if cred.secret.verify(Role::Connector, &ours, &nonce, &proof) => {
+            let proof = cred.secret.proof(Role::Listener, &ours, &nonce);
+            Ok(write_now(&p.stream, &wire::encode(&Msg::Proven { proof }))?)
+        }
+        Msg::Auth { .. } => refuse(format!(
+            "{} could not prove it holds the unique id (right magic, wrong secret: a forged or corrupted id)",
+            p.from
+        )),
+        other => Err(NetError::Refused(format!("{} sent {} instead of authenticating", p.from, other.kind_name()))),
+    }
 }
 
 #[cfg(test)]
@@ -669,19 +881,37 @@ mod tests {
         assert!(select_addrs(Some("nonexistent"), &h).is_empty());
     }
 
+    fn cred(magic: u64) -> Credentials {
+        Credentials { magic, secret: auth::Secret([magic as u8; auth::SECRET_LEN]) }
+    }
+
+    fn arrival(w: Option<Wake>) -> Arrival {
+        match w {
+            Some(Wake::Arrival(a)) => *a,
+            _ => panic!("expected an arrival"),
+        }
+    }
+
+    fn acceptor(c: Credentials) -> (Acceptor, SocketAddr) {
+        let acc = Acceptor::new(listen(Ipv4Addr::LOCALHOST.into()).unwrap(), c).unwrap();
+        let addr = acc.local_addr().unwrap();
+        (acc, addr)
+    }
+
     #[test]
     fn loopback_listener_round_trip() {
-        let mut acc = Acceptor::new(listen(Ipv4Addr::LOCALHOST.into()).unwrap()).unwrap();
-        let addr = acc.local_addr().unwrap();
+        let (mut acc, addr) = acceptor(cred(3));
         let deadline = Instant::now() + Duration::from_secs(10);
-        let mut c = FrameStream::connect(addr, deadline).unwrap();
-        let hello = Msg::Hello { magic: 3, from: 1, link: wire::LinkKind::Ring };
+        let hello = Msg::Hello { from: 1, link: wire::LinkKind::Ring };
         let data = Msg::Data { tag: 1, seq: 2, payload: vec![7; 300_000] };
         let mut both = wire::encode(&hello);
         both.extend(wire::encode(&data));
         // A blob bigger than the socket buffers: the reader must run while the writer writes.
-        let writer = std::thread::spawn(move || c.send_bytes(&both, deadline).map(|_| c));
-        let mut a = acc.next(Some(deadline), &String::new).unwrap().unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut c = FrameStream::open(addr, &cred(3), deadline, false).unwrap();
+            c.send_bytes(&both, deadline).map(|_| c)
+        });
+        let mut a = arrival(acc.next(Some(deadline), &String::new, &[]).unwrap());
         assert_eq!(a.msg, hello);
         assert_eq!(a.conn.recv(wire::MAX_DATA_BODY, deadline).unwrap(), data);
         let mut c = writer.join().unwrap().unwrap();
@@ -691,14 +921,43 @@ mod tests {
     }
 
     #[test]
+    fn wrong_credentials_are_refused_both_ways() {
+        let (mut acc, addr) = acceptor(cred(3));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let bad_magic = std::thread::spawn(move || FrameStream::open(addr, &cred(4), deadline, false).map(drop));
+        let forged = Credentials { magic: 3, secret: auth::Secret([9; auth::SECRET_LEN]) };
+        let bad_secret = std::thread::spawn(move || FrameStream::open(addr, &forged, deadline, false).map(drop));
+        assert!(acc.next(Some(Instant::now() + Duration::from_millis(300)), &String::new, &[]).unwrap().is_none());
+        match bad_magic.join().unwrap() {
+            Err(NetError::Refused(m)) => assert!(m.contains("magic does not match"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        match bad_secret.join().unwrap() {
+            Err(NetError::Refused(m)) => assert!(m.contains("could not prove it holds the unique id"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // A listener that does not hold the secret is found out by the connector.
+        let (mut impostor, addr) = acceptor(forged);
+        let t = std::thread::spawn(move || impostor.next(Some(Instant::now() + Duration::from_secs(2)), &String::new, &[]).map(|a| a.is_none()));
+        match FrameStream::open(addr, &cred(3), deadline, false) {
+            Err(NetError::Refused(m)) => assert!(m.contains("could not prove"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(t.join().unwrap().unwrap(), "the impostor accepted nothing");
+    }
+
+    #[test]
     fn acceptor_deadline_and_refused_connect() {
-        let mut acc = Acceptor::new(listen(Ipv4Addr::LOCALHOST.into()).unwrap()).unwrap();
+        let (mut acc, gone) = acceptor(cred(1));
         let t = Instant::now();
-        assert!(acc.next(Some(t + Duration::from_millis(100)), &String::new).unwrap().is_none());
+        assert!(acc.next(Some(t + Duration::from_millis(100)), &String::new, &[]).unwrap().is_none());
         assert!(t.elapsed() >= Duration::from_millis(100));
-        let gone = acc.local_addr().unwrap();
         drop(acc);
-        let r = FrameStream::connect(gone, Instant::now() + Duration::from_millis(200));
+        let t = Instant::now();
+        let r = FrameStream::open(gone, &cred(1), t + Duration::from_secs(5), false);
         assert!(matches!(r, Err(NetError::Io(e)) if e.kind() == io::ErrorKind::ConnectionRefused));
+        assert!(t.elapsed() < Duration::from_secs(1), "a refusal is final unless patient");
+        let r = FrameStream::open(gone, &cred(1), Instant::now() + Duration::from_millis(200), true);
+        assert!(r.is_err());
     }
 }

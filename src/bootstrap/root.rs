@@ -1,25 +1,37 @@
-//! The bootstrap root: collects one registration per rank and hands every rank the peer table.
+//! The bootstrap root: collects one registration per rank, hands every rank the peer table, and
+//! stays until every rank reports its ring links up, so that init succeeds everywhere or fails
+//! everywhere with the same explanation.
 //!
-//! [`RootState`] is the whole protocol as a pure state machine: it is fed registrations and the
-//! current time, and answers with [`Action`]s; it does no I/O and reads no clock, so every
-//! transition is unit-tested. [`spawn`] is the thin socket edge that runs it on a thread.
+//! [`RootState`] is the whole protocol as a pure state machine: it is fed registrations, ring
+//! reports, closed connections and the current time, and answers with [`Action`]s; it does no
+//! I/O and reads no clock, so every transition is unit-tested. [`spawn`] is the thin socket edge
+//! that runs it on a thread.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
+use std::hash::Hash;
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use super::net::{Acceptor, FrameStream};
-use super::wire::{Msg, RefuseReason};
+use super::auth::Credentials;
+use super::net::{Acceptor, FrameStream, NetError, Wake};
+use super::wire::{Msg, RefuseReason, MAX_CONTROL_BODY};
+use super::MAX_RANKS;
 use crate::error::{Error, Result};
+
+/// How much longer than the ranks the root waits for ring reports, so that a rank that could
+/// not link to a neighbour reports that neighbour (naming the culprit) before the root gives up
+/// on everyone still unlinked.
+const RING_REPORT_MARGIN: Duration = Duration::from_secs(1);
 
 /// Longest wait the bootstrap honours (longer requests are cut to it), so that deadline
 /// arithmetic cannot overflow whatever a caller or a peer asks for.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// A rank's registration, as decoded from [`Msg::Register`].
+/// A rank's registration, as decoded from [`Msg::Register`] (after the connection
+/// authenticated).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Registration {
-    pub magic: u64,
     pub rank: u32,
     pub nranks: u32,
     pub listen: SocketAddr,
@@ -32,51 +44,74 @@ pub struct Registration {
 pub enum Action<C> {
     /// Send `reason` to this connection as a refusal, log it, close it. The root goes on.
     Reject { conn: C, reason: String },
-    /// Every rank is in: send `table` to every connection (`conns[r]` is rank r's), then exit.
-    Complete { conns: Vec<C>, table: Vec<SocketAddr> },
-    /// The deadline passed: send `text` to every registered connection, then exit.
-    Missing { conns: Vec<C>, missing: Vec<usize>, text: String },
+    /// Every rank is in: send `table` to every connection (`conns[r]` is rank r's) and keep
+    /// them, waiting for each rank's ring report.
+    Table { conns: Vec<C>, table: Vec<SocketAddr> },
+    /// Every rank's ring is up: send Ready to every connection, then exit.
+    Ready { conns: Vec<C> },
+    /// Init cannot finish: send `text` to every connection still open, as a refusal of this
+    /// kind, then exit.
+    Fail { conns: Vec<C>, reason: RefuseReason, text: String },
+}
+
+#[derive(Debug)]
+enum Phase {
+    Registering,
+    /// The table went out at this time; these ranks have reported their ring up.
+    Ring { since: Instant, ready: BTreeSet<usize> },
+    Finished,
 }
 
 #[derive(Debug)]
 pub struct RootState<C> {
-    magic: u64,
     /// Fixed by the first accepted registration, with the rank that gave it.
     nranks: Option<(usize, u32)>,
-    slots: Vec<Option<(C, SocketAddr)>>,
+    /// Registered ranks only: memory follows who registered, not what a registration claims.
+    slots: BTreeMap<usize, (C, SocketAddr)>,
+    /// The rank of each registered connection.
+    by_conn: HashMap<C, usize>,
     first: Option<(Instant, Duration)>,
-    finished: bool,
+    phase: Phase,
 }
 
-impl<C: Copy + Debug> RootState<C> {
-    pub fn new(magic: u64) -> Self {
-        RootState { magic, nranks: None, slots: Vec::new(), first: None, finished: false }
+impl<C> Default for RootState<C> {
+    fn default() -> Self {
+        RootState { nranks: None, slots: BTreeMap::new(), by_conn: HashMap::new(), first: None, phase: Phase::Registering }
     }
+}
 
+impl<C: Copy + Debug + Eq + Hash> RootState<C> {
     /// When [`poll`](Self::poll) will report missing ranks; `None` before the first registration
     /// (the id may legitimately be handed out long before anyone calls init, as in NCCL).
     pub fn deadline(&self) -> Option<Instant> {
-        self.first.map(|(at, timeout)| at + timeout)
+        let (at, timeout) = self.first?;
+        match &self.phase {
+            Phase::Registering => Some(at + timeout),
+            Phase::Ring { since, .. } => Some(*since + timeout + RING_REPORT_MARGIN),
+            Phase::Finished => None,
+        }
     }
 
     pub fn is_finished(&self) -> bool {
-        self.finished
+        matches!(self.phase, Phase::Finished)
+    }
+
+    /// The connections of registered ranks: the edge watches them for reports and for closing.
+    pub fn registered(&self) -> impl Iterator<Item = C> + '_ {
+        self.slots.values().map(|&(c, _)| c)
     }
 
     pub fn on_register(&mut self, conn: C, reg: Registration, now: Instant) -> Option<Action<C>> {
         let reject = |reason: String| Some(Action::Reject { conn, reason });
         let rank = reg.rank as usize;
-        if self.finished {
+        if !matches!(self.phase, Phase::Registering) {
             return reject("the bootstrap root has already finished".into());
-        }
-        if reg.magic != self.magic {
-            return reject(format!(
-                "rank {rank} presented a unique id whose magic does not match this root's; \
-                 every rank must use the id from the same ncclGetUniqueId call"
-            ));
         }
         if reg.nranks == 0 || reg.rank >= reg.nranks {
             return reject(format!("rank {rank} is out of range for nranks {}", reg.nranks));
+        }
+        if reg.nranks as usize > MAX_RANKS {
+            return reject(format!("nranks {} exceeds the bootstrap's limit of {MAX_RANKS}", reg.nranks));
         }
         match self.nranks {
             Some((n, by)) if n != reg.nranks as usize => {
@@ -85,29 +120,81 @@ impl<C: Copy + Debug> RootState<C> {
             Some(_) => {}
             None => {
                 self.nranks = Some((reg.nranks as usize, reg.rank));
-                self.slots = vec![None; reg.nranks as usize];
                 self.first = Some((now, reg.timeout.min(MAX_TIMEOUT)));
             }
         }
-        if let Some((_, by)) = self.slots[rank] {
+        if let Some((_, by)) = self.slots.get(&rank) {
             return reject(format!("rank {rank} already registered by the process listening at {by}"));
         }
-        self.slots[rank] = Some((conn, reg.listen));
-        if self.slots.iter().any(Option::is_none) {
+        self.slots.insert(rank, (conn, reg.listen));
+        self.by_conn.insert(conn, rank);
+        if self.slots.len() < reg.nranks as usize {
             return None;
         }
-        self.finished = true;
-        let (conns, table) = self.slots.iter().flatten().copied().unzip();
-        Some(Action::Complete { conns, table })
+        self.phase = Phase::Ring { since: now, ready: BTreeSet::new() };
+        let (conns, table) = self.slots.values().copied().unzip();
+        Some(Action::Table { conns, table })
     }
 
-    /// What the root is waiting for, for progress lines: the ranks not registered yet.
+    /// A registered rank reports its ring links up.
+    pub fn on_ready(&mut self, conn: C) -> Option<Action<C>> {
+        let rank = self.rank_of(conn)?;
+        let Phase::Ring { ready, .. } = &mut self.phase else {
+            return self.lost(rank, "sent a ring report before every rank had registered".into());
+        };
+        ready.insert(rank);
+        if ready.len() < self.slots.len() {
+            return None;
+        }
+        self.phase = Phase::Finished;
+        Some(Action::Ready { conns: self.registered().collect() })
+    }
+
+    /// A registered rank's connection closed, or broke the protocol, before init finished:
+    /// that rank is gone, and every other rank is told at once instead of timing out.
+    pub fn on_closed(&mut self, conn: C, why: &str) -> Option<Action<C>> {
+        let rank = self.rank_of(conn)?;
+        self.lost(rank, format!("its connection to the root {why}"))
+    }
+
+    /// A registered rank reports that it could not reach rank `lost` while linking the ring.
+    pub fn on_lost_report(&mut self, conn: C, lost: usize, text: String) -> Option<Action<C>> {
+        let by = self.rank_of(conn)?;
+        match self.slots.contains_key(&lost) {
+            true => self.lost(lost, format!("rank {by} reports: {text}")),
+            false => self.lost(by, format!("reported an unknown rank {lost} lost")),
+        }
+    }
+
+    fn rank_of(&self, conn: C) -> Option<usize> {
+        match self.phase {
+            Phase::Finished => None,
+            _ => self.by_conn.get(&conn).copied(),
+        }
+    }
+
+    fn lost(&mut self, rank: usize, why: String) -> Option<Action<C>> {
+        let at = self.slots.get(&rank).map(|&(_, a)| a)?;
+        self.phase = Phase::Finished;
+        let text = format!(
+            "bootstrap: rank {rank} (listening at {at}) was lost during init: {why}; did its process die?"
+        );
+        let conns = self.slots.iter().filter(|(&r, _)| r != rank).map(|(_, &(c, _))| c).collect();
+        Some(Action::Fail { conns, reason: RefuseReason::Lost, text })
+    }
+
+    /// What the root is waiting for, for progress lines: the ranks not registered (or not
+    /// linked) yet.
     pub fn waiting_for(&self) -> String {
-        match self.nranks {
-            None => "the first rank to register with the root".into(),
-            Some((n, _)) => {
-                let missing: Vec<usize> = (0..n).filter(|&r| self.slots[r].is_none()).collect();
-                format!("rank(s) {missing:?} to register with the root ({} of {n} in)", n - missing.len())
+        match (&self.phase, self.nranks) {
+            (_, None) => "the first rank to register with the root".into(),
+            (Phase::Ring { ready, .. }, Some((n, _))) => {
+                let late = brief((0..n).filter(|r| !ready.contains(r)));
+                format!("rank(s) {late} to report their ring links up ({} of {n} done)", ready.len())
+            }
+            (_, Some((n, _))) => {
+                let missing = brief((0..n).filter(|r| !self.slots.contains_key(r)));
+                format!("rank(s) {missing} to register with the root ({} of {n} in)", self.slots.len())
             }
         }
     }
@@ -115,95 +202,144 @@ impl<C: Copy + Debug> RootState<C> {
     /// Reports the missing ranks once the deadline has passed.
     pub fn poll(&mut self, now: Instant) -> Option<Action<C>> {
         let (_, timeout) = self.first?;
-        if self.finished || now < self.deadline()? {
+        if now < self.deadline()? {
             return None;
         }
-        self.finished = true;
-        let missing: Vec<usize> = (0..self.slots.len()).filter(|&r| self.slots[r].is_none()).collect();
-        let text = format!(
-            "bootstrap: rank(s) {missing:?} never registered with the root within {timeout:?}; \
-             check that every process called ncclCommInitRank with the same unique id"
-        );
-        let conns = self.slots.iter().flatten().map(|&(c, _)| c).collect();
-        Some(Action::Missing { conns, missing, text })
+        let n = self.nranks?.0;
+        let text = match &self.phase {
+            Phase::Ring { ready, .. } => format!(
+                "bootstrap: rank(s) {} did not link the ring within {timeout:?} after every rank had registered",
+                brief((0..n).filter(|r| !ready.contains(r)))
+            ),
+            _ => format!(
+                "bootstrap: rank(s) {} never registered with the root within {timeout:?}; \
+                 check that every process called ncclCommInitRank with the same unique id",
+                brief((0..n).filter(|r| !self.slots.contains_key(r)))
+            ),
+        };
+        self.phase = Phase::Finished;
+        Some(Action::Fail { conns: self.registered().collect(), reason: RefuseReason::Missing, text })
+    }
+}
+
+/// A list of ranks for a message: all of them if few, else the first ones and a count.
+fn brief(ranks: impl Iterator<Item = usize>) -> String {
+    const SHOWN: usize = 16;
+    let v: Vec<usize> = ranks.collect();
+    match v.len() > SHOWN {
+        true => format!("{:?} and {} more", &v[..SHOWN], v.len() - SHOWN),
+        false => format!("{v:?}"),
     }
 }
 
 /// How long the root keeps trying to deliver one reply; a rank that does not read it is gone.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Runs a root on `listener` in a background thread that exits once every rank has the table
-/// or the missing ranks have been told off.
-pub fn spawn(listener: TcpListener, magic: u64) -> Result<()> {
+/// Runs a root on `listener` in a background thread that exits once every rank has linked the
+/// ring, or the ranks have been told why init failed.
+pub fn spawn(listener: TcpListener, cred: Credentials) -> Result<()> {
     let addr = listener.local_addr()?;
-    let acceptor = Acceptor::new(listener)?;
+    let acceptor = Acceptor::new(listener, cred)?;
     std::thread::Builder::new()
         .name("nccl-bootstrap-root".into())
-        .spawn(move || run(acceptor, magic, addr))
+        .spawn(move || run(acceptor, addr))
         .map(drop)
         .map_err(|e| Error::System(format!("bootstrap: could not start the root thread: {e}")))
 }
 
-fn run(mut acceptor: Acceptor, magic: u64, addr: SocketAddr) {
+fn run(mut acceptor: Acceptor, addr: SocketAddr) {
     crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root listening on {addr}");
-    let mut state = RootState::<usize>::new(magic);
-    let mut conns: Vec<Option<FrameStream>> = Vec::new();
-    loop {
+    let mut state = RootState::<usize>::default();
+    // Every connection the root holds, by a serial number; removed as soon as it is answered.
+    let mut conns: HashMap<usize, FrameStream> = HashMap::new();
+    let mut serial = 0;
+    while !state.is_finished() {
         if let Some(action) = state.poll(Instant::now()) {
-            return perform(action, &mut conns);
+            perform(action, &mut conns);
+            break;
         }
-        let waiting_for = || state.waiting_for();
-        let arrival = match acceptor.next(state.deadline(), &waiting_for) {
-            Ok(Some(a)) => a,
-            Ok(None) => continue,
-            Err(e) => {
-                crate::nccl_warn!("Bootstrap root at {addr} stops: {e}");
-                return;
+        let keys: Vec<usize> = state.registered().collect();
+        let buffered: Vec<usize> = (0..keys.len()).filter(|&i| conns[&keys[i]].has_frame()).collect();
+        let wake = match buffered.is_empty() {
+            false => Ok(Some(Wake::Watched(buffered))),
+            true => {
+                let watch: Vec<&dyn std::os::fd::AsRawFd> = keys.iter().map(|k| &conns[k] as _).collect();
+                acceptor.next(state.deadline(), &|| state.waiting_for(), &watch)
             }
         };
-        let Msg::Register { magic, rank, nranks, listen, timeout_ms } = arrival.msg else {
-            crate::nccl_warn!(
-                "Bootstrap root: dropped a connection from {} that sent {} instead of a registration",
-                arrival.from,
-                arrival.msg.kind_name()
-            );
-            continue;
-        };
-        let reg = Registration { magic, rank, nranks, listen, timeout: Duration::from_millis(timeout_ms) };
-        conns.push(Some(arrival.conn));
-        if let Some(action) = state.on_register(conns.len() - 1, reg, Instant::now()) {
-            perform(action, &mut conns);
-            if state.is_finished() {
-                crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root at {addr} done");
+        match wake {
+            Ok(None) => {}
+            Err(e) => {
+                crate::nccl_warn_unrecorded!("Bootstrap root at {addr} stops: {e}");
                 return;
+            }
+            // Every readable rank in one pass: the ring reports of thousands of ranks arrive
+            // together, and one poll of every connection per report would be quadratic.
+            Ok(Some(Wake::Watched(ready))) => {
+                for key in ready.into_iter().map(|i| keys[i]) {
+                    let Some(conn) = conns.get_mut(&key) else { continue };
+                    let action = match conn.recv(MAX_CONTROL_BODY, Instant::now()) {
+                        Ok(Msg::Ready) => state.on_ready(key),
+                        Ok(Msg::Lost { rank, text }) => state.on_lost_report(key, rank as usize, text),
+                        Ok(other) => state.on_closed(key, &format!("carried {} out of turn", other.kind_name())),
+                        Err(NetError::Timeout) => None,
+                        Err(e) => state.on_closed(key, &format!("failed ({e})")),
+                    };
+                    if let Some(action) = action {
+                        perform(action, &mut conns);
+                    }
+                }
+            }
+            Ok(Some(Wake::Arrival(a))) => {
+                let Msg::Register { rank, nranks, listen, timeout_ms } = a.msg else {
+                    crate::nccl_warn_unrecorded!(
+                        "Bootstrap root: dropped a connection from {} that sent {} instead of a registration",
+                        a.from,
+                        a.msg.kind_name()
+                    );
+                    continue;
+                };
+                let reg = Registration { rank, nranks, listen, timeout: Duration::from_millis(timeout_ms) };
+                serial += 1;
+                conns.insert(serial, a.conn);
+                if let Some(action) = state.on_register(serial, reg, Instant::now()) {
+                    perform(action, &mut conns);
+                }
             }
         }
     }
+    crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root at {addr} done");
 }
 
-fn perform(action: Action<usize>, conns: &mut [Option<FrameStream>]) {
+fn perform(action: Action<usize>, conns: &mut HashMap<usize, FrameStream>) {
     let deadline = Instant::now() + REPLY_TIMEOUT;
-    let mut reply = |c: usize, msg: &Msg| {
-        if let Some(mut s) = conns[c].take() {
-            if let Err(e) = s.send(msg, deadline) {
-                crate::nccl_warn!("Bootstrap root: could not reply to {}: {e}", s.peer());
-            }
+    let send = |conns: &mut HashMap<usize, FrameStream>, c: usize, msg: &Msg, keep: bool| {
+        let Some(s) = conns.get_mut(&c) else { return };
+        if let Err(e) = s.send(msg, deadline) {
+            crate::nccl_warn_unrecorded!("Bootstrap root: could not reply to {}: {e}", s.peer());
+        }
+        if !keep {
+            conns.remove(&c);
         }
     };
     match action {
         Action::Reject { conn, reason } => {
-            crate::nccl_warn!("Bootstrap root: refused a registration: {reason}");
-            reply(conn, &Msg::Refused { reason: RefuseReason::Rejected, text: reason });
+            crate::nccl_warn_unrecorded!("Bootstrap root: refused a registration: {reason}");
+            send(conns, conn, &Msg::Refused { reason: RefuseReason::Rejected, text: reason }, false);
         }
-        Action::Complete { conns: ranks, table } => {
+        Action::Table { conns: ranks, table } => {
             crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root: all {} ranks registered", table.len());
             let msg = Msg::PeerTable { peers: table };
-            ranks.into_iter().for_each(|c| reply(c, &msg));
+            ranks.into_iter().for_each(|c| send(conns, c, &msg, true));
         }
-        Action::Missing { conns: ranks, missing: _, text } => {
-            crate::nccl_warn!("{text}");
-            let msg = Msg::Refused { reason: RefuseReason::Missing, text };
-            ranks.into_iter().for_each(|c| reply(c, &msg));
+        Action::Ready { conns: ranks } => {
+            crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root: every rank linked its ring");
+            ranks.into_iter().for_each(|c| send(conns, c, &Msg::Ready, false));
+        }
+        Action::Fail { conns: ranks, reason, text } => {
+            crate::nccl_warn_unrecorded!("{text}");
+            let msg = Msg::Refused { reason, text };
+            ranks.into_iter().for_each(|c| send(conns, c, &msg, false));
         }
     }
 }
@@ -216,14 +352,23 @@ pub fn check_reply(msg: Msg, rank: usize, nranks: usize, root: SocketAddr) -> Re
             "bootstrap: the root at {root} sent rank {rank} a table of {} peers, expected {nranks}",
             peers.len()
         ))),
-        Msg::Refused { reason: RefuseReason::Missing, text } => Err(Error::System(text)),
+        other => Err(refusal(other, rank, root)),
+    }
+}
+
+/// The error for a message from the root other than the one a rank waits for: the root's
+/// refusal (whose text says it all), or nonsense.
+pub fn refusal(msg: Msg, rank: usize, root: SocketAddr) -> Error {
+    match msg {
+        Msg::Refused { reason: RefuseReason::Missing, text } => Error::System(text),
+        Msg::Refused { reason: RefuseReason::Lost, text } => Error::Remote(text),
         Msg::Refused { reason: RefuseReason::Rejected, text } => {
-            Err(Error::InvalidUsage(format!("bootstrap: the root at {root} refused rank {rank}: {text}")))
+            Error::InvalidUsage(format!("bootstrap: the root at {root} refused rank {rank}: {text}"))
         }
-        other => Err(Error::Remote(format!(
+        other => Error::Remote(format!(
             "bootstrap: the root at {root} sent rank {rank} an unexpected {} frame",
             other.kind_name()
-        ))),
+        )),
     }
 }
 
@@ -231,17 +376,10 @@ pub fn check_reply(msg: Msg, rank: usize, nranks: usize, root: SocketAddr) -> Re
 mod tests {
     use super::*;
 
-    const MAGIC: u64 = 0x5eed;
     const T: Duration = Duration::from_secs(5);
 
     fn reg(rank: u32, nranks: u32) -> Registration {
-        Registration {
-            magic: MAGIC,
-            rank,
-            nranks,
-            listen: SocketAddr::from(([10, 0, 0, rank as u8], 1000 + rank as u16)),
-            timeout: T,
-        }
+        Registration { rank, nranks, listen: SocketAddr::from(([10, 0, 0, rank as u8], 1000 + rank as u16)), timeout: T }
     }
 
     fn reason(a: Option<Action<u32>>) -> String {
@@ -251,10 +389,27 @@ mod tests {
         }
     }
 
+    fn fail(a: Option<Action<u32>>) -> (Vec<u32>, RefuseReason, String) {
+        match a {
+            Some(Action::Fail { conns, reason, text }) => (conns, reason, text),
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+
+    /// A root with every rank of `n` registered (rank r on connection 10 + r), table sent.
+    fn tabled(n: u32, t0: Instant) -> RootState<u32> {
+        let mut s = RootState::default();
+        for r in 0..n {
+            let a = s.on_register(10 + r, reg(r, n), t0);
+            assert_eq!(a.is_some(), r == n - 1);
+        }
+        s
+    }
+
     #[test]
     fn completes_in_any_order_and_indexes_by_rank() {
         let t0 = Instant::now();
-        let mut s = RootState::new(MAGIC);
+        let mut s = RootState::default();
         assert_eq!(s.deadline(), None);
         assert_eq!(s.on_register(12, reg(2, 3), t0), None);
         assert_eq!(s.deadline(), Some(t0 + T));
@@ -263,40 +418,51 @@ mod tests {
         let done = s.on_register(11, reg(1, 3), t0 + T / 2);
         assert_eq!(
             done,
-            Some(Action::Complete { conns: vec![10, 11, 12], table: (0..3).map(|r| reg(r, 3).listen).collect() })
+            Some(Action::Table { conns: vec![10, 11, 12], table: (0..3).map(|r| reg(r, 3).listen).collect() })
         );
+        // The ring phase has its own deadline, from the table.
+        assert_eq!(s.deadline(), Some(t0 + T / 2 + T + RING_REPORT_MARGIN));
+        assert_eq!(s.registered().collect::<Vec<_>>(), vec![10, 11, 12]);
+        assert_eq!(s.on_ready(12), None);
+        assert_eq!(s.on_ready(12), None, "a repeated report counts once");
+        assert_eq!(s.on_ready(10), None);
+        assert_eq!(s.on_ready(99), None, "unknown connections are ignored");
+        assert_eq!(s.on_ready(11), Some(Action::Ready { conns: vec![10, 11, 12] }));
         assert!(s.is_finished());
-        assert_eq!(s.poll(t0 + 2 * T), None, "a finished root reports nothing more");
+        assert_eq!(s.poll(t0 + 4 * T), None, "a finished root reports nothing more");
+        assert_eq!(s.on_closed(10, "closed"), None);
     }
 
     #[test]
     fn single_rank_completes_at_once() {
-        let mut s = RootState::new(MAGIC);
-        assert!(matches!(s.on_register(1u32, reg(0, 1), Instant::now()), Some(Action::Complete { .. })));
-    }
-
-    #[test]
-    fn wrong_magic_is_rejected_and_changes_nothing() {
-        let mut s = RootState::new(MAGIC);
-        let mut r = reg(0, 2);
-        r.magic = MAGIC + 1;
-        assert!(reason(s.on_register(1, r, Instant::now())).contains("magic does not match"));
-        assert_eq!(s.deadline(), None, "a stranger does not start the clock");
-        // Its rank and nranks were not learned: an honest rank with other values is fine.
-        assert_eq!(s.on_register(2, reg(0, 3), Instant::now()), None);
+        let mut s = RootState::default();
+        assert!(matches!(s.on_register(1u32, reg(0, 1), Instant::now()), Some(Action::Table { .. })));
+        assert_eq!(s.on_ready(1), Some(Action::Ready { conns: vec![1] }));
     }
 
     #[test]
     fn rank_out_of_range() {
-        let mut s = RootState::new(MAGIC);
+        let mut s = RootState::<u32>::default();
         assert_eq!(reason(s.on_register(1, reg(4, 4), Instant::now())), "rank 4 is out of range for nranks 4");
         assert!(reason(s.on_register(1, reg(0, 0), Instant::now())).contains("out of range for nranks 0"));
         assert_eq!(s.deadline(), None);
     }
 
     #[test]
+    fn huge_nranks_is_refused_without_allocating() {
+        let mut s = RootState::<u32>::default();
+        let r = reason(s.on_register(1, reg(0, u32::MAX), Instant::now()));
+        assert_eq!(r, format!("nranks 4294967295 exceeds the bootstrap's limit of {MAX_RANKS}"));
+        assert_eq!(s.deadline(), None, "a refused registration changes nothing");
+        // The largest allowed count costs only what registered ranks take.
+        assert_eq!(s.on_register(1, reg(7, MAX_RANKS as u32), Instant::now()), None);
+        assert_eq!(s.slots.len(), 1);
+        assert!(s.waiting_for().contains("and 131055 more"), "{}", s.waiting_for());
+    }
+
+    #[test]
     fn disagreeing_nranks_names_the_first() {
-        let mut s = RootState::new(MAGIC);
+        let mut s = RootState::<u32>::default();
         assert_eq!(s.on_register(1, reg(0, 4), Instant::now()), None);
         assert_eq!(reason(s.on_register(2, reg(1, 3), Instant::now())), "nranks 3 differs from 4 given by rank 0");
         // Out of range against the learned nranks but in range for its own claim: still the nranks error.
@@ -306,7 +472,7 @@ mod tests {
     #[test]
     fn duplicate_rank_keeps_the_first() {
         let t0 = Instant::now();
-        let mut s = RootState::new(MAGIC);
+        let mut s = RootState::default();
         assert_eq!(s.on_register(1, reg(1, 2), t0), None);
         let mut dup = reg(1, 2);
         dup.listen = "10.9.9.9:9".parse().unwrap();
@@ -315,7 +481,7 @@ mod tests {
             "rank 1 already registered by the process listening at 10.0.0.1:1001"
         );
         match s.on_register(3, reg(0, 2), t0) {
-            Some(Action::Complete { conns, table }) => {
+            Some(Action::Table { conns, table }) => {
                 assert_eq!(conns, vec![3, 1]);
                 assert_eq!(table[1], reg(1, 2).listen);
             }
@@ -326,7 +492,7 @@ mod tests {
     #[test]
     fn deadline_reports_missing_ranks_once() {
         let t0 = Instant::now();
-        let mut s = RootState::new(MAGIC);
+        let mut s = RootState::default();
         let mut first = reg(0, 4);
         first.timeout = Duration::from_secs(2);
         assert_eq!(s.on_register(7, first, t0), None);
@@ -334,27 +500,76 @@ mod tests {
         assert_eq!(s.on_register(8, reg(2, 4), t0 + Duration::from_secs(1)), None);
         assert_eq!(s.deadline(), Some(t0 + Duration::from_secs(2)));
         assert_eq!(s.poll(t0 + Duration::from_millis(1999)), None);
-        match s.poll(t0 + Duration::from_secs(2)) {
-            Some(Action::Missing { conns, missing, text }) => {
-                assert_eq!(conns, vec![7, 8]);
-                assert_eq!(missing, vec![1, 3]);
-                assert_eq!(
-                    text,
-                    "bootstrap: rank(s) [1, 3] never registered with the root within 2s; \
-                     check that every process called ncclCommInitRank with the same unique id"
-                );
-            }
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(
+            fail(s.poll(t0 + Duration::from_secs(2))),
+            (
+                vec![7, 8],
+                RefuseReason::Missing,
+                "bootstrap: rank(s) [1, 3] never registered with the root within 2s; \
+                 check that every process called ncclCommInitRank with the same unique id"
+                    .into()
+            )
+        );
         assert!(s.is_finished());
         assert_eq!(s.poll(t0 + Duration::from_secs(3)), None);
         assert!(reason(s.on_register(9, reg(1, 4), t0 + Duration::from_secs(3))).contains("already finished"));
     }
 
     #[test]
+    fn ranks_that_never_link_the_ring_are_named() {
+        let t0 = Instant::now();
+        let mut s = tabled(3, t0);
+        assert_eq!(s.on_ready(11), None);
+        assert_eq!(s.poll(t0 + T), None, "the ranks get to report first");
+        let (conns, why, text) = fail(s.poll(t0 + T + RING_REPORT_MARGIN));
+        assert_eq!((conns, why), (vec![10, 11, 12], RefuseReason::Missing));
+        assert!(text.contains("rank(s) [0, 2] did not link the ring within 5s"), "{text}");
+    }
+
+    #[test]
+    fn a_registered_rank_that_closes_is_named_to_the_others() {
+        let t0 = Instant::now();
+        // Before the table: the others hear at once, not at the deadline.
+        let mut s = RootState::default();
+        assert_eq!(s.on_register(10, reg(0, 3), t0), None);
+        assert_eq!(s.on_register(12, reg(2, 3), t0), None);
+        assert_eq!(s.on_closed(99, "closed"), None, "a connection that never registered is nobody");
+        let (conns, why, text) = fail(s.on_closed(12, "closed"));
+        assert_eq!((conns, why), (vec![10], RefuseReason::Lost));
+        assert_eq!(
+            text,
+            "bootstrap: rank 2 (listening at 10.0.0.2:1002) was lost during init: its connection to the root closed; \
+             did its process die?"
+        );
+        assert!(s.is_finished());
+        // After the table, while the ring is linked.
+        let mut s = tabled(3, t0);
+        assert_eq!(s.on_ready(10), None);
+        let (conns, _, text) = fail(s.on_closed(11, "failed (reset)"));
+        assert_eq!(conns, vec![10, 12]);
+        assert!(text.contains("rank 1 (listening at 10.0.0.1:1001) was lost"), "{text}");
+    }
+
+    #[test]
+    fn a_rank_reporting_an_unreachable_neighbour() {
+        let mut s = tabled(3, Instant::now());
+        let (conns, why, text) = fail(s.on_lost_report(11, 2, "could not open its ring link".into()));
+        assert_eq!((conns, why), (vec![10, 11], RefuseReason::Lost));
+        assert!(text.contains("rank 2 (listening at 10.0.0.2:1002) was lost during init: rank 1 reports: could not"), "{text}");
+        // A report naming a rank that does not exist blames the reporter.
+        let mut s = tabled(3, Instant::now());
+        let (_, _, text) = fail(s.on_lost_report(11, 7, "?".into()));
+        assert!(text.starts_with("bootstrap: rank 1 "), "{text}");
+        // A ring report before the table is a protocol violation by that rank.
+        let mut s = RootState::default();
+        assert_eq!(s.on_register(10, reg(0, 2), Instant::now()), None);
+        assert!(fail(s.on_ready(10)).2.contains("rank 0"));
+    }
+
+    #[test]
     fn huge_timeouts_are_capped() {
         let t0 = Instant::now();
-        let mut s = RootState::new(MAGIC);
+        let mut s = RootState::default();
         let mut r = reg(0, 2);
         r.timeout = Duration::MAX;
         assert_eq!(s.on_register(1u32, r, t0), None);
@@ -363,7 +578,7 @@ mod tests {
 
     #[test]
     fn no_deadline_before_the_first_registration() {
-        let mut s = RootState::<u32>::new(MAGIC);
+        let mut s = RootState::<u32>::default();
         assert_eq!(s.poll(Instant::now() + Duration::from_secs(3600)), None);
         assert!(!s.is_finished());
     }
@@ -377,7 +592,11 @@ mod tests {
         let text = "bootstrap: rank(s) [1] never registered".to_string();
         assert_eq!(
             check_reply(Msg::Refused { reason: RefuseReason::Missing, text: text.clone() }, 0, 2, root),
-            Err(Error::System(text))
+            Err(Error::System(text.clone()))
+        );
+        assert_eq!(
+            check_reply(Msg::Refused { reason: RefuseReason::Lost, text: text.clone() }, 0, 2, root),
+            Err(Error::Remote(text))
         );
         match check_reply(
             Msg::Refused { reason: RefuseReason::Rejected, text: "rank 1 already registered".into() },

@@ -7,16 +7,20 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
+use super::auth::{Nonce, Proof};
+
 /// First four bytes of every frame.
 pub const FRAME_TAG: [u8; 4] = *b"FNBS";
 /// Frame layout version; a peer speaking another one is refused rather than misread.
-pub const VERSION: u8 = 1;
+/// 2: connections open with the challenge/response of [`super::auth`]; the magic moved from
+/// Register and Hello into Auth; Lost.
+pub const VERSION: u8 = 2;
 /// Tag, version, kind, two reserved zero bytes, body length (u32 little-endian).
 pub const HEADER_LEN: usize = 12;
-/// Largest body accepted from a connection that has not yet shown it knows the magic.
+/// Largest body accepted from a connection that has not yet proved it holds the unique id.
 pub const MAX_CONTROL_BODY: usize = 1 << 20;
-/// Largest body accepted from a rank that passed the magic check (bootstrap data is small;
-/// this only bounds what a buggy peer can make us allocate).
+/// Largest body accepted from an authenticated rank (bootstrap data is small; this only bounds
+/// what a buggy peer can make us allocate).
 pub const MAX_DATA_BODY: usize = 1 << 30;
 
 /// What a connection to a rank's listener is for, announced in its [`Msg::Hello`].
@@ -27,7 +31,7 @@ pub enum LinkKind {
     /// One point-to-point message, then the sender closes.
     P2p,
     /// The link to the next rank that the liveness watcher (`liveness`) keeps for the
-    /// communicator's life: heartbeats, a goodbye, news of a lost rank.
+    /// communicator's life: heartbeats, a goodbye, news of a lost rank, hang reports.
     Liveness,
 }
 
@@ -38,22 +42,36 @@ pub enum RefuseReason {
     Rejected,
     /// The deadline passed with ranks still missing.
     Missing,
+    /// A registered rank's connection closed before every rank was in: it died.
+    Lost,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
     /// Rank → root: who I am and where my listener is. `timeout_ms` tells a root started by
     /// `ncclGetUniqueId` (which cannot know the caller's timeout) how long to wait for the rest.
-    Register { magic: u64, rank: u32, nranks: u32, listen: SocketAddr, timeout_ms: u64 },
+    Register { rank: u32, nranks: u32, listen: SocketAddr, timeout_ms: u64 },
     /// Root → every rank: each rank's listen address, indexed by rank.
     PeerTable { peers: Vec<SocketAddr> },
     /// Root → rank: the registration failed; `text` is the whole explanation.
     Refused { reason: RefuseReason, text: String },
-    /// First frame on a connection to a rank's listener.
-    Hello { magic: u64, from: u32, link: LinkKind },
+    /// First frame after authentication on a connection to a rank's listener.
+    Hello { from: u32, link: LinkKind },
     /// Payload between ranks: `tag` and `seq` identify it (p2p: user tag and per-tag sequence;
     /// ring: originating rank and collective counter).
     Data { tag: u32, seq: u64, payload: Vec<u8> },
+    /// Listener → connector, as soon as a connection is accepted: the nonce to sign.
+    Challenge { nonce: Nonce },
+    /// Connector → listener: the unique id's magic (which job) and the connector's proof over
+    /// both nonces. Nothing else is accepted before it checks out.
+    Auth { magic: u64, nonce: Nonce, proof: Proof },
+    /// Listener → connector: the listener's proof, so the connector knows whom it talks to.
+    Proven { proof: Proof },
+    /// On a ring link, instead of the next block: `rank` was lost (its connection closed) and
+    /// the collective cannot finish; forwarded around the ring so every rank names it.
+    Lost { rank: u32, text: String },
+    /// Rank → root: my ring links are up. Root → every rank: everyone's are, init is done.
+    Ready,
 }
 
 impl Msg {
@@ -65,6 +83,11 @@ impl Msg {
             Msg::Refused { .. } => "Refused",
             Msg::Hello { .. } => "Hello",
             Msg::Data { .. } => "Data",
+            Msg::Challenge { .. } => "Challenge",
+            Msg::Auth { .. } => "Auth",
+            Msg::Proven { .. } => "Proven",
+            Msg::Lost { .. } => "Lost",
+            Msg::Ready => "Ready",
         }
     }
 }
@@ -90,6 +113,14 @@ const KIND_PEER_TABLE: u8 = 2;
 const KIND_REFUSED: u8 = 3;
 const KIND_HELLO: u8 = 4;
 const KIND_DATA: u8 = 5;
+const KIND_CHALLENGE: u8 = 6;
+const KIND_AUTH: u8 = 7;
+const KIND_PROVEN: u8 = 8;
+const KIND_LOST: u8 = 9;
+const KIND_READY: u8 = 10;
+
+/// The longest address [`put_addr`] writes (IPv6 with a scope), for bounding peer tables.
+pub const MAX_ADDR_LEN: usize = 23;
 
 const FAMILY_V4: u8 = 4;
 const FAMILY_V6: u8 = 6;
@@ -132,7 +163,7 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], WireError> {
+    pub fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], WireError> {
         let mut a = [0u8; N];
         a.copy_from_slice(self.bytes(N, what)?);
         Ok(a)
@@ -171,6 +202,11 @@ impl<'a> Reader<'a> {
         Ok(addr)
     }
 
+    /// The rest of the body as UTF-8 text.
+    pub fn text(&mut self, what: &str) -> Result<String, WireError> {
+        String::from_utf8(self.rest().to_vec()).map_err(|_| WireError::Malformed(format!("{what} is not UTF-8")))
+    }
+
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
@@ -194,8 +230,7 @@ impl<'a> Reader<'a> {
 pub fn encode(msg: &Msg) -> Vec<u8> {
     let mut body = Vec::new();
     let kind = match msg {
-        Msg::Register { magic, rank, nranks, listen, timeout_ms } => {
-            body.extend_from_slice(&magic.to_le_bytes());
+        Msg::Register { rank, nranks, listen, timeout_ms } => {
             body.extend_from_slice(&rank.to_le_bytes());
             body.extend_from_slice(&nranks.to_le_bytes());
             put_addr(&mut body, listen);
@@ -211,12 +246,12 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             body.push(match reason {
                 RefuseReason::Rejected => 0,
                 RefuseReason::Missing => 1,
+                RefuseReason::Lost => 2,
             });
             body.extend_from_slice(text.as_bytes());
             KIND_REFUSED
         }
-        Msg::Hello { magic, from, link } => {
-            body.extend_from_slice(&magic.to_le_bytes());
+        Msg::Hello { from, link } => {
             body.extend_from_slice(&from.to_le_bytes());
             body.push(match link {
                 LinkKind::Ring => 0,
@@ -226,6 +261,26 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             KIND_HELLO
         }
         Msg::Data { tag, seq, payload } => return encode_data(*tag, *seq, payload),
+        Msg::Challenge { nonce } => {
+            body.extend_from_slice(nonce);
+            KIND_CHALLENGE
+        }
+        Msg::Auth { magic, nonce, proof } => {
+            body.extend_from_slice(&magic.to_le_bytes());
+            body.extend_from_slice(nonce);
+            body.extend_from_slice(proof);
+            KIND_AUTH
+        }
+        Msg::Proven { proof } => {
+            body.extend_from_slice(proof);
+            KIND_PROVEN
+        }
+        Msg::Lost { rank, text } => {
+            body.extend_from_slice(&rank.to_le_bytes());
+            body.extend_from_slice(text.as_bytes());
+            KIND_LOST
+        }
+        Msg::Ready => KIND_READY,
     };
     frame(kind, &[&body])
 }
@@ -261,7 +316,7 @@ pub fn decode(buf: &[u8], max_body: usize) -> Result<Option<(Msg, usize)>, WireE
     if version != VERSION {
         return Err(WireError::BadVersion(version));
     }
-    if !(KIND_REGISTER..=KIND_DATA).contains(&kind) {
+    if !(KIND_REGISTER..=KIND_READY).contains(&kind) {
         return Err(WireError::BadKind(kind));
     }
     if reserved != [0, 0] {
@@ -297,7 +352,6 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Msg, WireError> {
     let mut r = Reader::new(body);
     let msg = match kind {
         KIND_REGISTER => Msg::Register {
-            magic: r.u64("register magic")?,
             rank: r.u32("register rank")?,
             nranks: r.u32("register nranks")?,
             listen: r.addr("register listen address")?,
@@ -316,14 +370,12 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Msg, WireError> {
             let reason = match r.u8("refusal reason")? {
                 0 => RefuseReason::Rejected,
                 1 => RefuseReason::Missing,
+                2 => RefuseReason::Lost,
                 x => return Err(WireError::Malformed(format!("unknown refusal reason {x}"))),
             };
-            let text = String::from_utf8(r.rest().to_vec())
-                .map_err(|_| WireError::Malformed("refusal text is not UTF-8".into()))?;
-            Msg::Refused { reason, text }
+            Msg::Refused { reason, text: r.text("refusal text")? }
         }
         KIND_HELLO => Msg::Hello {
-            magic: r.u64("hello magic")?,
             from: r.u32("hello rank")?,
             link: match r.u8("hello link kind")? {
                 0 => LinkKind::Ring,
@@ -333,6 +385,11 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Msg, WireError> {
             },
         },
         KIND_DATA => Msg::Data { tag: r.u32("data tag")?, seq: r.u64("data sequence")?, payload: r.rest().to_vec() },
+        KIND_CHALLENGE => Msg::Challenge { nonce: r.array("challenge nonce")? },
+        KIND_AUTH => Msg::Auth { magic: r.u64("auth magic")?, nonce: r.array("auth nonce")?, proof: r.array("auth proof")? },
+        KIND_PROVEN => Msg::Proven { proof: r.array("proof")? },
+        KIND_LOST => Msg::Lost { rank: r.u32("lost rank")?, text: r.text("lost text")? },
+        KIND_READY => Msg::Ready,
         _ => return Err(WireError::BadKind(kind)),
     };
     r.finish("frame body")?;
@@ -350,14 +407,12 @@ mod tests {
     fn samples() -> Vec<Msg> {
         vec![
             Msg::Register {
-                magic: 0xdead_beef_1234,
                 rank: 3,
                 nranks: 8,
                 listen: v4("10.1.2.3:4567"),
                 timeout_ms: 5000,
             },
             Msg::Register {
-                magic: 1,
                 rank: 0,
                 nranks: 1,
                 listen: SocketAddr::V6(SocketAddrV6::new("fe80::1".parse().unwrap(), 9, 0, 7)),
@@ -367,9 +422,15 @@ mod tests {
             Msg::PeerTable { peers: vec![v4("127.0.0.1:1"), "[::1]:65535".parse().unwrap()] },
             Msg::Refused { reason: RefuseReason::Rejected, text: "rank 1 already registered".into() },
             Msg::Refused { reason: RefuseReason::Missing, text: String::new() },
-            Msg::Hello { magic: u64::MAX, from: 7, link: LinkKind::Ring },
-            Msg::Hello { magic: 42, from: 0, link: LinkKind::P2p },
-            Msg::Hello { magic: 9, from: 3, link: LinkKind::Liveness },
+            Msg::Refused { reason: RefuseReason::Lost, text: "rank 2 died".into() },
+            Msg::Hello { from: 7, link: LinkKind::Ring },
+            Msg::Hello { from: 0, link: LinkKind::P2p },
+            Msg::Hello { from: 3, link: LinkKind::Liveness },
+            Msg::Challenge { nonce: [9; 16] },
+            Msg::Auth { magic: u64::MAX, nonce: [1; 16], proof: [2; 32] },
+            Msg::Proven { proof: [3; 32] },
+            Msg::Lost { rank: 5, text: "rank 5 closed its ring link".into() },
+            Msg::Ready,
             Msg::Data { tag: 9, seq: 1 << 40, payload: vec![] },
             Msg::Data { tag: u32::MAX, seq: 0, payload: (0..=255).collect() },
         ]
@@ -410,7 +471,7 @@ mod tests {
 
     #[test]
     fn truncated_reports_sizes() {
-        let f = encode(&Msg::Hello { magic: 1, from: 2, link: LinkKind::P2p });
+        let f = encode(&Msg::Hello { from: 2, link: LinkKind::P2p });
         assert_eq!(
             decode_complete(&f[..f.len() - 1], MAX_CONTROL_BODY),
             Err(WireError::Truncated { have: f.len() - 1, need: f.len() })
@@ -428,15 +489,15 @@ mod tests {
 
     #[test]
     fn header_fields_are_checked() {
-        let good = encode(&Msg::Hello { magic: 1, from: 2, link: LinkKind::Ring });
+        let good = encode(&Msg::Hello { from: 2, link: LinkKind::Ring });
         let mut f = good.clone();
-        f[4] = 2;
-        assert_eq!(decode(&f, MAX_CONTROL_BODY), Err(WireError::BadVersion(2)));
+        f[4] = 1;
+        assert_eq!(decode(&f, MAX_CONTROL_BODY), Err(WireError::BadVersion(1)), "version 1 peers are refused");
         let mut f = good.clone();
         f[5] = 0;
         assert_eq!(decode(&f, MAX_CONTROL_BODY), Err(WireError::BadKind(0)));
-        f[5] = 6;
-        assert_eq!(decode(&f, MAX_CONTROL_BODY), Err(WireError::BadKind(6)));
+        f[5] = 11;
+        assert_eq!(decode(&f, MAX_CONTROL_BODY), Err(WireError::BadKind(11)));
         let mut f = good;
         f[7] = 1;
         assert!(matches!(decode(&f, MAX_CONTROL_BODY), Err(WireError::Malformed(_))));
@@ -467,18 +528,22 @@ mod tests {
         };
         // Short bodies of every fixed-size kind.
         malformed(KIND_REGISTER, &[0; 10]);
-        malformed(KIND_HELLO, &[0; 12]);
+        malformed(KIND_HELLO, &[0; 4]);
+        malformed(KIND_CHALLENGE, &[0; 15]);
+        malformed(KIND_AUTH, &[0; 55]);
+        malformed(KIND_PROVEN, &[0; 31]);
+        malformed(KIND_LOST, &[0; 3]);
+        malformed(KIND_LOST, &[0, 0, 0, 0, 0xff]);
+        malformed(KIND_READY, &[0]);
         malformed(KIND_DATA, &[0; 11]);
         malformed(KIND_PEER_TABLE, &[1, 0]);
         malformed(KIND_REFUSED, &[]);
         // Trailing bytes after a complete body.
-        let mut hello = encode(&Msg::Hello { magic: 1, from: 2, link: LinkKind::Ring })[HEADER_LEN..].to_vec();
+        let mut hello = encode(&Msg::Hello { from: 2, link: LinkKind::Ring })[HEADER_LEN..].to_vec();
         hello.push(0);
         malformed(KIND_HELLO, &hello);
         // Bad enums inside bodies.
-        let mut bad_link = 1u64.to_le_bytes().to_vec();
-        bad_link.extend_from_slice(&[0, 0, 0, 0, 9]);
-        malformed(KIND_HELLO, &bad_link);
+        malformed(KIND_HELLO, &[0, 0, 0, 0, 9]);
         malformed(KIND_REFUSED, &[7]);
         malformed(KIND_REFUSED, &[0, 0xff, 0xfe]);
         // A peer count larger than the bytes could hold.
@@ -488,8 +553,7 @@ mod tests {
     #[test]
     fn bad_addresses() {
         let reg = |addr: &[u8]| {
-            let mut b = 1u64.to_le_bytes().to_vec();
-            b.extend_from_slice(&0u32.to_le_bytes());
+            let mut b = 0u32.to_le_bytes().to_vec();
             b.extend_from_slice(&1u32.to_le_bytes());
             b.extend_from_slice(addr);
             b.extend_from_slice(&0u64.to_le_bytes());
