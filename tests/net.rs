@@ -240,6 +240,7 @@ fn a_sender_dying_mid_message_is_an_error_naming_the_peer() {
         .collect();
     for h in handles {
         let (name, out) = h.join().unwrap();
+        println!("{name}: {}", out.lines().next().unwrap_or(""));
         assert!(out.contains("VERDICT ERR"), "{name}: the receive did not fail:\n{out}");
         assert!(out.contains("127.0.0.1:"), "{name}: the error does not name the peer:\n{out}");
         if name.starts_with("Socket") {
