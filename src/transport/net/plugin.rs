@@ -708,6 +708,7 @@ extern "C" fn log_va(level: c_int, flags: c_ulong, _file: *const c_char, _line: 
     });
 }
 
+/// cbindgen:ignore
 extern "C" {
     fn vsnprintf(buf: *mut c_char, n: usize, fmt: *const c_char, ap: *mut c_void) -> c_int;
 }
@@ -758,6 +759,7 @@ std::arch::global_asm!(
 );
 
 #[cfg(target_arch = "x86_64")]
+/// cbindgen:ignore
 extern "C" {
     fn ferronickel_net_plugin_logger(level: c_int, flags: c_ulong, file: *const c_char, line: c_int, fmt: *const c_char, ...);
 }
