@@ -708,10 +708,19 @@ extern "C" fn log_va(level: c_int, flags: c_ulong, _file: *const c_char, _line: 
     });
 }
 
+/// C functions declared for this module; kept out of nccl.h.
 /// cbindgen:ignore
-extern "C" {
-    fn vsnprintf(buf: *mut c_char, n: usize, fmt: *const c_char, ap: *mut c_void) -> c_int;
+mod c {
+    use std::ffi::{c_char, c_int, c_ulong, c_void};
+
+    extern "C" {
+        pub fn vsnprintf(buf: *mut c_char, n: usize, fmt: *const c_char, ap: *mut c_void) -> c_int;
+        /// The trampoline below (x86-64 only).
+        #[cfg(target_arch = "x86_64")]
+        pub fn ferronickel_net_plugin_logger(level: c_int, flags: c_ulong, file: *const c_char, line: c_int, fmt: *const c_char, ...);
+    }
 }
+use c::vsnprintf;
 
 // The C logger is variadic, which stable Rust cannot define. On x86-64 this trampoline spills
 // the argument registers into a System V `va_list` register save area (6 integer registers,
@@ -759,14 +768,8 @@ std::arch::global_asm!(
 );
 
 #[cfg(target_arch = "x86_64")]
-/// cbindgen:ignore
-extern "C" {
-    fn ferronickel_net_plugin_logger(level: c_int, flags: c_ulong, file: *const c_char, line: c_int, fmt: *const c_char, ...);
-}
-
-#[cfg(target_arch = "x86_64")]
 fn logger() -> ncclDebugLogger_t {
-    ferronickel_net_plugin_logger
+    c::ferronickel_net_plugin_logger
 }
 
 /// Elsewhere the format string is logged as is, without its arguments.
