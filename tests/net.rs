@@ -185,6 +185,8 @@ fn oversized_message_and_unknown_tag_fail_cleanly() {
     for (name, out) in on_every_net("bad-messages") {
         assert!(out.contains("OVERSIZE ERR"), "{name}: a message larger than its buffer was not refused:\n{out}");
         assert!(out.contains("BADTAG ERR"), "{name}: a message with an unposted tag was not refused:\n{out}");
+        let max = if name.starts_with("Socket") { 8 } else { 1 };
+        assert!(out.contains(&format!("TOOMANY irecv: {} buffers posted, the net takes 1 to {max}", max + 1)), "{name}:\n{out}");
         if name.starts_with("Socket") {
             assert!(out.contains("sent 100 bytes (tag 1) to a receive buffer of 50 bytes"), "{name}:\n{out}");
             assert!(out.contains("with tag 2, but the receive posted expects tags [1]"), "{name}:\n{out}");
@@ -507,6 +509,15 @@ fn expect_failed_recv(net: &dyn Net, send_len: usize, send_tag: i32, cap: usize,
 
 fn bad_messages() {
     let net = the_net();
+    // More buffers than the device's maxRecvs: refused before the net sees them.
+    let max = net.properties(0).unwrap().max_recvs;
+    let (_s, mut r) = connect_pair(&*net);
+    let mr = r.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
+    let empty = RecvBuf { data: std::ptr::null_mut(), size: 0, tag: 0 };
+    let (bufs, mrs) = (vec![empty; max + 1], vec![&mr; max + 1]);
+    // SAFETY: refused before any buffer is touched.
+    let e = unsafe { r.irecv(&bufs, &mrs) }.map(|_| ()).unwrap_err();
+    println!("TOOMANY {e}");
     println!("OVERSIZE {}", expect_failed_recv(&*net, 100, 1, 50, 1));
     println!("BADTAG {}", expect_failed_recv(&*net, 10, 2, 50, 1));
 }

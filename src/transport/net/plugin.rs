@@ -353,10 +353,10 @@ impl Inner {
             };
         }
         match self.lib.table {
-            Table::V11(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen),
-            Table::V10(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen),
-            Table::V9(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen),
-            Table::V8(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen),
+            Table::V11(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen, iflush),
+            Table::V10(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen, iflush),
+            Table::V9(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen, iflush),
+            Table::V8(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen, iflush),
         }
     }
 }
@@ -447,7 +447,9 @@ impl Net for PluginNet {
         if comm.is_null() {
             return Err(Error::System(format!("NET/Plugin {}: listen succeeded but returned no listen comm", lib.name)));
         }
-        Ok((handle, Box::new(PluginListen { inner: self.inner.clone(), comm })))
+        // Grouped receives are bounded by what the device says it takes.
+        let max_recvs = self.properties(dev)?.max_recvs;
+        Ok((handle, Box::new(PluginListen { inner: self.inner.clone(), comm, max_recvs })))
     }
 
     fn connect(&self, dev: usize, handle: &Handle) -> Result<Box<dyn Connecting>> {
@@ -461,6 +463,7 @@ impl Net for PluginNet {
 struct PluginListen {
     inner: Arc<Inner>,
     comm: *mut c_void,
+    max_recvs: usize,
 }
 // SAFETY: a plugin comm is used by one thread at a time, as NCCL's proxy uses it.
 unsafe impl Send for PluginListen {}
@@ -472,7 +475,8 @@ impl Listener for PluginListen {
         let mut dev: *mut ncclNetDeviceHandle_v8_t = null_mut();
         call!(&self.inner.lib, accept(self.comm, &mut rc, &mut dev))?;
         Ok((!rc.is_null()).then(|| {
-            Box::new(PluginComm { inner: self.inner.clone(), comm: rc, send: false, nbufs: HashMap::new() }) as Box<dyn RecvComm>
+            let max_recvs = self.max_recvs;
+            Box::new(PluginComm { inner: self.inner.clone(), comm: rc, send: false, max_recvs, nbufs: HashMap::new() }) as Box<dyn RecvComm>
         }))
     }
 }
@@ -514,7 +518,7 @@ impl Connecting for PluginConnecting {
         };
         check(lib, "connect", rc)?;
         Ok((!sc.is_null()).then(|| {
-            Box::new(PluginComm { inner: self.inner.clone(), comm: sc, send: true, nbufs: HashMap::new() }) as Box<dyn SendComm>
+            Box::new(PluginComm { inner: self.inner.clone(), comm: sc, send: true, max_recvs: 1, nbufs: HashMap::new() }) as Box<dyn SendComm>
         }))
     }
 }
@@ -524,6 +528,8 @@ struct PluginComm {
     inner: Arc<Inner>,
     comm: *mut c_void,
     send: bool,
+    /// The device's `maxRecvs` (receive comms), checked before the plugin sees an `irecv`.
+    max_recvs: usize,
     /// Buffers of each receive request in flight, to size `test`'s output.
     nbufs: HashMap<usize, usize>,
 }
@@ -616,7 +622,7 @@ impl RecvComm for PluginComm {
     }
 
     unsafe fn irecv(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>> {
-        check_recv(bufs, mrs, MAX_RECVS)?;
+        check_recv(bufs, mrs, self.max_recvs)?;
         let lib = &self.inner.lib;
         let n = bufs.len();
         let mut data: Vec<*mut c_void> = bufs.iter().map(|b| b.data.cast()).collect();
@@ -654,17 +660,17 @@ impl RecvComm for PluginComm {
     }
 
     fn iflush(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>> {
-        check_recv(bufs, mrs, MAX_RECVS)?;
+        check_recv(bufs, mrs, self.max_recvs)?;
         let lib = &self.inner.lib;
         let mut data: Vec<*mut c_void> = bufs.iter().map(|b| b.data.cast()).collect();
         let mut sizes: Vec<c_int> = bufs.iter().map(|b| b.size.min(c_int::MAX as usize) as c_int).collect();
         let mut mh: Vec<*mut c_void> = mrs.iter().map(|m| m.0 as *mut c_void).collect();
         let mut req: *mut c_void = null_mut();
-        match call!(lib, iflush(self.comm, bufs.len() as c_int, data.as_mut_ptr(), sizes.as_mut_ptr(), mh.as_mut_ptr(), &mut req)) {
-            // A plugin without iflush needs no flush (host memory only).
-            Err(_) if !self.inner.has("iflush") => return Ok(None),
-            r => r?,
+        // A plugin without iflush needs no flush (host memory only).
+        if !self.inner.has("iflush") {
+            return Ok(None);
         }
+        call!(lib, iflush(self.comm, bufs.len() as c_int, data.as_mut_ptr(), sizes.as_mut_ptr(), mh.as_mut_ptr(), &mut req))?;
         if req.is_null() {
             return Ok(None);
         }
