@@ -1269,6 +1269,72 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_sender_trickling_bytes_is_received_intact() {
+        let net = lo_net();
+        let (handle, mut l) = net.listen(0).unwrap();
+        let mut socks = fake_sender(&handle, 1);
+        let mut r = accept_within(&mut *l, Duration::from_secs(10));
+        let (small, big): (Vec<u8>, Vec<u8>) = ((0..300).map(|i| i as u8).collect(), (0..MIN_CHUNK + 5).map(|i| (i * 7) as u8).collect());
+        let (mut b1, mut b2) = (vec![0xA5u8; 400], vec![0xA5u8; MIN_CHUNK + 100]);
+        let mr = r.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
+        let posted = [RecvBuf { data: b1.as_mut_ptr(), size: b1.len(), tag: 3 }, RecvBuf { data: b2.as_mut_ptr(), size: b2.len(), tag: 4 }];
+        // SAFETY: b1 and b2 outlive r.
+        let req = unsafe { r.irecv(&posted, &[&mr, &mr]) }.unwrap().unwrap();
+        // Tag 4 (chunked) first, then tag 3 (inline), every piece a few bytes apart in time.
+        let mut ctrl = msg_header(4, big.len() as u64).to_vec();
+        ctrl.extend(msg_header(3, small.len() as u64));
+        ctrl.extend(&small);
+        let mut data = chunk_header(0, big.len() as u32, 0).to_vec();
+        data.extend(&big);
+        let (mut c, mut d) = (socks.remove(0), socks.remove(0));
+        let writer = std::thread::spawn(move || {
+            for piece in ctrl.chunks(7) {
+                c.write_all(piece).unwrap();
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            for piece in data.chunks(4099) {
+                d.write_all(piece).unwrap();
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            (c, d)
+        });
+        let until = Instant::now() + Duration::from_secs(20);
+        let got = loop {
+            if let Some(g) = r.test(&req).unwrap() {
+                break g;
+            }
+            assert!(Instant::now() < until, "the trickled receive did not complete in 20 s");
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        let _keep_open = writer.join().unwrap();
+        assert_eq!(got, [small.len(), big.len()]);
+        assert_eq!(&b1[..300], &small[..]);
+        assert!(b1[300..].iter().all(|&x| x == 0xA5));
+        assert_eq!(&b2[..big.len()], &big[..]);
+        assert!(b2[big.len()..].iter().all(|&x| x == 0xA5));
+        drop(r);
+    }
+
+    #[test]
+    fn connecting_to_a_closed_listener_fails_naming_the_address() {
+        let net = lo_net();
+        let (handle, l) = net.listen(0).unwrap();
+        let (_, addr) = decode_handle(&handle).unwrap();
+        drop(l);
+        let mut c = net.connect(0, &handle).unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        let e = loop {
+            match c.poll() {
+                Err(e) => break e.to_string(),
+                Ok(Some(_)) => panic!("connected to a closed listener"),
+                Ok(None) => assert!(Instant::now() < until, "no verdict within 10 s"),
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert!(e.contains(&format!("cannot connect to {addr}")), "{e}");
+    }
+
+    #[test]
     fn strangers_on_the_listen_port_are_dropped_and_honest_peers_connect() {
         let net = lo_net();
         let (handle, mut l) = net.listen(0).unwrap();
