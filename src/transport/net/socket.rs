@@ -52,6 +52,8 @@ pub const MAX_SOCKS: usize = 64;
 pub const MAX_THREADS: usize = 16;
 /// Smallest chunk a message is cut into; smaller messages go inline on the control socket.
 pub const MIN_CHUNK: usize = 64 << 10;
+/// Largest chunk, so that a chunk's length fits its header's 32 bits.
+const MAX_CHUNK: usize = 1 << 30;
 /// At most this many interfaces become devices, as NCCL.
 const MAX_IFS: usize = 16;
 /// How long a connection may take to connect and say hello.
@@ -232,13 +234,14 @@ pub(crate) fn chunk_header(seq: u32, len: u32, offset: u64) -> [u8; HDR_BYTES] {
 }
 
 /// How a message of `size` bytes is cut: `(offset, len)` of each chunk; empty for a message
-/// that goes inline. At most one chunk per data socket, each at least [`MIN_CHUNK`] long but
-/// the last, which may fall short of it by less than one byte per chunk.
+/// that goes inline. One chunk per data socket at most, each at least [`MIN_CHUNK`] long but
+/// the last, which may fall short of it by less than one byte per chunk; more chunks only where
+/// one would pass [`MAX_CHUNK`].
 pub(crate) fn chunks(size: usize, nsocks: usize) -> Vec<(usize, usize)> {
     if size < MIN_CHUNK {
         return Vec::new();
     }
-    let n = (size / MIN_CHUNK).clamp(1, nsocks);
+    let n = (size / MIN_CHUNK).clamp(1, nsocks).max(size.div_ceil(MAX_CHUNK));
     let len = size.div_ceil(n);
     (0..n).map(|i| (i * len, len.min(size - (i * len).min(size)))).filter(|&(_, l)| l > 0).collect()
 }
@@ -681,8 +684,7 @@ impl Conn {
             self.shared.queues[sock].lock().push_back(task);
             woken[sock % self.nthreads] = true;
         }
-        for (t, w) in woken.into_iter().enumerate().filter(|(_, w)| *w) {
-            let _ = w;
+        for t in (0..self.nthreads).filter(|&t| woken[t]) {
             let (m, cv) = &self.shared.wake[t];
             *m.lock() = true;
             cv.notify_one();
@@ -946,8 +948,8 @@ impl SendComm for SocketSend {
             return Err(e);
         }
         let r = self.reqs.get(i);
-        let queued = !self.order.contains(&i);
-        if queued && r.pending.load(Ordering::Acquire) == 0 {
+        let control_written = !self.order.contains(&i);
+        if control_written && r.pending.load(Ordering::Acquire) == 0 {
             return Ok(Some(self.reqs.remove(i).size));
         }
         Ok(None)
@@ -1173,9 +1175,10 @@ mod tests {
     #[test]
     fn chunks_cover_the_message_once() {
         assert!(chunks(0, 8).is_empty() && chunks(MIN_CHUNK - 1, 8).is_empty());
-        for (size, nsocks) in [(MIN_CHUNK, 8), (MIN_CHUNK + 1, 8), (3 * MIN_CHUNK - 1, 64), (64 << 20, 64), (64 << 20, 1), (1000003, 7)] {
+        for (size, nsocks) in [(MIN_CHUNK, 8), (MIN_CHUNK + 1, 8), (3 * MIN_CHUNK - 1, 64), (64 << 20, 64), (64 << 20, 1), (1000003, 7), (5 << 30, 1), ((3 << 30) + 1, 2)] {
             let c = chunks(size, nsocks);
-            assert!(!c.is_empty() && c.len() <= nsocks, "{size} over {nsocks}: {c:?}");
+            assert!(!c.is_empty() && c.len() <= nsocks.max(size.div_ceil(MAX_CHUNK)), "{size} over {nsocks}: {c:?}");
+            assert!(c.iter().all(|x| x.1 <= MAX_CHUNK));
             assert_eq!(c.iter().map(|x| x.1).sum::<usize>(), size);
             let mut at = 0;
             for &(off, len) in &c {
