@@ -292,6 +292,7 @@ fn loader_falls_through_broken_plugins_and_warns() {
                 // The plugins' own log lines, formatted from their printf arguments.
                 has("fn-broken: refusing to start (by design)");
                 has("fn-tcp plugin v11 up: loopback, 2.50, 1099511627776, k");
+                has("fn-tcp plugin context for comm 0x5e1ec7");
             }
             "by-name" => {
                 has("NET FnTcp8");
@@ -320,7 +321,7 @@ fn child_entry() {
         "bad-messages" => bad_messages(),
         "recv-from-dying" => recv_from_dying(),
         "send-and-die" => send_and_die(),
-        "select" => match net::init() {
+        "select" => match net::init(0x5e1ec7, None) {
             Ok(n) => println!("NET {}", n.name()),
             Err(e) => println!("NETERR {e}"),
         },
@@ -329,7 +330,7 @@ fn child_entry() {
 }
 
 fn the_net() -> std::sync::Arc<dyn Net> {
-    net::init().unwrap_or_else(|e| panic!("net init: {e}"))
+    net::init(0x7e57, None).unwrap_or_else(|e| panic!("net init: {e}"))
 }
 
 fn connect_pair(net: &dyn Net) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {

@@ -256,11 +256,12 @@ static void say_hello(void) {
 #if PLUGIN_VERSION == 11
 static ncclResult_t plugin_init(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t log,
                                 ncclProfilerCallback_t prof) {
-  (void)commId; (void)prof;
+  (void)prof;
   logger = log;
   *ctx = malloc(sizeof(int));
   if (config->trafficClass != NCCL_NET_TRAFFIC_CLASS_UNDEF) return ncclInvalidArgument;
   say_hello();
+  LOG(NCCL_LOG_INFO, "fn-tcp plugin context for comm %#llx", (unsigned long long)commId);
   return ncclSuccess;
 }
 static ncclResult_t plugin_finalize(void* ctx) { free(ctx); return ncclSuccess; }

@@ -159,8 +159,9 @@ crate::str_param!(
 
 /// The net this process uses, chosen as NCCL does: the plugins of `NCCL_NET_PLUGIN` (or
 /// `libnccl-net.so`) first, then the built-in Socket net; `NCCL_NET` keeps only the net of
-/// that name. The first net whose `init` and `devices` succeed wins.
-pub fn init() -> Result<Arc<dyn Net>> {
+/// that name. The first net whose `init` and `devices` succeed wins. `comm_id` (NCCL's comm
+/// hash) and the config's `trafficClass` go to v11+ plugins, which keep a context per comm.
+pub fn init(comm_id: u64, traffic_class: Option<i32>) -> Result<Arc<dyn Net>> {
     let want = net_name();
     let mut tried = Vec::new();
     for cand in plugin::candidates(plugin::net_plugin_env()) {
@@ -177,7 +178,7 @@ pub fn init() -> Result<Arc<dyn Net>> {
             tried.push(format!("{} ({})", lib.name(), lib.path()));
             continue;
         }
-        match plugin::PluginNet::init(lib) {
+        match plugin::PluginNet::init(lib, comm_id, traffic_class) {
             Ok(p) => return Ok(Arc::new(p)),
             Err(e) => {
                 crate::nccl_warn!("{e}");

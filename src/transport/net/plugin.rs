@@ -284,9 +284,10 @@ fn check(lib: &PluginLib, what: &str, rc: c_int) -> Result<()> {
 }
 
 impl PluginNet {
-    /// Runs the plugin's `init` and `devices`; an error names the file and symbol.
-    pub fn init(lib: PluginLib) -> Result<PluginNet> {
-        let mut config = Box::new(ncclNetCommConfig_v10_t { trafficClass: NCCL_NET_TRAFFIC_CLASS_UNDEF });
+    /// Runs the plugin's `init` and `devices` for the communicator `comm_id` (v11 keeps a
+    /// context per communicator); an error names the file and symbol.
+    pub fn init(lib: PluginLib, comm_id: u64, traffic_class: Option<i32>) -> Result<PluginNet> {
+        let mut config = Box::new(ncclNetCommConfig_v10_t { trafficClass: traffic_class.unwrap_or(NCCL_NET_TRAFFIC_CLASS_UNDEF) });
         let mut ctx = null_mut();
         let log = logger();
         let who = format!("{} ({} in {})", lib.name, lib.symbol(), lib.path);
@@ -295,7 +296,7 @@ impl PluginNet {
         // each version (net_plugin_abi.h); config and ctx outlive the call.
         let rc = unsafe {
             match lib.table {
-                Table::V11(t) => (*t).init.map(|f| f(&mut ctx, crate::bootstrap::net::random_magic(), &mut *config, log, no_profiler)),
+                Table::V11(t) => (*t).init.map(|f| f(&mut ctx, comm_id, &mut *config, log, no_profiler)),
                 old => {
                     let mut done = OLD_INITED.lock();
                     if done.contains(&(table_ptr(old) as usize)) {
