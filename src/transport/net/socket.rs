@@ -1319,6 +1319,37 @@ mod tests {
     }
 
     #[test]
+    fn a_receiver_that_goes_away_fails_the_pending_send_naming_it() {
+        let net = lo_net();
+        let (handle, mut l) = net.listen(0).unwrap();
+        let mut c = net.connect(0, &handle).unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        let (mut s, mut r) = (None, None);
+        while s.is_none() || r.is_none() {
+            assert!(Instant::now() < until, "no connection within 10 s");
+            s = s.or(c.poll().unwrap());
+            r = r.or(l.accept().unwrap());
+        }
+        let (mut s, r) = (s.unwrap(), r.unwrap());
+        let data = vec![3u8; 64 << 20];
+        let mr = s.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
+        // SAFETY: data outlives s.
+        let req = unsafe { s.isend(data.as_ptr(), data.len(), 1, &mr) }.unwrap().unwrap();
+        drop(r);
+        let until = Instant::now() + Duration::from_secs(10);
+        let e = loop {
+            match s.test(&req) {
+                Err(e) => break e.to_string(),
+                Ok(Some(n)) => panic!("{n} bytes sent to a closed receiver"),
+                Ok(None) => assert!(Instant::now() < until, "the send neither failed nor completed in 10 s"),
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert!(e.contains("connection with 127.0.0.1:") || e.contains("connection to 127.0.0.1:"), "{e}");
+        drop(s);
+    }
+
+    #[test]
     fn connecting_to_a_closed_listener_fails_naming_the_address() {
         let net = lo_net();
         let (handle, l) = net.listen(0).unwrap();
