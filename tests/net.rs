@@ -10,7 +10,8 @@
 //! - a message larger than the posted buffer, and a tag nobody posted: errors, not overflows;
 //! - a sender killed mid-message: the receiver fails promptly, naming the peer;
 //! - the plugin loader: a plugin whose init fails, a library without the symbol, a missing
-//!   file, `NCCL_NET`, `none`; and an `NCCL_SOCKET_IFNAME` that matches nothing.
+//!   file, a plugin whose own dependency is missing, `NCCL_NET`, `none`; and an
+//!   `NCCL_SOCKET_IFNAME` that matches nothing.
 //!
 //! Garbage on the Socket net's data sockets is tested in the module's unit tests, which can
 //! speak its wire format.
@@ -65,6 +66,16 @@ fn plugins() -> &'static Plugins {
         build("libnccl-net-fntcp8.so", "net_plugin_tcp.c", &["-DPLUGIN_VERSION=8"]);
         build("libnccl-net-fnbroken.so", "net_plugin_broken.c", &[]);
         build("libnccl-net-fnnosym.so", "net_plugin_nosym.c", &[]);
+        // A plugin whose own dependency is missing: present, but it cannot load.
+        build("libfnnetdep.so", "net_plugin_nosym.c", &[]);
+        let mut cc = Command::new("cc");
+        cc.args(["-shared", "-fPIC", "-x", "c", "/dev/null", "-Wl,--no-as-needed", "-L"])
+            .arg(&dir)
+            .arg("-lfnnetdep")
+            .arg("-o")
+            .arg(dir.join("libnccl-net-fnneedsdep.so"));
+        run_ok(&mut cc);
+        std::fs::remove_file(dir.join("libfnnetdep.so")).unwrap();
         Plugins { dir }
     })
 }
@@ -257,7 +268,7 @@ fn a_sender_dying_mid_message_is_an_error_naming_the_peer() {
 fn loader_falls_through_broken_plugins_and_warns() {
     let p = plugins();
     let dir = p.dir.to_string_lossy().into_owned();
-    let list = format!("{},{},fnmissing,fntcp11", p.path("fnbroken"), p.path("fnnosym"));
+    let list = format!("{},{},fnmissing,fnneedsdep,fntcp11", p.path("fnbroken"), p.path("fnnosym"));
     let verbose = |mut v: Vec<(&'static str, String)>| {
         v.push(("NCCL_DEBUG", "INFO".into()));
         v.push(("NCCL_DEBUG_SUBSYS", "INIT,NET".into()));
@@ -289,6 +300,7 @@ fn loader_falls_through_broken_plugins_and_warns() {
                 has("NCCL WARN NET/Plugin: ");
                 has("libnccl-net-fnnosym.so exports none of the symbols ncclNetPlugin_v11");
                 has("could not find fnmissing or libnccl-net-fnmissing.so");
+                has("NCCL WARN NET/Plugin: cannot load libnccl-net-fnneedsdep.so: libfnnetdep.so: cannot open shared object file");
                 // The plugins' own log lines, formatted from their printf arguments.
                 has("fn-broken: refusing to start (by design)");
                 has("fn-tcp plugin v11 up: loopback, 2.50, 1099511627776, k");

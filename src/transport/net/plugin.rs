@@ -98,7 +98,9 @@ impl PluginLib {
             let dl = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
             if dl.is_null() {
                 let why = dlerror();
-                if why.contains("No such file or directory") {
+                // As NCCL: only a message about this very file means it is not there; a
+                // missing dependency of an existing plugin is a real failure.
+                if why.contains("No such file or directory") && why.starts_with(&format!("{file}:")) {
                     missing.push(file);
                     continue;
                 }
