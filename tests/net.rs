@@ -312,7 +312,7 @@ fn loader_falls_through_broken_plugins_and_warns() {
             }
             "net=Socket" | "none" | "all-broken" => has("NET Socket"),
             "net=FnTcp8" => has("NET FnTcp8"),
-            "net=Bogus" => has("NETERR NCCL_NET=Bogus names no available net: tried FnTcp11"),
+            "net=Bogus" => has("NETERR the net name \"Bogus\" (NCCL_NET or the config's netName) names no available net: tried FnTcp11"),
             "ifname" => {
                 has("NETERR NET/Socket: NCCL_SOCKET_IFNAME=nosuchif0 matches no usable interface");
                 has("lo (127.0.0.1)");
@@ -333,7 +333,7 @@ fn child_entry() {
         "bad-messages" => bad_messages(),
         "recv-from-dying" => recv_from_dying(),
         "send-and-die" => send_and_die(),
-        "select" => match net::init(0x5e1ec7, None) {
+        "select" => match net::init(&net::NetConfig { comm_id: 0x5e1ec7, ..Default::default() }) {
             Ok(n) => println!("NET {}", n.name()),
             Err(e) => println!("NETERR {e}"),
         },
@@ -342,7 +342,7 @@ fn child_entry() {
 }
 
 fn the_net() -> std::sync::Arc<dyn Net> {
-    net::init(0x7e57, None).unwrap_or_else(|e| panic!("net init: {e}"))
+    net::init(&net::NetConfig::default()).unwrap_or_else(|e| panic!("net init: {e}"))
 }
 
 fn connect_pair(net: &dyn Net) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {

@@ -157,12 +157,22 @@ crate::str_param!(
     net_name, "NCCL_NET"
 );
 
-/// The net this process uses, chosen as NCCL does: the plugins of `NCCL_NET_PLUGIN` (or
-/// `libnccl-net.so`) first, then the built-in Socket net; `NCCL_NET` keeps only the net of
-/// that name. The first net whose `init` and `devices` succeed wins. `comm_id` (NCCL's comm
-/// hash) and the config's `trafficClass` go to v11+ plugins, which keep a context per comm.
-pub fn init(comm_id: u64, traffic_class: Option<i32>) -> Result<Arc<dyn Net>> {
-    let want = net_name();
+/// What a communicator asks of the net: from its `ncclConfig_t` (`netName`, `trafficClass`)
+/// and its hash, which v11+ plugins receive in `init`, as they keep a context per comm.
+#[derive(Clone, Debug, Default)]
+pub struct NetConfig {
+    pub comm_id: u64,
+    pub traffic_class: Option<i32>,
+    /// The config's `netName`; `None`: `NCCL_NET`, if set.
+    pub net_name: Option<String>,
+}
+
+/// The net for a communicator, chosen as NCCL does: the plugins of `NCCL_NET_PLUGIN` (or
+/// `libnccl-net.so`) first, then the built-in Socket net; a net name (`NCCL_NET` or the
+/// config's `netName`) keeps only the net of that name. The first net whose `init` and
+/// `devices` succeed wins.
+pub fn init(cfg: &NetConfig) -> Result<Arc<dyn Net>> {
+    let want = cfg.net_name.as_deref().or(net_name());
     let mut tried = Vec::new();
     for cand in plugin::candidates(plugin::net_plugin_env()) {
         let lib = match plugin::PluginLib::open(&cand) {
@@ -178,7 +188,7 @@ pub fn init(comm_id: u64, traffic_class: Option<i32>) -> Result<Arc<dyn Net>> {
             tried.push(format!("{} ({})", lib.name(), lib.path()));
             continue;
         }
-        match plugin::PluginNet::init(lib, comm_id, traffic_class) {
+        match plugin::PluginNet::init(lib, cfg.comm_id, cfg.traffic_class) {
             Ok(p) => return Ok(Arc::new(p)),
             Err(e) => {
                 crate::nccl_warn!("{e}");
@@ -190,7 +200,7 @@ pub fn init(comm_id: u64, traffic_class: Option<i32>) -> Result<Arc<dyn Net>> {
         return Ok(Arc::new(socket::SocketNet::new()?));
     }
     Err(Error::InvalidUsage(format!(
-        "NCCL_NET={} names no available net: tried {}{}Socket",
+        "the net name {:?} (NCCL_NET or the config's netName) names no available net: tried {}{}Socket",
         want.unwrap_or_default(),
         tried.join(", "),
         if tried.is_empty() { "" } else { ", " }
