@@ -83,7 +83,7 @@ fn info_shows_versions_and_where_each_setting_came_from() {
     assert!(!out.contains("OTHER"), "only NCCL_* and FERRONICKEL_* are listed:\n{out}");
     assert!(out.contains("Bootstrap interfaces (NCCL_SOCKET_IFNAME=lo selects them)"), "{out}");
     assert!(out.contains("listeners bind lo (127.0.0.1)"), "{out}");
-    assert!(out.contains("Network transport: not built yet"), "{out}");
+    assert!(out.contains("built-in Socket net: lo (127.0.0.1)"), "{out}");
 
     let j = ok_json(&["info"], &env);
     assert_eq!(j["nccl_version"], "2.28.9");
@@ -124,6 +124,19 @@ fn info_without_settings_and_with_an_interface_that_does_not_exist() {
     let j = ok_json(&["info"], &[("NCCL_CONF_FILE", "/nonexistent/nccl.conf")]);
     assert_eq!(j["settings"].as_array().unwrap().len(), 1, "only NCCL_CONF_FILE itself: {j}");
     assert_eq!(j["bootstrap"]["socket_ifname"], Value::Null);
+}
+
+#[test]
+fn info_shows_the_networks_between_hosts() {
+    // A plugin named in NCCL_NET_PLUGIN that does not exist is not listed; the Socket net is.
+    let j = ok_json(&["info"], &[("NCCL_NET_PLUGIN", "no-such-plugin")]);
+    assert_eq!(j["network"]["used_by_communicators"], Value::Bool(false), "{j}");
+    assert_eq!(j["network"]["plugins"].as_array().map(Vec::len), Some(0), "{j}");
+    assert!(j["network"]["socket"]["interfaces"].as_array().is_some_and(|v| !v.is_empty()), "{j}");
+    // An interface spec that matches nothing is named, with the interfaces that do exist.
+    let out = ok_text(&["info"], &[("NCCL_SOCKET_IFNAME", "=no-such-if0")]);
+    assert!(out.contains("built-in Socket net: unusable: NET/Socket: NCCL_SOCKET_IFNAME==no-such-if0 matches no"), "{out}");
+    assert!(out.contains("Interfaces that are up: lo (127.0.0.1)"), "{out}");
 }
 
 fn ring(j: &Value) -> Vec<u64> {

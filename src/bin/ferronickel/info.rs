@@ -24,7 +24,7 @@ pub fn run(args: Args) -> CmdResult {
     let gpus: &[Gpu] = probe.as_deref().unwrap_or(&[]);
     let gpu_json = gpu_section(&mut text, &probe, driver, gpus);
     let net_json = interfaces_section(&mut text);
-    writeln!(text, "\nNetwork transport: {}", net_transport()).unwrap();
+    let network_json = network_section(&mut text);
     let settings_json = settings_section(&mut text);
 
     let json = json!({
@@ -34,16 +34,43 @@ pub fn run(args: Args) -> CmdResult {
         "cuda_driver_version": driver.map(gpu::version_text),
         "gpu": gpu_json,
         "bootstrap": net_json,
-        "network_transport": net_transport(),
+        "network": network_json,
         "settings": settings_json,
     });
     Ok(Report { text, json, failed: None })
 }
 
-/// What inter-node transport the library has. The network layer is being written now; once it
-/// lands, this reports the transport and plugins it would load (`NCCL_NET_PLUGIN`, `NCCL_NET`).
-pub fn net_transport() -> &'static str {
-    "not built yet: single node only (no net plugins are looked for)"
+/// The networks between hosts: the net plugins found (`NCCL_NET_PLUGIN`, else `libnccl-net.so`)
+/// and the interfaces the built-in Socket net would use. The net layer exists; communicators do
+/// not use it yet (no NET transport feeds the kernels), and the text says so.
+fn network_section(text: &mut String) -> Value {
+    writeln!(text, "\nNetwork between hosts (not used by communicators yet: single node only):").unwrap();
+    let plugins: Vec<Value> = nccl::transport::net::plugins_found()
+        .into_iter()
+        .map(|(candidate, found)| {
+            match &found {
+                Ok(what) => writeln!(text, "  net plugin {candidate}: {what}").unwrap(),
+                Err(why) => writeln!(text, "  net plugin {candidate}: unusable: {why}").unwrap(),
+            }
+            json!({ "candidate": candidate, "loaded": found.as_ref().ok(), "error": found.as_ref().err() })
+        })
+        .collect();
+    if plugins.is_empty() {
+        let env = nccl::env::get("NCCL_NET_PLUGIN");
+        writeln!(text, "  net plugins: none found (NCCL_NET_PLUGIN={})", env.as_deref().unwrap_or("unset: libnccl-net.so")).unwrap();
+    }
+    let socket = match nccl::transport::net::socket_interfaces() {
+        Ok(ifs) => {
+            let list: Vec<String> = ifs.iter().map(|(name, ip)| format!("{name} ({ip})")).collect();
+            writeln!(text, "  built-in Socket net: {}", list.join(", ")).unwrap();
+            json!({ "interfaces": ifs.iter().map(|(n, ip)| json!({ "name": n, "address": ip.to_string() })).collect::<Vec<_>>() })
+        }
+        Err(e) => {
+            writeln!(text, "  built-in Socket net: unusable: {e}").unwrap();
+            json!({ "error": e.to_string() })
+        }
+    };
+    json!({ "used_by_communicators": false, "plugins": plugins, "socket": socket })
 }
 
 fn gpu_section(text: &mut String, probe: &Result<Vec<Gpu>, String>, driver: Option<i32>, gpus: &[Gpu]) -> Value {

@@ -26,7 +26,8 @@ use parking_lot::{Condvar, Mutex};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::{check_recv, Connecting, Handle, Listener, MemHandle, Net, Properties, PtrKind, RecvBuf, RecvComm, Request, SendComm, MAX_RECVS, MAX_REQUESTS};
-use crate::bootstrap::net::{interfaces, random_magic, select_addrs};
+use crate::bootstrap::auth::random_bytes;
+use crate::bootstrap::net::{interfaces, select_addrs};
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
 
@@ -361,7 +362,7 @@ impl Net for SocketNet {
         })()
         .map_err(|e| Error::System(format!("NET/Socket: cannot listen on {name} ({ip}): {e}")))?;
         let local = bound.local_addr()?;
-        let nonce = random_magic();
+        let nonce = u64::from_le_bytes(random_bytes()?);
         crate::nccl_trace!(Subsys::NET, "NET/Socket: listening on {local}");
         Ok((
             encode_handle(nonce, local),
@@ -373,7 +374,7 @@ impl Net for SocketNet {
         self.dev(dev)?;
         let (nonce, addr) = decode_handle(handle)?;
         let (nsocks, nthreads) = shape();
-        let conn = random_magic();
+        let conn = u64::from_le_bytes(random_bytes()?);
         let socks = (0..=nsocks)
             .map(|i| {
                 let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
