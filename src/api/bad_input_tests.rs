@@ -82,7 +82,7 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
     let mut out: c_int = 0;
     let outp = &mut out as *mut c_int;
     let valid_id = new_unique_id().unwrap().to_unique_id();
-    // SAFETY (all closures below): every pointer passed is NULL, garbage on purpose (only ever
+    // SAFETY: (all closures below) every pointer passed is NULL, garbage on purpose (only ever
     // compared against the registry), or valid for the call.
     unsafe {
         vec![
