@@ -4,8 +4,8 @@
 //! in the same group (`ncclCommInitAll` users: one thread driving every GPU), each rank's buffers
 //! are plain unified addresses to the others. A broadcast between two ranks, an all-gather or a
 //! send/recv is then a set of `cuMemcpyAsync` copies between user buffers: the copy engines move
-//! about 388 GB/s per direction over NVLink against about 362 for SM stores (docs/ARCHITECTURE.md, "Measured constants"), with no
-//! kernel, FIFO or flag, and no SM taken from the user's kernels. The tuner prices both ways; the
+//! about 388 GB/s per direction over NVLink against about 362 for SM stores (docs/ARCHITECTURE.md,
+//! "Measured constants"), with no kernel, FIFO or flag, and no SM taken from the user's kernels. The tuner prices both ways; the
 //! copies replace the kernels when they win for the whole group.
 //!
 //! Streams are ordered with events: every rank records `Ready` where its stream stands; each rank
@@ -181,7 +181,8 @@ fn plan_clique(clique: &[&Member], idx: &[usize], allowed: &Allowed, copies: &mu
 /// Whether a group is worth planning as copies at all: the cheap tests, which run at every group
 /// end (one rank per process, reductions), before any matching.
 pub fn candidate(members: &[Member], mode: Mode) -> bool {
-    let movement = |t: &Task| !matches!(t, Task::Coll(c) if !matches!(c.kind, CollKind::Broadcast | CollKind::AllGather));
+    let movement =
+        |t: &Task| !matches!(t, Task::Coll(c) if !matches!(c.kind, CollKind::Broadcast | CollKind::AllGather));
     mode != Mode::Never
         && !members.iter().any(|m| m.shape.nranks > members.len() || !m.ops.iter().all(|(_, t)| movement(t)))
 }
