@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A/B benchmark: the same nccl_bench binary against NVIDIA's reference NCCL (A) and ours (B).
 #
-# Why this shape (DESIGN §6): small-message times without CUDA graphs are bimodal per process,
-# so small sizes run A B A B A B (--reps) and medians are compared; from 8 MB up one run each
+# Why this shape (docs/ARCHITECTURE.md, "Testing on GPUs"): small-message times without CUDA
+# graphs are bimodal per process, so small sizes run A B A B A B (--reps) and medians are compared; from 8 MB up one run each
 # is within ±1 %.  Every collective, with and without CUDA graphs (-G).
 #
 # usage: scripts/ab_bench.sh [--bin build/gpu/nccl_bench] [--max 1G] [--small-max 4M]

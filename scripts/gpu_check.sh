@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole GPU check in one call on the device machine (DESIGN §6): build the checker, the
-# benchmark and the examples there (no Rust there; our library comes prebuilt in
+# The whole GPU check in one call on the device machine (docs/ARCHITECTURE.md, "Testing on
+# GPUs"): build the checker, the benchmark and the examples there (no Rust there; our library comes prebuilt in
 # target/release), run the correctness matrix in every process layout, graph / leak / watchdog
 # tests, the examples, optionally the A/B benchmark, and end with a summary table as the LAST
 # lines printed.  Every step runs under `timeout`, and a global budget keeps the whole call

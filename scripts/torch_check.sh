@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# PyTorch on ferronickel, in one call on the GPU machine (DESIGN §1 row 2, §6): torch.distributed
-# collectives with our library (eager and lazy communicator init), the seeds' DDP example with
-# NVIDIA's NCCL and with ours alternated (ref, ours, ref, ours) and compared (losses, parameters,
+# PyTorch on ferronickel, in one call on the GPU machine (docs/ARCHITECTURE.md, "Testing on
+# GPUs"): torch.distributed collectives with our library (eager and lazy communicator init),
+# the seeds' DDP example with NVIDIA's NCCL and with ours alternated (ref, ours, ref, ours) and compared (losses, parameters,
 # time per step), FSDP2 in bf16 both ways and compared, and the rest of the NCCL symbols PyTorch
 # binds (tests/torch/symbols.py) both ways, to see which path PyTorch takes to each with each
 # library (works, or an error PyTorch handles). Ours is loaded with

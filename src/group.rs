@@ -3,19 +3,13 @@
 //! implicit group of one. An error inside a group is returned by that call, and again by the
 //! `ncclGroupEnd` that closes the group, which then launches nothing.
 
-use crate::comm::Comm;
-use crate::cuda::CUstream;
-use crate::enqueue::{self, Task};
+use crate::comm::{launch, Comm};
 use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::sync::Arc;
 
-/// One queued operation: which communicator, on which stream, doing what.
-pub struct Queued {
-    pub comm: Arc<Comm>,
-    pub stream: CUstream,
-    pub task: Task,
-}
+/// One queued operation of this library: on a live communicator.
+pub type Queued = crate::task::Queued<Arc<Comm>>;
 
 #[derive(Default)]
 struct GroupState {
@@ -49,7 +43,8 @@ pub fn end() -> Result<()> {
     if let Some(e) = error {
         return Err(e.context("an operation inside this group failed, so the group launched nothing"));
     }
-    enqueue::launch_all(queued)
+    // SAFETY: everything queued came through `submit`, whose contract covers the buffers.
+    unsafe { launch::launch_group(queued) }
 }
 
 /// Drops everything queued in the current group (`ncclGroupSimulateEnd` reads it first).
@@ -70,7 +65,11 @@ pub fn end_without_launch() -> Result<Vec<Queued>> {
 
 /// Queues operations (several for AlltoAll/Gather/Scatter) as one unit, launching them
 /// at once when no group is open.
-pub fn submit(ops: Vec<Queued>) -> Result<()> {
+///
+/// # Safety
+/// Every task's buffers are device memory valid for the bytes it moves (the API entry points
+/// check them first).
+pub unsafe fn submit(ops: Vec<Queued>) -> Result<()> {
     let outside = GROUP.with(move |g| {
         let mut g = g.borrow_mut();
         if g.depth > 0 {
@@ -81,7 +80,8 @@ pub fn submit(ops: Vec<Queued>) -> Result<()> {
         }
     });
     match outside {
-        Some(ops) => enqueue::launch_all(ops),
+        // SAFETY: per this function's contract.
+        Some(ops) => unsafe { launch::launch_group(ops) },
         None => Ok(()),
     }
 }

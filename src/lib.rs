@@ -1,8 +1,11 @@
 //! ferronickel: a drop-in replacement for NVIDIA NCCL 2.28, built as `libnccl.so.2`.
 //!
 //! The C ABI lives in [`api`]; everything behind it is ordinary Rust: [`bootstrap`] (TCP
-//! rendezvous), [`topo`] (rings), [`transport`] (connection FIFOs between GPUs), [`enqueue`]
-//! (turning calls into kernel launches) and [`cuda`] (the driver, loaded at run time).
+//! rendezvous), [`topo`] (rings), [`transport`] (connection FIFOs between GPUs), [`plan`]
+//! (turning a group's tasks into kernel launches or copies, priced by the [`tuner`]), [`comm`]
+//! (the communicator and the executor that runs plans) and [`cuda`] (the driver, loaded at run
+//! time). The layers and what each may import are in docs/ARCHITECTURE.md; `tests/layers.rs`
+//! enforces them.
 
 pub mod debug;
 pub mod env;
@@ -12,11 +15,11 @@ pub mod types;
 pub mod bootstrap;
 pub mod abi;
 pub mod comm;
-pub mod copy_engine;
 pub mod cuda;
-pub mod enqueue;
 pub mod group;
 pub mod hang_report;
+pub mod plan;
+pub mod task;
 pub mod topo;
 pub mod transport;
 pub mod tuner;

@@ -11,12 +11,12 @@
 //! only when `NCCL_ALGO` is unset or an exclusion list, so `NCCL_ALGO=Ring` means ring only. Point
 //! to point always runs Simple.
 //!
-//! Pure data movement may instead run on the copy engines (copy_engine.rs), which this model also
+//! Pure data movement may instead run on the copy engines (`plan::copies`), which this model also
 //! prices; like the one-shot, only while neither setting is an inclusion list, so that forcing a
 //! protocol or algorithm always runs the kernels that use it.
 
 use crate::abi::{FN_ALGO_ONESHOT, FN_ALGO_RING, FN_LL_SLOT_LINES, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE};
-use crate::enqueue::{CollKind, CommShape};
+use crate::task::{CollKind, CommShape};
 use crate::error::{Error, Result};
 use std::sync::OnceLock;
 
@@ -48,7 +48,7 @@ const COST: [ProtoCost; 3] = [
 const ONESHOT_PAIR_BW: f64 = 0.93;
 
 /// Copy engines: the link rate of cuMemcpyAsync between the two H200s, 388 GB/s per direction with
-/// both directions busy (DESIGN §5, against about 362 for SM stores), and the cost of the event
+/// both directions busy (docs/ARCHITECTURE.md, "Measured constants"; against about 362 for SM stores), and the cost of the event
 /// handshake and copy launches around a group of copies. Two ranks on one H100, no graph
 /// (`proto_sweep.sh --no-graph`, 2026-11-23): 8-byte copies took 4 µs (send/recv), 9 µs (broadcast)
 /// and 20 µs (all-gather: two copies per rank) longer than the kernels.

@@ -88,18 +88,24 @@ impl ncclUniqueId {
         self.internal.map(|c| c as u8)
     }
 
-    /// From bytes a peer sent; anything but exactly 128 bytes is rejected.
-    pub fn from_bytes(b: &[u8]) -> crate::error::Result<ncclUniqueId> {
-        let arr: [u8; NCCL_UNIQUE_ID_BYTES] = b.try_into().map_err(|_| {
-            crate::error::Error::InvalidArgument(format!("unique id of {} bytes, expected {NCCL_UNIQUE_ID_BYTES}", b.len()))
-        })?;
-        Ok(ncclUniqueId { internal: arr.map(|x| x as c_char) })
+    /// From bytes a peer sent; anything but exactly 128 bytes is rejected (`None`).
+    pub fn from_bytes(b: &[u8]) -> Option<ncclUniqueId> {
+        let arr: [u8; NCCL_UNIQUE_ID_BYTES] = b.try_into().ok()?;
+        Some(ncclUniqueId { internal: arr.map(|x| x as c_char) })
     }
+}
+
+/// What a communicator handle points at, as C sees it: an incomplete type. The handle is only a
+/// key into the registry (`comm::registry`); nothing reads through it.
+/// cbindgen:ignore
+#[repr(C)]
+pub struct ncclComm {
+    _opaque: [u8; 0],
 }
 
 /// Opaque communicator handle (`struct ncclComm*` in C).
 /// cbindgen:ignore
-pub type ncclComm_t = *mut crate::comm::ncclComm;
+pub type ncclComm_t = *mut ncclComm;
 
 /// Opaque window handle (`struct ncclWindow_vidmem*` in C).
 /// cbindgen:ignore

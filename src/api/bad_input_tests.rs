@@ -4,7 +4,7 @@
 
 use super::{coll, device_api, group, init, mem, query, version};
 use crate::bootstrap::{new_unique_id, Bootstrap};
-use crate::comm::{ncclComm, Comm, Phase};
+use crate::comm::{registry, Comm, Phase};
 use crate::types::ncclResult_t::*;
 use crate::types::*;
 use std::ffi::{c_int, c_void, CStr};
@@ -20,7 +20,7 @@ fn fake_comms(n: usize, cc: i32) -> Vec<ncclComm_t> {
         .into_iter()
         .map(|t| {
             let b = t.join().unwrap().expect("bootstrap");
-            ncclComm::publish(Phase::Ready(Arc::new(Comm::without_gpu(b, cc)))).0
+            registry::publish(Phase::Ready(Arc::new(Comm::without_gpu(b, cc)))).0
         })
         .collect()
 }
@@ -82,7 +82,7 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
     let mut out: c_int = 0;
     let outp = &mut out as *mut c_int;
     let valid_id = new_unique_id().unwrap().to_unique_id();
-    // SAFETY (all closures below): every pointer passed is NULL, garbage on purpose (only ever
+    // SAFETY: (all closures below) every pointer passed is NULL, garbage on purpose (only ever
     // compared against the registry), or valid for the call.
     unsafe {
         vec![

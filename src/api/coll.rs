@@ -6,7 +6,7 @@
 use super::{boundary, comm_arg, non_null, rank_arg, write_out, SUCCESS};
 use crate::abi;
 use crate::comm::{Comm, UserOp};
-use crate::enqueue::{CollKind, CollTask, DevOp, Task};
+use crate::task::{CollKind, CollTask, DevOp, Task};
 use crate::error::{Error, Result};
 use crate::group::{self, Queued};
 use crate::types::*;
@@ -106,9 +106,12 @@ fn op_arg(comm: &Comm, op: ncclRedOp_t, dtype: ncclDataType_t) -> Result<DevOp> 
     })
 }
 
+/// Queues tasks whose buffers the caller checked with [`buffers`].
 fn submit(comm: &Arc<Comm>, stream: cudaStream_t, tasks: Vec<Task>) -> Result<ncclResult_t> {
     let ops = tasks.into_iter().map(|task| Queued { comm: comm.clone(), stream: stream as _, task }).collect();
-    group::submit(ops)?;
+    // SAFETY: every caller passes only buffers that `buffers` accepted (device memory of the
+    // operation's size, when NCCL_CHECK_POINTERS is on, as NCCL checks them).
+    unsafe { group::submit(ops) }?;
     SUCCESS
 }
 
@@ -170,19 +173,6 @@ pub unsafe extern "C" fn ncclAllReduce(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclAllReduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    op: ncclRedOp_t,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclReduce(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -197,20 +187,6 @@ pub unsafe extern "C" fn ncclReduce(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclReduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    op: ncclRedOp_t,
-    root: c_int,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    ncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclBroadcast(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -221,19 +197,6 @@ pub unsafe extern "C" fn ncclBroadcast(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     boundary("ncclBroadcast", || collective(CollKind::Broadcast, sendbuff, recvbuff, count, datatype, None, root, comm, stream))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclBroadcast(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    root: c_int,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)
 }
 
 /// The legacy in-place broadcast.
@@ -250,18 +213,6 @@ pub unsafe extern "C" fn ncclBcast(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclBcast(
-    buff: *mut c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    root: c_int,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    ncclBcast(buff, count, datatype, root, comm, stream)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclAllGather(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -271,18 +222,6 @@ pub unsafe extern "C" fn ncclAllGather(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     boundary("ncclAllGather", || collective(CollKind::AllGather, sendbuff, recvbuff, sendcount, datatype, None, 0, comm, stream))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclAllGather(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    sendcount: usize,
-    datatype: ncclDataType_t,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream)
 }
 
 #[no_mangle]
@@ -298,19 +237,6 @@ pub unsafe extern "C" fn ncclReduceScatter(
     boundary("ncclReduceScatter", || {
         collective(CollKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, Some(op), 0, comm, stream)
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclReduceScatter(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    recvcount: usize,
-    datatype: ncclDataType_t,
-    op: ncclRedOp_t,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
 }
 
 /// Which peers a grouped point-to-point pattern sends to and receives from.
@@ -375,18 +301,6 @@ pub unsafe extern "C" fn ncclAlltoAll(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclAlltoAll(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclGather(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -404,19 +318,6 @@ pub unsafe extern "C" fn ncclGather(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclGather(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    root: c_int,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    ncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclScatter(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -431,19 +332,6 @@ pub unsafe extern "C" fn ncclScatter(
         let root = rank_arg(root, c.nranks, "root")?;
         p2p_pattern(Pattern::Scatter(root), sendbuff, recvbuff, count, datatype, &c, stream)
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclScatter(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    root: c_int,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    ncclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream)
 }
 
 fn point_to_point(
@@ -477,18 +365,6 @@ pub unsafe extern "C" fn ncclSend(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclSend(
-    sendbuff: *const c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    peer: c_int,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    ncclSend(sendbuff, count, datatype, peer, comm, stream)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclRecv(
     recvbuff: *mut c_void,
     count: usize,
@@ -498,18 +374,6 @@ pub unsafe extern "C" fn ncclRecv(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     boundary("ncclRecv", || point_to_point(false, recvbuff, count, datatype, peer, comm, stream))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclRecv(
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    peer: c_int,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    ncclRecv(recvbuff, count, datatype, peer, comm, stream)
 }
 
 /// A sum where each rank first multiplies its input by `*scalar` (host value read now, or a
@@ -558,17 +422,6 @@ pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclRedOpCreatePreMulSum(
-    op: *mut ncclRedOp_t,
-    scalar: *mut c_void,
-    datatype: ncclDataType_t,
-    residence: ncclScalarResidence_t,
-    comm: ncclComm_t,
-) -> ncclResult_t {
-    ncclRedOpCreatePreMulSum(op, scalar, datatype, residence, comm)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t {
     boundary("ncclRedOpDestroy", || {
         let c = comm_arg(comm)?.queryable()?;
@@ -584,9 +437,33 @@ pub unsafe extern "C" fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> 
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t {
-    ncclRedOpDestroy(op, comm)
+// The pnccl* profiling twins of this file's exports.
+twins! {
+    ncclAllReduce => pncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize,
+        datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    ncclReduce => pncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t,
+        op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    ncclBroadcast => pncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize,
+        datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    ncclBcast => pncclBcast(buff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t,
+        stream: cudaStream_t) -> ncclResult_t;
+    ncclAllGather => pncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize,
+        datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    ncclReduceScatter => pncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize,
+        datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    ncclAlltoAll => pncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize,
+        datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    ncclGather => pncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t,
+        root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    ncclScatter => pncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize,
+        datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    ncclSend => pncclSend(sendbuff: *const c_void, count: usize, datatype: ncclDataType_t, peer: c_int,
+        comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    ncclRecv => pncclRecv(recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, peer: c_int,
+        comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    ncclRedOpCreatePreMulSum => pncclRedOpCreatePreMulSum(op: *mut ncclRedOp_t, scalar: *mut c_void,
+        datatype: ncclDataType_t, residence: ncclScalarResidence_t, comm: ncclComm_t) -> ncclResult_t;
+    ncclRedOpDestroy => pncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t;
 }
 
 #[cfg(test)]

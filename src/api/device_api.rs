@@ -22,22 +22,12 @@ pub unsafe extern "C" fn ncclDevCommCreate(comm: ncclComm_t, reqs: *const c_void
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclDevCommCreate(comm: ncclComm_t, reqs: *const c_void, outDevComm: *mut c_void) -> ncclResult_t {
-    ncclDevCommCreate(comm, reqs, outDevComm)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclDevCommDestroy(comm: ncclComm_t, devComm: *const c_void) -> ncclResult_t {
     boundary("ncclDevCommDestroy", || {
         comm_arg(comm)?.queryable()?;
         non_null(devComm, "devComm")?;
         crate::bail_arg!("devComm {devComm:p} was not created by ncclDevCommCreate")
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclDevCommDestroy(comm: ncclComm_t, devComm: *const c_void) -> ncclResult_t {
-    ncclDevCommDestroy(comm, devComm)
 }
 
 /// An empty team: what a team query answers for a bad communicator (after a WARN).
@@ -52,20 +42,10 @@ pub unsafe extern "C" fn ncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t {
-    ncclTeamWorld(comm)
-}
-
 /// Ranks reachable by load/store: all of them, since every rank is on this node.
 #[no_mangle]
 pub unsafe extern "C" fn ncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t {
     ncclTeamWorld(comm)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t {
-    ncclTeamLsa(comm)
 }
 
 /// Our peers with the same local index on other nodes: just us, on one node.
@@ -75,11 +55,6 @@ pub unsafe extern "C" fn ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
         let c = comm_arg(comm)?.queryable()?;
         Ok(ncclTeam_t { nRanks: 1, rank: 0, stride: c.nranks as c_int })
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
-    ncclTeamRail(comm)
 }
 
 /// World rank of `rank` in `team` (teams are strided around our own rank); -1 on bad input.
@@ -98,20 +73,10 @@ pub unsafe extern "C" fn ncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t,
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
-    ncclTeamRankToWorld(comm, team, rank)
-}
-
 /// The LSA team is the world here, so an LSA rank is a world rank.
 #[no_mangle]
 pub unsafe extern "C" fn ncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
     ncclTeamRankToWorld(comm, team, rank)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
-    ncclTeamRankToLsa(comm, team, rank)
 }
 
 /// Slot count for the LL all-to-all resource, which does not exist yet: -1 after a WARN.
@@ -121,11 +86,6 @@ pub unsafe extern "C" fn ncclLLA2ACalcSlots(maxElts: c_int, maxEltSize: c_int) -
         let _ = (maxElts, maxEltSize);
         not_yet("ncclLLA2ACalcSlots").map(|_| -1)
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclLLA2ACalcSlots(maxElts: c_int, maxEltSize: c_int) -> c_int {
-    ncclLLA2ACalcSlots(maxElts, maxEltSize)
 }
 
 #[no_mangle]
@@ -141,11 +101,6 @@ pub unsafe extern "C" fn ncclLLA2ACreateRequirement(nBlocks: c_int, nSlots: c_in
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclLLA2ACreateRequirement(nBlocks: c_int, nSlots: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t {
-    ncclLLA2ACreateRequirement(nBlocks, nSlots, outHandle, outReq)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclLsaBarrierCreateRequirement(team: ncclTeam_t, nBarriers: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t {
     boundary("ncclLsaBarrierCreateRequirement", || {
         if team.nRanks < 1 || nBarriers < 1 {
@@ -155,11 +110,6 @@ pub unsafe extern "C" fn ncclLsaBarrierCreateRequirement(team: ncclTeam_t, nBarr
         non_null(outReq, "outReq")?;
         not_yet("ncclLsaBarrierCreateRequirement")
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclLsaBarrierCreateRequirement(team: ncclTeam_t, nBarriers: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t {
-    ncclLsaBarrierCreateRequirement(team, nBarriers, outHandle, outReq)
 }
 
 #[no_mangle]
@@ -181,13 +131,21 @@ pub unsafe extern "C" fn ncclGinBarrierCreateRequirement(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclGinBarrierCreateRequirement(
-    comm: ncclComm_t,
-    team: ncclTeam_t,
-    nBarriers: c_int,
-    outHandle: *mut c_void,
-    outReq: *mut c_void,
-) -> ncclResult_t {
-    ncclGinBarrierCreateRequirement(comm, team, nBarriers, outHandle, outReq)
+// The pnccl* profiling twins of this file's exports.
+twins! {
+    ncclDevCommCreate => pncclDevCommCreate(comm: ncclComm_t, reqs: *const c_void,
+        outDevComm: *mut c_void) -> ncclResult_t;
+    ncclDevCommDestroy => pncclDevCommDestroy(comm: ncclComm_t, devComm: *const c_void) -> ncclResult_t;
+    ncclTeamWorld => pncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t;
+    ncclTeamLsa => pncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t;
+    ncclTeamRail => pncclTeamRail(comm: ncclComm_t) -> ncclTeam_t;
+    ncclTeamRankToWorld => pncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int;
+    ncclTeamRankToLsa => pncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int;
+    ncclLLA2ACalcSlots => pncclLLA2ACalcSlots(maxElts: c_int, maxEltSize: c_int) -> c_int;
+    ncclLLA2ACreateRequirement => pncclLLA2ACreateRequirement(nBlocks: c_int, nSlots: c_int, outHandle: *mut c_void,
+        outReq: *mut c_void) -> ncclResult_t;
+    ncclLsaBarrierCreateRequirement => pncclLsaBarrierCreateRequirement(team: ncclTeam_t, nBarriers: c_int,
+        outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t;
+    ncclGinBarrierCreateRequirement => pncclGinBarrierCreateRequirement(comm: ncclComm_t, team: ncclTeam_t,
+        nBarriers: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t;
 }

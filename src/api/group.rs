@@ -12,21 +12,11 @@ pub unsafe extern "C" fn ncclGroupStart() -> ncclResult_t {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclGroupStart() -> ncclResult_t {
-    ncclGroupStart()
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclGroupEnd() -> ncclResult_t {
     boundary("ncclGroupEnd", || {
         crate::group::end()?;
         SUCCESS
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclGroupEnd() -> ncclResult_t {
-    ncclGroupEnd()
 }
 
 /// Ends the group without launching and reports the time the tuner's cost model expects it to
@@ -44,12 +34,17 @@ pub unsafe extern "C" fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> nc
             crate::bail_arg!("simInfo size {} is smaller than ncclSimInfo_t", info.size);
         }
         let queued = crate::group::end_without_launch()?;
-        info.estimatedTime = crate::enqueue::estimate_us(&queued) as f32;
+        let tasks: Vec<_> = queued.iter().map(|q| (q.comm.shape(), q.task)).collect();
+        // Collectives checked the restrictions when they were queued; sends do not depend on them.
+        let allowed = crate::tuner::restrictions().unwrap_or(&crate::tuner::Allowed::ALL);
+        info.estimatedTime = crate::plan::estimate_us(&tasks, allowed) as f32;
         SUCCESS
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t {
-    ncclGroupSimulateEnd(simInfo)
+// The pnccl* profiling twins of this file's exports.
+twins! {
+    ncclGroupStart => pncclGroupStart() -> ncclResult_t;
+    ncclGroupEnd => pncclGroupEnd() -> ncclResult_t;
+    ncclGroupSimulateEnd => pncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t;
 }

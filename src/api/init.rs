@@ -2,7 +2,7 @@
 
 use super::{boundary, comm_arg, non_null, write_out, SUCCESS};
 use crate::bootstrap::{self, BootstrapId};
-use crate::comm::{self, ncclComm, Comm, CommConfig, Phase};
+use crate::comm::{self, registry, Comm, CommConfig, CommHandle, Phase};
 use crate::cuda;
 use crate::error::{Error, Result};
 use crate::types::*;
@@ -20,11 +20,6 @@ pub unsafe extern "C" fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclRes
         unsafe { write_out(uniqueId, id.to_unique_id()) };
         SUCCESS
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t {
-    ncclGetUniqueId(uniqueId)
 }
 
 /// Reads an `ncclConfig_t`, touching only the fields its `size` covers (older callers pass a
@@ -127,12 +122,12 @@ fn init_on_current_device(
     let dev = cuda::current_device()?;
     if config.blocking {
         let c = comm::init_rank(&id, nranks, rank, dev, config)?;
-        let (ptr, _) = ncclComm::publish(Phase::Ready(Arc::new(c)));
+        let (ptr, _) = registry::publish(Phase::Ready(Arc::new(c)));
         // SAFETY: newcomm was checked non-NULL by the caller.
         unsafe { write_out(newcomm, ptr) };
         return SUCCESS;
     }
-    let (ptr, phase) = ncclComm::publish(Phase::Initializing);
+    let (ptr, phase) = registry::publish(Phase::Initializing);
     // SAFETY: as above.
     unsafe { write_out(newcomm, ptr) };
     std::thread::Builder::new()
@@ -166,11 +161,6 @@ pub unsafe extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
-    ncclCommInitRank(comm, nranks, commId, rank)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclCommInitRankConfig(
     comm: *mut ncclComm_t,
     nranks: c_int,
@@ -185,17 +175,6 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
         let cfg = unsafe { read_config(config) }?;
         init_on_current_device(comm, id_arg(&commId)?, n, r, cfg)
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommInitRankConfig(
-    comm: *mut ncclComm_t,
-    nranks: c_int,
-    commId: ncclUniqueId,
-    rank: c_int,
-    config: *mut ncclConfig_t,
-) -> ncclResult_t {
-    ncclCommInitRankConfig(comm, nranks, commId, rank, config)
 }
 
 /// ncclCommInitRank with several unique ids (every rank passes the same nId ids).
@@ -224,18 +203,6 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
         crate::nccl_info!(crate::debug::Subsys::INIT, "ncclCommInitRankScalable: rank {r}/{n}, {nId} id(s); the first id's root serves all ranks");
         init_on_current_device(newcomm, id, n, r, cfg)
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommInitRankScalable(
-    newcomm: *mut ncclComm_t,
-    nranks: c_int,
-    myrank: c_int,
-    nId: c_int,
-    commIds: *mut ncclUniqueId,
-    config: *mut ncclConfig_t,
-) -> ncclResult_t {
-    ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config)
 }
 
 /// One process, `ndev` ranks on devlist (or devices 0..ndev-1 when NULL); devices may repeat.
@@ -285,17 +252,12 @@ pub unsafe extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, dev
             return Err(e.clone());
         }
         for (i, c) in results.into_iter().enumerate() {
-            let (ptr, _) = ncclComm::publish(Phase::Ready(Arc::new(c.expect("checked above"))));
+            let (ptr, _) = registry::publish(Phase::Ready(Arc::new(c.expect("checked above"))));
             // SAFETY: comm holds ndev handles by the API's contract.
             unsafe { write_out(comm.add(i), ptr) };
         }
         SUCCESS
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
-    ncclCommInitAll(comm, ndev, devlist)
 }
 
 #[no_mangle]
@@ -316,24 +278,13 @@ pub unsafe extern "C" fn ncclCommSplit(
         let cfg = if config.is_null() { parent.config.clone() } else { unsafe { read_config(config) }? };
         let child = comm::split(&parent, color, key, cfg)?;
         let ptr = match child {
-            Some(c) => ncclComm::publish(Phase::Ready(Arc::new(c))).0,
+            Some(c) => registry::publish(Phase::Ready(Arc::new(c))).0,
             None => std::ptr::null_mut(),
         };
         // SAFETY: checked non-NULL above.
         unsafe { write_out(newcomm, ptr) };
         SUCCESS
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommSplit(
-    comm: ncclComm_t,
-    color: c_int,
-    key: c_int,
-    newcomm: *mut ncclComm_t,
-    config: *mut ncclConfig_t,
-) -> ncclResult_t {
-    ncclCommSplit(comm, color, key, newcomm, config)
 }
 
 #[no_mangle]
@@ -377,23 +328,11 @@ pub unsafe extern "C" fn ncclCommShrink(
             parent.wait_idle(Some(Instant::now() + Duration::from_secs(10)))?;
         }
         let child = comm::shrink(&parent, &excluded, cfg)?;
-        let (ptr, _) = ncclComm::publish(Phase::Ready(Arc::new(child)));
+        let (ptr, _) = registry::publish(Phase::Ready(Arc::new(child)));
         // SAFETY: checked non-NULL above.
         unsafe { write_out(newcomm, ptr) };
         SUCCESS
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommShrink(
-    comm: ncclComm_t,
-    excludeRanksList: *mut c_int,
-    excludeRanksCount: c_int,
-    newcomm: *mut ncclComm_t,
-    config: *mut ncclConfig_t,
-    shrinkFlags: c_int,
-) -> ncclResult_t {
-    ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags)
 }
 
 #[no_mangle]
@@ -410,13 +349,8 @@ pub unsafe extern "C" fn ncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) ->
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t {
-    ncclCommRevoke(comm, revokeFlags)
-}
-
 /// Waits out a background init so teardown sees a settled phase.
-fn settled(handle: &ncclComm) {
+fn settled(handle: &CommHandle) {
     while matches!(*handle.phase.lock(), Phase::Initializing) {
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -426,17 +360,12 @@ fn settled(handle: &ncclComm) {
 pub unsafe extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
     boundary("ncclCommFinalize", || {
         let handle = comm_arg(comm)?;
-        settled(handle);
+        settled(&handle);
         let c = handle.ready()?;
         c.wait_idle(None)?;
         *handle.phase.lock() = Phase::Finalized(c);
         SUCCESS
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
-    ncclCommFinalize(comm)
 }
 
 /// Destroy and abort share this: NULL is accepted and ignored (as NCCL does), a background init
@@ -447,7 +376,7 @@ fn teardown(comm: ncclComm_t, stop: impl FnOnce(&Comm) -> Result<()>) -> Result<
         return SUCCESS;
     }
     let handle = comm_arg(comm)?;
-    settled(handle);
+    settled(&handle);
     let live = match &*handle.phase.lock() {
         Phase::Ready(c) | Phase::Finalized(c) => Some(c.clone()),
         _ => None,
@@ -456,8 +385,8 @@ fn teardown(comm: ncclComm_t, stop: impl FnOnce(&Comm) -> Result<()>) -> Result<
         crate::nccl_info!(crate::debug::Subsys::INIT, "comm {comm:p} rank {} nranks {} cudaDev {} - teardown START", c.rank, c.nranks, c.dev);
         stop(&c)?;
     }
-    // SAFETY: checked by comm_arg; the caller gives the handle up with this call.
-    unsafe { ncclComm::retire(comm) };
+    // The caller gives the handle up with this call.
+    registry::retire(comm);
     crate::nccl_info!(crate::debug::Subsys::INIT, "comm {comm:p} - teardown COMPLETE");
     SUCCESS
 }
@@ -467,11 +396,6 @@ fn teardown(comm: ncclComm_t, stop: impl FnOnce(&Comm) -> Result<()>) -> Result<
 pub unsafe extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     // Our kernels time out (NCCL_WATCHDOG_TIMEOUT_MS) rather than hang, so the wait ends.
     boundary("ncclCommDestroy", || teardown(comm, |c| c.wait_idle(None).map(|_| ())))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
-    ncclCommDestroy(comm)
 }
 
 /// Stops the communicator's kernels and frees everything it holds. NULL is accepted.
@@ -490,7 +414,22 @@ pub unsafe extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
-    ncclCommAbort(comm)
+// The pnccl* profiling twins of this file's exports.
+twins! {
+    ncclGetUniqueId => pncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t;
+    ncclCommInitRank => pncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId,
+        rank: c_int) -> ncclResult_t;
+    ncclCommInitRankConfig => pncclCommInitRankConfig(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId,
+        rank: c_int, config: *mut ncclConfig_t) -> ncclResult_t;
+    ncclCommInitRankScalable => pncclCommInitRankScalable(newcomm: *mut ncclComm_t, nranks: c_int, myrank: c_int,
+        nId: c_int, commIds: *mut ncclUniqueId, config: *mut ncclConfig_t) -> ncclResult_t;
+    ncclCommInitAll => pncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t;
+    ncclCommSplit => pncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t,
+        config: *mut ncclConfig_t) -> ncclResult_t;
+    ncclCommShrink => pncclCommShrink(comm: ncclComm_t, excludeRanksList: *mut c_int, excludeRanksCount: c_int,
+        newcomm: *mut ncclComm_t, config: *mut ncclConfig_t, shrinkFlags: c_int) -> ncclResult_t;
+    ncclCommRevoke => pncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t;
+    ncclCommFinalize => pncclCommFinalize(comm: ncclComm_t) -> ncclResult_t;
+    ncclCommDestroy => pncclCommDestroy(comm: ncclComm_t) -> ncclResult_t;
+    ncclCommAbort => pncclCommAbort(comm: ncclComm_t) -> ncclResult_t;
 }

@@ -33,11 +33,6 @@ pub unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncc
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
-    ncclMemAlloc(ptr, size)
-}
-
 /// Frees memory from ncclMemAlloc; NULL is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
@@ -55,11 +50,6 @@ pub unsafe extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
             None => crate::bail_arg!("ptr {ptr:p} was not allocated by ncclMemAlloc (or was already freed)"),
         }
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclMemFree(ptr: *mut c_void) -> ncclResult_t {
-    ncclMemFree(ptr)
 }
 
 /// A registered range; its address is the handle the caller gets. Buffers (ncclCommRegister) and
@@ -117,21 +107,11 @@ pub unsafe extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, s
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
-    ncclCommRegister(comm, buff, size, handle)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
     boundary("ncclCommDeregister", || {
         deregister(comm, handle, false)?;
         SUCCESS
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
-    ncclCommDeregister(comm, handle)
 }
 
 #[no_mangle]
@@ -155,17 +135,6 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommWindowRegister(
-    comm: ncclComm_t,
-    buff: *mut c_void,
-    size: usize,
-    win: *mut ncclWindow_t,
-    winFlags: c_int,
-) -> ncclResult_t {
-    ncclCommWindowRegister(comm, buff, size, win, winFlags)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
     boundary("ncclCommWindowDeregister", || {
         deregister(comm, win, true)?;
@@ -173,7 +142,14 @@ pub unsafe extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWin
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
-    ncclCommWindowDeregister(comm, win)
+// The pnccl* profiling twins of this file's exports.
+twins! {
+    ncclMemAlloc => pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t;
+    ncclMemFree => pncclMemFree(ptr: *mut c_void) -> ncclResult_t;
+    ncclCommRegister => pncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize,
+        handle: *mut *mut c_void) -> ncclResult_t;
+    ncclCommDeregister => pncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t;
+    ncclCommWindowRegister => pncclCommWindowRegister(comm: ncclComm_t, buff: *mut c_void, size: usize,
+        win: *mut ncclWindow_t, winFlags: c_int) -> ncclResult_t;
+    ncclCommWindowDeregister => pncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t;
 }

@@ -8,6 +8,24 @@
 // sizes); the `# Safety` sections clippy asks for would repeat nccl.h a hundred times.
 #![allow(clippy::missing_safety_doc)]
 
+/// Defines the `pnccl*` profiling twin of each listed export (`ncclX => pncclX(args) -> ret;`):
+/// the same signature, forwarding to the original. NCCL exports every function under both names
+/// so that a profiler can interpose on one and call the other. The `ncclX` functions stay written
+/// out, since cbindgen reads the source without expanding macros; `tests/header.rs` adds the
+/// twins' prototypes to the header, and a signature that disagrees with its original does not
+/// compile.
+macro_rules! twins {
+    ($($name:ident => $twin:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?;)*) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $twin($($arg: $ty),*) $(-> $ret)? {
+                // SAFETY: the twin's contract is the one of the function it forwards to.
+                unsafe { $name($($arg),*) }
+            }
+        )*
+    };
+}
+
 pub mod coll;
 pub mod device_api;
 pub mod group;
@@ -19,10 +37,11 @@ pub mod version;
 #[cfg(test)]
 mod bad_input_tests;
 
-use crate::comm::ncclComm;
+use crate::comm::registry::{self, CommHandle};
 use crate::error::{Error, Result};
 use crate::types::{ncclComm_t, ncclResult_t};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 /// Runs an API body: panics become `ncclInternalError`, errors become their code plus a WARN.
 pub fn boundary(call: &str, body: impl FnOnce() -> Result<ncclResult_t>) -> ncclResult_t {
@@ -72,12 +91,10 @@ pub unsafe fn write_out<T>(p: *mut T, v: T) {
     unsafe { p.write(v) }
 }
 
-/// The checked handle behind a `ncclComm_t` argument. Safe to call with any pointer: it is only
-/// dereferenced after the registry confirms it is a live handle.
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub fn comm_arg<'a>(comm: ncclComm_t) -> Result<&'a ncclComm> {
-    // SAFETY: from_handle checks the pointer against the registry before dereferencing it.
-    unsafe { ncclComm::from_handle(comm, "comm") }
+/// The handle behind a `ncclComm_t` argument. Safe with any pointer: the registry looks it up
+/// by value and never reads through it.
+pub fn comm_arg(comm: ncclComm_t) -> Result<Arc<CommHandle>> {
+    registry::lookup(comm, "comm")
 }
 
 /// A rank argument (root, peer) in `0..nranks`.

@@ -17,11 +17,6 @@ pub unsafe extern "C" fn ncclCommCount(comm: ncclComm_t, count: *mut c_int) -> n
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t {
-    ncclCommCount(comm, count)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
     boundary("ncclCommCuDevice", || {
         let c = comm_arg(comm)?;
@@ -34,11 +29,6 @@ pub unsafe extern "C" fn ncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
-    ncclCommCuDevice(comm, device)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
     boundary("ncclCommUserRank", || {
         let c = comm_arg(comm)?;
@@ -48,11 +38,6 @@ pub unsafe extern "C" fn ncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) ->
         unsafe { write_out(rank, c.rank as c_int) };
         SUCCESS
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
-    ncclCommUserRank(comm, rank)
 }
 
 /// ncclInProgress while a nonblocking init runs, ncclRemoteError after a collective timed out
@@ -68,7 +53,10 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mu
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
-    ncclCommGetAsyncError(comm, asyncError)
+// The pnccl* profiling twins of this file's exports.
+twins! {
+    ncclCommCount => pncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t;
+    ncclCommCuDevice => pncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t;
+    ncclCommUserRank => pncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t;
+    ncclCommGetAsyncError => pncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t;
 }

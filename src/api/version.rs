@@ -14,11 +14,6 @@ pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> ncclResult_t {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclGetVersion(version: *mut c_int) -> ncclResult_t {
-    ncclGetVersion(version)
-}
-
 /// NCCL's message for each code (static C strings).
 pub fn error_string(code: ncclResultCode) -> &'static [u8] {
     match code {
@@ -39,21 +34,11 @@ pub unsafe extern "C" fn ncclGetErrorString(result: ncclResultCode) -> *const c_
     error_string(result).as_ptr() as *const c_char
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclGetErrorString(result: ncclResultCode) -> *const c_char {
-    ncclGetErrorString(result)
-}
-
 /// The last WARN text of this process; `comm` may be NULL, as in NCCL.
 #[no_mangle]
 pub unsafe extern "C" fn ncclGetLastError(comm: ncclComm_t) -> *const c_char {
     let _ = comm;
     crate::debug::last_error_ptr()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pncclGetLastError(comm: ncclComm_t) -> *const c_char {
-    ncclGetLastError(comm)
 }
 
 /// Re-reads NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE on the next log line.
@@ -65,18 +50,17 @@ pub unsafe extern "C" fn ncclResetDebugInit() {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclResetDebugInit() {
-    ncclResetDebugInit()
-}
-
 /// NCCL's internal spelling of the same reset, exported by 2.28.
 #[no_mangle]
 pub unsafe extern "C" fn ncclResetDebugInitInternal() {
     ncclResetDebugInit()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pncclResetDebugInitInternal() {
-    ncclResetDebugInit()
+// The pnccl* profiling twins of this file's exports.
+twins! {
+    ncclGetVersion => pncclGetVersion(version: *mut c_int) -> ncclResult_t;
+    ncclGetErrorString => pncclGetErrorString(result: ncclResultCode) -> *const c_char;
+    ncclGetLastError => pncclGetLastError(comm: ncclComm_t) -> *const c_char;
+    ncclResetDebugInit => pncclResetDebugInit();
+    ncclResetDebugInitInternal => pncclResetDebugInitInternal();
 }

@@ -110,7 +110,10 @@ pub fn share_id(parent: &Bootstrap, members: &[usize]) -> Result<BootstrapId> {
         return Ok(id);
     }
     let bytes = parent.recv(leader, TAG_SHARE_ID)?;
-    BootstrapId::from_unique_id(&crate::types::ncclUniqueId::from_bytes(&bytes)?)
+    let id = crate::types::ncclUniqueId::from_bytes(&bytes).ok_or_else(|| {
+        Error::InvalidArgument(format!("unique id of {} bytes, expected {}", bytes.len(), crate::types::NCCL_UNIQUE_ID_BYTES))
+    })?;
+    BootstrapId::from_unique_id(&id)
 }
 
 /// How much longer than the root a rank waits for the peer table, so that when ranks are

@@ -9,6 +9,7 @@
 
 pub mod module;
 
+use crate::abi::fnKernelArgs;
 use crate::error::{Error, Result};
 use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdeviceptr, CUresult};
 use std::ffi::{c_void, CStr};
@@ -385,9 +386,11 @@ pub fn is_capturing(stream: CUstream) -> Result<bool> {
 
 /// Queues a copy of `bytes` from `src` to `dst` (unified addresses, any devices) on `stream`: the
 /// copy engines move it, no kernel.
-pub fn memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream) -> Result<()> {
-    // SAFETY: the caller passes buffers the user gave for this operation, checked to be device
-    // memory of at least `bytes`; the copy runs in stream order.
+///
+/// # Safety
+/// `src` and `dst` are device (or mapped) memory valid for `bytes` until the copy runs.
+pub unsafe fn memcpy_async(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream) -> Result<()> {
+    // SAFETY: valid buffers per this function's contract; the copy runs in stream order.
     check(unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream) }, "cuMemcpyAsync")
 }
 
@@ -397,11 +400,17 @@ pub fn stream_synchronize(stream: CUstream) -> Result<()> {
     check(unsafe { sys::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
 }
 
-/// Launches `func` with one by-value parameter block on `stream`.
-pub fn launch<T>(func: sys::CUfunction, grid: u32, block: u32, stream: CUstream, args: &T) -> Result<()> {
-    let mut params = [args as *const T as *mut c_void];
-    // SAFETY: func is a loaded kernel whose single parameter has type T (the shared ABI header);
-    // params outlives the call, which copies the parameter block.
+/// Launches one of our kernels (`func`, whose single parameter is the kernel argument struct of
+/// `kernels/device_abi.h`) on `stream`.
+///
+/// # Safety
+/// `func` is a kernel loaded from our fatbin, and every device address `args` holds (its device
+/// communicator and the works' buffers) is valid for what the kernel reads and writes there.
+pub unsafe fn launch(func: sys::CUfunction, grid: u32, block: u32, stream: CUstream, args: &fnKernelArgs) -> Result<()> {
+    let mut params = [args as *const fnKernelArgs as *mut c_void];
+    // SAFETY: func takes one fnKernelArgs by value (the shared ABI header) and the addresses in
+    // it are valid per this function's contract; params outlives the call, which copies the
+    // parameter block.
     check(
         unsafe {
             sys::cuLaunchKernel(func, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut())

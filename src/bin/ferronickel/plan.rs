@@ -10,7 +10,7 @@
 use crate::args::Args;
 use crate::{CmdResult, Report};
 use nccl::abi::{FN_ALGO_ONESHOT, FN_MAX_CHANNELS};
-use nccl::enqueue::{CollKind, CommShape};
+use nccl::task::{CollKind, CommShape};
 use nccl::topo::{self, PeerInfo};
 use nccl::transport::p2p::{self, ConnPlan};
 use nccl::tuner;

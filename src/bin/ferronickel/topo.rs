@@ -143,7 +143,9 @@ impl Dev {
         let stream = self.streams[s].0;
         for _ in 0..ops {
             if engine {
-                cuda::memcpy_async(dst, self.src.ptr, bytes, stream).map_err(err)?;
+                // SAFETY: `src` is our device buffer of at least `bytes`, and every `dst` a caller
+                // passes is a device buffer of at least `bytes` (the measured pairs' buffers).
+                unsafe { cuda::memcpy_async(dst, self.src.ptr, bytes, stream) }.map_err(err)?;
             } else {
                 let (mut d, mut sp, mut n16) = (dst, self.src.ptr, (bytes / 16) as u64);
                 let mut params = [&mut d as *mut u64 as *mut c_void, &mut sp as *mut u64 as *mut c_void, &mut n16 as *mut u64 as *mut c_void];

@@ -3,67 +3,11 @@
 //! receives in a group, so that they progress together whatever order the ranks issued them in.
 
 use crate::abi::{self, fnWork, FN_MAX_WORKS};
-use crate::comm::Comm;
 use crate::cuda::CUstream;
 use crate::error::{Error, Result};
-use crate::group::Queued;
+use crate::task::{CollKind, CollTask, CommShape, Launch, Task};
 use crate::tuner::{self, Allowed};
-use crate::types::{self, ncclDataType_t};
-use std::sync::Arc;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CollKind {
-    AllReduce,
-    Reduce,
-    Broadcast,
-    AllGather,
-    ReduceScatter,
-}
-
-/// The device-side reduction: an `fnRedOp` and its PreMulSum scalar.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DevOp {
-    pub kind: u32,
-    /// PreMulSum: the scalar's bits in the data type, or a device pointer to it.
-    pub scalar: u64,
-    pub scalar_is_ptr: bool,
-}
-
-impl DevOp {
-    pub const fn plain(kind: u32) -> DevOp {
-        DevOp { kind, scalar: 0, scalar_is_ptr: false }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct CollTask {
-    pub kind: CollKind,
-    pub send: u64,
-    pub recv: u64,
-    /// Elements, as the user counts them for this collective.
-    pub count: usize,
-    pub dtype: ncclDataType_t,
-    pub op: DevOp,
-    pub root: usize,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub enum Task {
-    Coll(CollTask),
-    Send { buf: u64, bytes: usize, peer: usize },
-    Recv { buf: u64, bytes: usize, peer: usize },
-}
-
-/// One kernel launch for one communicator.
-#[derive(Debug)]
-pub struct Launch {
-    pub kernel: String,
-    pub grid: u32,
-    pub stream: CUstream,
-    /// Other streams whose operations joined this launch: ordered before and after it.
-    pub joined: Vec<CUstream>,
-    pub works: Vec<fnWork>,
-}
+use crate::types;
 
 const DTYPE_TAGS: [&str; 12] = ["i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16", "e4m3", "e5m2"];
 const OP_TAGS: [&str; 6] = ["sum", "prod", "max", "min", "premulsum", "sumpostdiv"];
@@ -136,18 +80,6 @@ struct Lane {
     peer: usize,
     first_cta: usize,
     ctas: usize,
-}
-
-/// What planning needs to know about the communicator. Every input but `rank` is the same on
-/// every rank, so all ranks pick the same algorithm, protocol and split for an operation.
-#[derive(Debug, Clone, Copy)]
-pub struct CommShape {
-    pub rank: usize,
-    pub nranks: usize,
-    /// CTAs one rank may use for a launch (its channel budget).
-    pub nchannels: usize,
-    /// Channels that connect every pair of ranks: the most a one-shot all-reduce can use.
-    pub all_pairs_channels: usize,
 }
 
 /// A message is split over this many parts (channels): enough that each part carries at least
@@ -271,64 +203,11 @@ fn plan_p2p(shape: &CommShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(C
     Ok(Some(Launch { kernel: "fnCopy".into(), grid: next as u32, stream: streams[0], joined: streams[1..].to_vec(), works }))
 }
 
-/// Launches everything a group queued: each communicator's launches in order. Communicators
-/// are independent (their kernels wait on each other on the device, not on the host).
-pub fn launch_all(queued: Vec<Queued>) -> Result<()> {
-    type CommOps = (Arc<Comm>, Vec<(CUstream, Task)>);
-    let mut per_comm: Vec<CommOps> = Vec::new();
-    for q in queued {
-        match per_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &q.comm)) {
-            Some((_, ops)) => ops.push((q.stream, q.task)),
-            None => per_comm.push((q.comm, vec![(q.stream, q.task)])),
-        }
-    }
-    let allowed = tuner::restrictions()?;
-    if crate::copy_engine::try_group(&per_comm, allowed)? {
-        return Ok(());
-    }
-    // Plan everything before launching anything, so a planning error launches nothing.
-    let planned: Vec<(Arc<Comm>, Vec<Launch>)> = per_comm
-        .into_iter()
-        .map(|(comm, ops)| plan(&comm.shape(), allowed, &|peer| comm.conn_channels(peer), &ops).map(|l| (comm, l)))
-        .collect::<Result<_>>()?;
-    // Load every kernel before launching any: loading code must not wait behind a kernel of this
-    // group that spins until a peer's kernel (not launched yet) arrives.
-    let kernels: Vec<_> = planned.iter().map(|(comm, launches)| comm.load_kernels(launches)).collect::<Result<_>>()?;
-    for ((comm, launches), kernels) in planned.into_iter().zip(kernels) {
-        comm.launch(&launches, &kernels)?;
-        crate::nccl_info!(crate::debug::Subsys::COLL, "rank {}: launched {} kernel(s)", comm.rank, launches.len());
-    }
-    Ok(())
-}
-
-/// Rough time of a group, for ncclGroupSimulateEnd: a launch latency per planned launch plus
-/// the bytes each rank moves over the link (ring algorithm factors), in microseconds.
-pub fn estimate_us(queued: &[Queued]) -> f64 {
-    const LAUNCH_US: f64 = 10.0;
-    const LINK_BYTES_PER_US: f64 = 300e3;
-    queued
-        .iter()
-        .map(|q| {
-            let n = q.comm.nranks as f64;
-            let moved = match q.task {
-                Task::Coll(c) => {
-                    let bytes = (c.count * types::dtype_size(c.dtype).unwrap_or(1)) as f64;
-                    match c.kind {
-                        CollKind::AllReduce => 2.0 * (n - 1.0) / n * bytes,
-                        CollKind::AllGather | CollKind::ReduceScatter => (n - 1.0) * bytes,
-                        CollKind::Broadcast | CollKind::Reduce => bytes,
-                    }
-                }
-                Task::Send { bytes, .. } | Task::Recv { bytes, .. } => bytes as f64,
-            };
-            LAUNCH_US + moved / LINK_BYTES_PER_US
-        })
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::DevOp;
+    use crate::types::ncclDataType_t;
 
     fn coll(kind: CollKind, dtype: ncclDataType_t, op: u32, count: usize) -> Task {
         Task::Coll(CollTask { kind, send: 0x1000, recv: 0x2000, count, dtype, op: DevOp::plain(op), root: 0 })

@@ -1,27 +1,25 @@
-//! Copy engines for pure data movement.
+//! Planning copy-engine groups: pure data movement as copies instead of kernels.
 //!
 //! When every rank of a communicator lives in this process and issued its part of an operation
 //! in the same group (`ncclCommInitAll` users: one thread driving every GPU), each rank's buffers
 //! are plain unified addresses to the others. A broadcast between two ranks, an all-gather or a
 //! send/recv is then a set of `cuMemcpyAsync` copies between user buffers: the copy engines move
-//! about 388 GB/s per direction over NVLink against about 362 for SM stores (DESIGN §5), with no
-//! kernel, FIFO or flag, and no SM taken from the user's kernels. The tuner prices both ways; the
+//! about 388 GB/s per direction over NVLink against about 362 for SM stores (docs/ARCHITECTURE.md,
+//! "Measured constants"), with no kernel, FIFO or flag, and no SM taken from the user's kernels. The tuner prices both ways; the
 //! copies replace the kernels when they win for the whole group.
 //!
 //! Streams are ordered with events: every rank records `Ready` where its stream stands; each rank
 //! waits for the `Ready` of every rank it writes to, queues its copies on its own stream (its
 //! copy engine pushes) and records `Done`; every rank then waits for the `Done` of every rank that
 //! wrote to it. Events cannot join separate stream captures (the usual way to capture one graph per
-//! GPU), so a group on a capturing stream runs the kernels.
+//! GPU), so a group on a capturing stream runs the kernels. The executor
+//! (`comm::launch`) queues the copies and events this module plans.
 
-use crate::comm::{Comm, CopyMark};
-use crate::cuda::CUstream;
-use crate::enqueue::{CollKind, CommShape, Task};
-use crate::error::Result;
+use super::Member;
+use crate::task::{CollKind, CollTask, Task};
 use crate::tuner::{self, Allowed};
 use crate::types;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 crate::int_param!(
     /// FERRONICKEL_COPY_ENGINE: 0 = never use the copy engines, 1 = whenever a group allows it
@@ -55,14 +53,6 @@ pub struct Copy {
     pub src: u64,
     pub dst: u64,
     pub bytes: usize,
-}
-
-/// One communicator's part of a group, as the planner sees it.
-pub struct Member<'a> {
-    /// The same on every rank of the communicator (its unique id's magic).
-    pub key: u64,
-    pub shape: CommShape,
-    pub ops: &'a [(CUstream, Task)],
 }
 
 /// A point-to-point operation of one rank: (peer, buffer, bytes).
@@ -119,7 +109,7 @@ fn plan_clique(clique: &[&Member], idx: &[usize], allowed: &Allowed, copies: &mu
     let mut kernel_us = 0.0;
     for k in 0..colls[0].len() {
         let c = colls[0][k];
-        let same = |o: &crate::enqueue::CollTask| (o.kind, o.count, o.dtype, o.root) == (c.kind, c.count, c.dtype, c.root);
+        let same = |o: &CollTask| (o.kind, o.count, o.dtype, o.root) == (c.kind, c.count, c.dtype, c.root);
         if colls.iter().any(|cs| cs.get(k).is_none_or(|o| !same(o))) {
             return Err(mismatch());
         }
@@ -188,74 +178,20 @@ fn plan_clique(clique: &[&Member], idx: &[usize], allowed: &Allowed, copies: &mu
     Ok(kernel_us)
 }
 
-/// Runs a group on the copy engines if it can and should (see the module doc); false leaves it to
-/// the kernels.
-pub fn try_group(per_comm: &[(Arc<Comm>, Vec<(CUstream, Task)>)], allowed: &Allowed) -> Result<bool> {
-    let mode = Mode::from_env();
-    // Cheap exits first: this runs at every group end (one rank per process, reductions).
-    let movement = |t: &Task| !matches!(t, Task::Coll(c) if !matches!(c.kind, CollKind::Broadcast | CollKind::AllGather));
-    if mode == Mode::Never
-        || per_comm.iter().any(|(c, ops)| c.nranks > per_comm.len() || !ops.iter().all(|(_, t)| movement(t)))
-    {
-        return Ok(false);
-    }
-    let members: Vec<Member> =
-        per_comm.iter().map(|(c, ops)| Member { key: c.bootstrap.magic(), shape: c.shape(), ops }).collect();
-    let copies = match plan(&members, mode, allowed) {
-        Ok(c) => c,
-        Err(why) => {
-            crate::nccl_trace!(crate::debug::Subsys::TUNING, "copy engines not used: {why}");
-            return Ok(false);
-        }
-    };
-    let streams: Vec<(Arc<Comm>, CUstream)> = per_comm.iter().map(|(c, ops)| (c.clone(), ops[0].0)).collect();
-    for (c, s) in &streams {
-        if c.is_capturing(*s)? {
-            crate::nccl_trace!(crate::debug::Subsys::TUNING, "copy engines not used: a stream is being captured");
-            return Ok(false);
-        }
-    }
-    run(&streams, &copies)?;
-    Ok(true)
-}
-
-/// Queues a planned group: `members[i]` is the communicator and stream of member i.
-fn run(members: &[(Arc<Comm>, CUstream)], copies: &[Copy]) -> Result<()> {
-    let writes = |from: usize, to: usize| copies.iter().any(|c| c.from == from && c.to == to && from != to);
-    for (comm, stream) in members {
-        comm.on_stream(*stream, || comm.record_mark(CopyMark::Ready, *stream))?;
-    }
-    for (i, (comm, stream)) in members.iter().enumerate() {
-        comm.on_stream(*stream, || {
-            for (j, (peer, _)) in members.iter().enumerate() {
-                if writes(i, j) {
-                    peer.wait_mark(CopyMark::Ready, *stream)?;
-                }
-            }
-            for c in copies.iter().filter(|c| c.from == i) {
-                comm.copy(c.dst, c.src, c.bytes, *stream)?;
-            }
-            comm.record_mark(CopyMark::Done, *stream)
-        })?;
-    }
-    for (i, (comm, stream)) in members.iter().enumerate() {
-        comm.on_stream(*stream, || {
-            for (j, (peer, _)) in members.iter().enumerate() {
-                if writes(j, i) {
-                    peer.wait_mark(CopyMark::Done, *stream)?;
-                }
-            }
-            Ok(())
-        })?;
-    }
-    crate::nccl_info!(crate::debug::Subsys::COLL, "copy engines: {} copies among {} ranks", copies.len(), members.len());
-    Ok(())
+/// Whether a group is worth planning as copies at all: the cheap tests, which run at every group
+/// end (one rank per process, reductions), before any matching.
+pub fn candidate(members: &[Member], mode: Mode) -> bool {
+    let movement =
+        |t: &Task| !matches!(t, Task::Coll(c) if !matches!(c.kind, CollKind::Broadcast | CollKind::AllGather));
+    mode != Mode::Never
+        && !members.iter().any(|m| m.shape.nranks > members.len() || !m.ops.iter().all(|(_, t)| movement(t)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::enqueue::{CollTask, DevOp};
+    use crate::cuda::CUstream;
+    use crate::task::{CommShape, DevOp};
 
     fn shape(rank: usize, nranks: usize) -> CommShape {
         CommShape { rank, nranks, nchannels: 64, all_pairs_channels: 64 }
@@ -267,7 +203,7 @@ mod tests {
     }
 
     fn members<'a>(key: u64, ops: &'a [Vec<(CUstream, Task)>]) -> Vec<Member<'a>> {
-        ops.iter().enumerate().map(|(r, o)| Member { key, shape: shape(r, ops.len()), ops: o }).collect()
+        ops.iter().enumerate().map(|(r, o)| Member { key, shape: shape(r, ops.len()), conn_channels: &|_| 64, ops: o }).collect()
     }
 
     fn one(kind: CollKind, n: usize, count: usize, root: usize) -> Vec<Vec<(CUstream, Task)>> {

@@ -1,0 +1,251 @@
+//! The communicator: one rank's connections, device resources and health.
+//!
+//! [`registry`] maps the C handle to it, [`init`] creates it (also by split and shrink), and
+//! [`launch`] is the executor that runs planned groups on it.
+
+pub mod init;
+pub mod launch;
+pub mod registry;
+mod watch;
+
+pub use init::{init_rank, shrink, split};
+pub use registry::{CommHandle, Phase};
+
+use crate::abi;
+use crate::bootstrap::liveness::Watcher;
+use crate::bootstrap::Bootstrap;
+use crate::cuda::{Context, DeviceBuffer, Event, HostMapped};
+use crate::error::{Error, Result};
+use crate::task::{CommShape, DevOp};
+use crate::transport::p2p::{ConnPlan, P2pTransport};
+use crate::types::ncclDataType_t;
+use launch::LaunchState;
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use watch::Ops;
+
+crate::int_param!(
+    /// NCCL_CHECK_POINTERS: check that buffers are device memory before enqueuing (default on).
+    check_pointers, "NCCL_CHECK_POINTERS", 1
+);
+
+/// The parts of `ncclConfig_t` we act on, with NCCL's defaults filled in.
+#[derive(Debug, Clone, Default)]
+pub struct CommConfig {
+    pub blocking: bool,
+    pub min_ctas: Option<usize>,
+    pub max_ctas: Option<usize>,
+    pub name: Option<String>,
+}
+
+/// A user reduction operator from `ncclRedOpCreatePreMulSum`.
+#[derive(Debug, Clone, Copy)]
+pub struct UserOp {
+    pub dtype: ncclDataType_t,
+    pub op: DevOp,
+}
+
+/// Device resources, released with the communicator's context current.
+struct Resources {
+    _transport: P2pTransport,
+    dev_comm: DeviceBuffer,
+    _conns: DeviceBuffer,
+    _ring_ranks: DeviceBuffer,
+    /// [abort requested by the host, error reported by the device]; shared with the liveness
+    /// watcher, which raises the abort flag when a peer is lost.
+    flags: Arc<HostMapped>,
+}
+
+const FLAG_ABORT: usize = 0;
+const FLAG_ERROR: usize = 1;
+
+/// An initialised communicator.
+pub struct Comm {
+    pub rank: usize,
+    pub nranks: usize,
+    pub dev: i32,
+    /// Compute capability major of our GPU (fp8 needs 9).
+    pub cc_major: i32,
+    pub config: CommConfig,
+    pub bootstrap: Bootstrap,
+    /// Which connections exist and how many channels each has (rings use `ring_channels`).
+    pub conns: ConnPlan,
+    pub user_ops: Mutex<Vec<Option<UserOp>>>,
+    pub registrations: Mutex<HashSet<usize>>,
+    watchdog: Duration,
+    /// Set once, by the liveness watcher, when a rank of this communicator is lost: what was lost
+    /// and how it was noticed.
+    lost: Arc<OnceLock<String>>,
+    /// Watches the ring neighbours (bootstrap::liveness); stopped first when the comm goes.
+    watcher: Option<Watcher>,
+    /// ncclCommRevoke was called: our kernels were stopped on purpose, and only shrink, abort,
+    /// destroy and queries are allowed.
+    revoked: AtomicBool,
+    /// Our operations so far, for hang reports.
+    ops: Arc<Ops>,
+    /// The GPU side; `None` only for communicators that unit tests build without a GPU to
+    /// exercise argument checking.
+    gpu: Option<Gpu>,
+    leak: AtomicBool,
+}
+
+/// A communicator's context, device resources and launch ordering.
+struct Gpu {
+    ctx: Arc<Context>,
+    launch_state: Mutex<LaunchState>,
+    /// By [`launch::CopyMark`].
+    copy_marks: [Event; 2],
+    res: Option<Resources>,
+}
+
+impl Comm {
+    /// A communicator with no GPU behind it, for unit tests of argument checking: everything
+    /// up to the launch works, the launch itself fails.
+    #[cfg(test)]
+    pub fn without_gpu(bootstrap: Bootstrap, cc_major: i32) -> Comm {
+        let (rank, nranks) = (bootstrap.rank(), bootstrap.nranks());
+        let order: Vec<usize> = (0..nranks).collect();
+        Comm {
+            rank,
+            nranks,
+            dev: 0,
+            cc_major,
+            config: CommConfig { blocking: true, ..Default::default() },
+            bootstrap,
+            conns: ConnPlan { nranks, ring_channels: 1, p2p_channels: 1, order: order.clone(), fifo_bytes: 0 },
+            user_ops: Mutex::new(Vec::new()),
+            registrations: Mutex::new(HashSet::new()),
+            watchdog: Duration::ZERO,
+            lost: Arc::new(OnceLock::new()),
+            watcher: None,
+            revoked: AtomicBool::new(false),
+            ops: Arc::new(Ops::default()),
+            gpu: None,
+            leak: AtomicBool::new(false),
+        }
+    }
+
+    fn gpu(&self) -> Result<(&Gpu, &Resources)> {
+        match &self.gpu {
+            Some(g @ Gpu { res: Some(r), .. }) => Ok((g, r)),
+            _ => Err(Error::Internal(format!("rank {}: communicator has no GPU resources", self.rank))),
+        }
+    }
+
+    /// Fails if a peer was lost, a kernel reported a timeout, or the communicator was aborted.
+    pub fn check_health(&self) -> Result<()> {
+        if let Some(what) = self.lost.get() {
+            return Err(Error::Remote(format!(
+                "rank {}: this communicator lost {what}; its operations were stopped. Abort it (ncclCommAbort), \
+                 or shrink it (ncclCommShrink) to go on without that rank",
+                self.rank
+            )));
+        }
+        let Ok((_, res)) = self.gpu() else { return Ok(()) };
+        let flags = &res.flags;
+        if flags.get(FLAG_ABORT) != 0 && !self.is_revoked() {
+            crate::bail_usage!("communicator was aborted");
+        }
+        match flags.get(FLAG_ERROR) {
+            0 => Ok(()),
+            // Kernels that stopped because ncclCommRevoke asked them to.
+            x if x == abi::FN_DEV_ABORTED && self.is_revoked() => Ok(()),
+            x if x == abi::FN_DEV_TIMEOUT => {
+                if !self.ops.reported.swap(true, Ordering::Relaxed) {
+                    if let Some(w) = &self.watcher {
+                        w.request_report();
+                    }
+                }
+                Err(Error::Remote(format!(
+                    "rank {}: a collective waited more than {:?} (NCCL_WATCHDOG_TIMEOUT_MS) for a peer; a rank did not \
+                     call it or called it with different arguments (the hang report names who). Abort the communicator.",
+                    self.rank, self.watchdog
+                )))
+            }
+            x => Err(Error::Internal(format!("rank {}: device reported error code {x}", self.rank))),
+        }
+    }
+
+    pub fn shape(&self) -> CommShape {
+        CommShape {
+            rank: self.rank,
+            nranks: self.nranks,
+            nchannels: self.conns.ring_channels,
+            all_pairs_channels: self.conns.all_pairs_channels(),
+        }
+    }
+
+    /// Channels of our connection with `peer`.
+    pub fn conn_channels(&self, peer: usize) -> usize {
+        self.conns.channels(self.rank, peer)
+    }
+
+    /// Waits until our last launch finished, or the deadline passes (then false).
+    pub fn wait_idle(&self, deadline: Option<Instant>) -> Result<bool> {
+        let Ok((gpu, _)) = self.gpu() else { return Ok(true) };
+        let _g = gpu.ctx.enter()?;
+        let st = gpu.launch_state.lock();
+        loop {
+            if st.last.is_done()? {
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// ncclCommRevoke: stops this rank's kernels (they see the abort flag) and waits, up to
+    /// `within`, until they have; from then on only shrink, abort, destroy and queries work. A
+    /// revoke is not an error: ncclCommGetAsyncError stays ncclSuccess unless a peer was lost.
+    pub fn revoke(&self, within: Duration) -> Result<()> {
+        self.revoked.store(true, Ordering::Release);
+        self.request_abort();
+        if !self.wait_idle(Some(Instant::now() + within))? {
+            return Err(Error::System(format!(
+                "ncclCommRevoke: the kernels of rank {} did not stop within {within:?}",
+                self.rank
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
+    }
+
+    /// Asks every running kernel of this communicator to stop.
+    pub fn request_abort(&self) {
+        if let Ok((_, res)) = self.gpu() {
+            res.flags.set(FLAG_ABORT, 1);
+        }
+    }
+
+    /// Leaves the device memory allocated: abort could not confirm that our kernels stopped,
+    /// and freeing memory a running kernel uses would crash it.
+    pub fn leak_resources(&self) {
+        self.leak.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        // Goodbye to the neighbours first (an orderly exit is not a loss), and the watcher's hold
+        // on the flags ends before they are freed.
+        drop(self.watcher.take());
+        let Some(mut gpu) = self.gpu.take() else { return };
+        if self.leak.load(Ordering::Relaxed) {
+            std::mem::forget(gpu.res.take());
+            return;
+        }
+        // Device memory is freed with our context current.
+        if let Ok(_g) = gpu.ctx.enter() {
+            gpu.res.take();
+        }
+    }
+}
+

@@ -1,0 +1,83 @@
+//! The vocabulary every layer above the platform shares: what a call asks for ([`Task`]), what
+//! planning needs to know about a communicator ([`CommShape`]), and what planning produces for the
+//! kernels ([`Launch`]). It sits low (docs/ARCHITECTURE.md, "Layers") so that the tuner, the
+//! planner, the communicator and the group code all import it and none of them imports another
+//! sideways or upwards.
+
+use crate::abi::fnWork;
+use crate::cuda::CUstream;
+use crate::types::ncclDataType_t;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CollKind {
+    AllReduce,
+    Reduce,
+    Broadcast,
+    AllGather,
+    ReduceScatter,
+}
+
+/// The device-side reduction: an `fnRedOp` and its PreMulSum scalar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DevOp {
+    pub kind: u32,
+    /// PreMulSum: the scalar's bits in the data type, or a device pointer to it.
+    pub scalar: u64,
+    pub scalar_is_ptr: bool,
+}
+
+impl DevOp {
+    pub const fn plain(kind: u32) -> DevOp {
+        DevOp { kind, scalar: 0, scalar_is_ptr: false }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct CollTask {
+    pub kind: CollKind,
+    pub send: u64,
+    pub recv: u64,
+    /// Elements, as the user counts them for this collective.
+    pub count: usize,
+    pub dtype: ncclDataType_t,
+    pub op: DevOp,
+    pub root: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Task {
+    Coll(CollTask),
+    Send { buf: u64, bytes: usize, peer: usize },
+    Recv { buf: u64, bytes: usize, peer: usize },
+}
+
+/// One queued operation: which communicator (`C`: the group code's `Arc<Comm>`; generic so that
+/// this module stays below the communicator), on which stream, doing what.
+pub struct Queued<C> {
+    pub comm: C,
+    pub stream: CUstream,
+    pub task: Task,
+}
+
+/// What planning needs to know about the communicator. Every input but `rank` is the same on
+/// every rank, so all ranks pick the same algorithm, protocol and split for an operation.
+#[derive(Debug, Clone, Copy)]
+pub struct CommShape {
+    pub rank: usize,
+    pub nranks: usize,
+    /// CTAs one rank may use for a launch (its channel budget).
+    pub nchannels: usize,
+    /// Channels that connect every pair of ranks: the most a one-shot all-reduce can use.
+    pub all_pairs_channels: usize,
+}
+
+/// One kernel launch for one communicator.
+#[derive(Debug)]
+pub struct Launch {
+    pub kernel: String,
+    pub grid: u32,
+    pub stream: CUstream,
+    /// Other streams whose operations joined this launch: ordered before and after it.
+    pub joined: Vec<CUstream>,
+    pub works: Vec<fnWork>,
+}
