@@ -385,7 +385,7 @@ impl Net for PluginNet {
         let d = dev as c_int;
         let lib = &self.inner.lib;
         let clamp = |r: c_int| (r.max(1) as usize).min(MAX_RECVS);
-        // SAFETY (each arm): getProperties fills the struct of its version; zeroed is a valid
+        // SAFETY: in each arm, getProperties fills the struct of its version; zeroed is a valid
         // starting value for these plain-data structs.
         let p = unsafe {
             match lib.table {
