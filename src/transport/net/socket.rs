@@ -250,12 +250,11 @@ pub(crate) fn chunks(size: usize, nsocks: usize) -> Vec<(usize, usize)> {
 // ---------------------------------------------------------------------------------------------
 // Non-blocking I/O that never raises SIGPIPE
 
-/// Sends what the socket takes now: `Ok(None)` if it takes nothing.
-fn send_some(fd: RawFd, buf: &[u8]) -> io::Result<Option<usize>> {
+/// Runs one non-blocking socket call again while it is interrupted: `Ok(None)` when it would
+/// block, else the byte count it returned.
+fn nonblocking(mut call: impl FnMut() -> isize) -> io::Result<Option<usize>> {
     loop {
-        // SAFETY: buf is valid for reads of buf.len() bytes; MSG_NOSIGNAL turns a dead peer
-        // into EPIPE instead of a signal that would kill a C host program.
-        let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        let n = call();
         if n >= 0 {
             return Ok(Some(n as usize));
         }
@@ -268,21 +267,17 @@ fn send_some(fd: RawFd, buf: &[u8]) -> io::Result<Option<usize>> {
     }
 }
 
+/// Sends what the socket takes now: `Ok(None)` if it takes nothing.
+fn send_some(fd: RawFd, buf: &[u8]) -> io::Result<Option<usize>> {
+    // SAFETY: buf is valid for reads of buf.len() bytes; MSG_NOSIGNAL turns a dead peer into
+    // EPIPE instead of a signal that would kill a C host program.
+    nonblocking(|| unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) })
+}
+
 /// Receives what is there now: `Ok(None)` if nothing is, `Ok(Some(0))` at end of stream.
 fn recv_some(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
-    loop {
-        // SAFETY: buf is valid for writes of buf.len() bytes.
-        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-        if n >= 0 {
-            return Ok(Some(n as usize));
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::Interrupted => continue,
-            io::ErrorKind::WouldBlock => return Ok(None),
-            _ => return Err(e),
-        }
-    }
+    // SAFETY: buf is valid for writes of buf.len() bytes.
+    nonblocking(|| unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) })
 }
 
 fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) {
