@@ -1,5 +1,5 @@
 // prims.cuh: one ring/p2p endpoint pair of a group and its FIFO steps in each protocol. The ring
-// algorithms (collectives.cu) are written once against send / recvReduceSend / ... and run over any
+// algorithms (collectives.cuh) are written once against send / recvReduceSend / ... and run over any
 // protocol P. See kernels/README.md for the step rules.
 #pragma once
 #include "prims_ll.cuh"

@@ -6,6 +6,7 @@
 #   libclang          bindgen (build.rs) needs it              -> apt-get install libclang-dev
 #   g++               the C++ half of tests/abi.rs             -> apt-get install g++
 #   cmake, pkg-config tests/install.rs finds the installed lib -> apt-get install cmake pkg-config
+#   zstd              the fatbin test in src/cuda/module.rs    -> apt-get install zstd
 #   nvcc 13.0 + CUDA headers   build.rs kernels, tests' C code -> pip install nvidia-cuda-* 13.0
 #   NVIDIA's nccl.h 2.28.9     reference for tests/abi.rs      -> .deps/nvidia-nccl/include/
 #   .deps/cuda-include         symlink to the CUDA headers the tests compile against
@@ -62,13 +63,15 @@ else
   find_libclang || die "libclang-dev installed but libclang still not found"
 fi
 
-# --- C and C++ compilers, binutils (tests compile C/C++ and run nm/readelf) -----------------
+# --- C and C++ compilers, binutils (tests compile C/C++ and run nm/readelf), zstd (the -----
+# --- fatbin test decompresses the kernel images nvcc compressed) ----------------------------
 missing=()
 command -v cc >/dev/null || missing+=(gcc)
 command -v c++ >/dev/null || missing+=(g++)
 { command -v nm >/dev/null && command -v readelf >/dev/null; } || missing+=(binutils)
+command -v zstd >/dev/null || missing+=(zstd)
 if [ ${#missing[@]} -eq 0 ]; then
-  say "cc, c++, nm, readelf: found"
+  say "cc, c++, nm, readelf, zstd: found"
 else
   say "installing ${missing[*]} (apt-get)"
   apt_install "${missing[@]}"

@@ -5,6 +5,7 @@
 //! sideways or upwards.
 
 use crate::abi::fnWork;
+use crate::cuda::module::KernelId;
 use crate::cuda::CUstream;
 use crate::types::ncclDataType_t;
 
@@ -74,7 +75,7 @@ pub struct CommShape {
 /// One kernel launch for one communicator.
 #[derive(Debug)]
 pub struct Launch {
-    pub kernel: String,
+    pub kernel: KernelId,
     pub grid: u32,
     pub stream: CUstream,
     /// Other streams whose operations joined this launch: ordered before and after it.

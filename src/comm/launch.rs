@@ -159,7 +159,7 @@ impl Comm {
     fn load_kernels(&self, launches: &[Launch]) -> Result<Vec<module::Kernel>> {
         let (gpu, _) = self.gpu()?;
         let _g = gpu.ctx.enter()?;
-        launches.iter().map(|l| module::kernel(self.dev, &l.kernel)).collect()
+        launches.iter().map(|l| module::kernel(self.dev, l.kernel)).collect()
     }
 
     /// Launches planned kernels (from [`Comm::load_kernels`]) on their streams, in order.

@@ -3,21 +3,20 @@
 //! receives in a group, so that they progress together whatever order the ranks issued them in.
 
 use crate::abi::{self, fnWork, FN_MAX_WORKS};
+use crate::cuda::module::KernelId;
 use crate::cuda::CUstream;
 use crate::error::{Error, Result};
 use crate::task::{CollKind, CollTask, CommShape, Launch, Task};
 use crate::tuner::{self, Allowed};
 use crate::types;
 
-const DTYPE_TAGS: [&str; 12] = ["i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16", "e4m3", "e5m2"];
-const OP_TAGS: [&str; 6] = ["sum", "prod", "max", "min", "premulsum", "sumpostdiv"];
-
 /// The kernel for a collective: reductions are specialised per (dtype, op); pure data movement
 /// runs in the type-free copy kernel.
-fn kernel_name(t: &CollTask) -> String {
+fn kernel_id(t: &CollTask) -> Result<KernelId> {
     match t.kind {
-        CollKind::Broadcast | CollKind::AllGather => "fnCopy".into(),
-        _ => format!("fnColl_{}_{}", DTYPE_TAGS[t.dtype as usize], OP_TAGS[t.op.kind as usize]),
+        CollKind::Broadcast | CollKind::AllGather => Ok(KernelId::COPY),
+        _ => KernelId::coll(t.dtype as u32, t.op.kind)
+            .ok_or_else(|| Error::Internal(format!("no kernel reduces data type {} with device op {}", t.dtype, t.op.kind))),
     }
 }
 
@@ -109,7 +108,7 @@ pub fn plan(
         if c.count == 0 {
             continue;
         }
-        let kernel = kernel_name(c);
+        let kernel = kernel_id(c)?;
         let work = coll_work(c, shape, allowed);
         let grid = u32::from(work.nChannels);
         match launches.last_mut() {
@@ -200,7 +199,7 @@ fn plan_p2p(shape: &CommShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(C
         .iter()
         .map(|&(lane, ty, send, recv, bytes, parts)| p2p_work(ty, send, recv, bytes, lanes[lane].peer, &lanes[lane], parts))
         .collect();
-    Ok(Some(Launch { kernel: "fnCopy".into(), grid: next as u32, stream: streams[0], joined: streams[1..].to_vec(), works }))
+    Ok(Some(Launch { kernel: KernelId::COPY, grid: next as u32, stream: streams[0], joined: streams[1..].to_vec(), works }))
 }
 
 #[cfg(test)]
@@ -230,7 +229,7 @@ mod tests {
             (s, coll(CollKind::AllReduce, types::ncclFloat32, abi::FN_OP_SUM, 0)),
         ];
         let l = plan0(&ops).unwrap();
-        let names: Vec<_> = l.iter().map(|l| l.kernel.as_str()).collect();
+        let names: Vec<_> = l.iter().map(|l| l.kernel.name()).collect();
         assert_eq!(names, ["fnColl_f32_sum", "fnColl_i32_max", "fnCopy"]);
         assert_eq!(l[0].works.len(), 2);
         // The copy kernel counts bytes.

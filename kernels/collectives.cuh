@@ -1,6 +1,9 @@
-// collectives.cu: ring algorithms over any protocol for every work type, the one-shot LL
-// all-reduce, and the extern "C" kernels (one per data type x reduction op, plus fnCopy). See
-// kernels/README.md for the contract.
+// collectives.cuh: ring algorithms over any protocol for every work type, the one-shot LL
+// all-reduce, and the macros that define the extern "C" kernels. It instantiates nothing itself:
+// build.rs generates the translation units from its one kernel list (one unit per data type, plus
+// fnCopy's), which include this header and define their kernels with FN_COLL_KERNEL /
+// FN_COPY_KERNEL. See kernels/README.md for the contract.
+#pragma once
 #include <type_traits>
 #include "prims.cuh"
 
@@ -376,32 +379,38 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
   }
 }
 
+// fnDataType -> the element type its kernels compute on. The generated units name kernels by
+// the enums, so a kernel's name, its host-side id and its C++ type come from one list.
+template <int D> struct DevType;
+template <> struct DevType<FN_INT8> { using T = int8_t; };
+template <> struct DevType<FN_UINT8> { using T = uint8_t; };
+template <> struct DevType<FN_INT32> { using T = int32_t; };
+template <> struct DevType<FN_UINT32> { using T = uint32_t; };
+template <> struct DevType<FN_INT64> { using T = int64_t; };
+template <> struct DevType<FN_UINT64> { using T = uint64_t; };
+template <> struct DevType<FN_FLOAT16> { using T = __half; };
+template <> struct DevType<FN_FLOAT32> { using T = float; };
+template <> struct DevType<FN_FLOAT64> { using T = double; };
+template <> struct DevType<FN_BFLOAT16> { using T = __nv_bfloat16; };
+template <> struct DevType<FN_FP8E4M3> { using T = __nv_fp8_e4m3; };
+template <> struct DevType<FN_FP8E5M2> { using T = __nv_fp8_e5m2; };
+
+// fnRedOp -> the operator over element type T.
+template <int O, typename T> struct DevOp;
+template <typename T> struct DevOp<FN_OP_SUM, T> { using Op = OpSum<T>; };
+template <typename T> struct DevOp<FN_OP_PROD, T> { using Op = OpProd<T>; };
+template <typename T> struct DevOp<FN_OP_MAX, T> { using Op = OpMax<T>; };
+template <typename T> struct DevOp<FN_OP_MIN, T> { using Op = OpMin<T>; };
+template <typename T> struct DevOp<FN_OP_PREMULSUM, T> { using Op = OpPreMulSum<T>; };
+template <typename T> struct DevOp<FN_OP_SUMPOSTDIV, T> { using Op = OpSumPostDiv<T>; };
+
 // The kernels. __grid_constant__ lets the works be indexed in parameter space without a local copy;
 // the parameter layout is the plain fnKernelArgs one.
-#define FN_KERNEL(name, T, OP)                                                                   \
-  extern "C" __global__ void __launch_bounds__(FN_NTHREADS, 1) name(const __grid_constant__ fnKernelArgs args) { \
-    runWorks<T, OP<T>>(args);                                                                    \
-  }
-#define FN_KERNELS_ALL_OPS(tn, T)          \
-  FN_KERNEL(fnColl_##tn##_sum, T, OpSum)   \
-  FN_KERNEL(fnColl_##tn##_prod, T, OpProd) \
-  FN_KERNEL(fnColl_##tn##_max, T, OpMax)   \
-  FN_KERNEL(fnColl_##tn##_min, T, OpMin)   \
-  FN_KERNEL(fnColl_##tn##_premulsum, T, OpPreMulSum)
-#define FN_KERNELS_INT(tn, T) \
-  FN_KERNELS_ALL_OPS(tn, T)   \
-  FN_KERNEL(fnColl_##tn##_sumpostdiv, T, OpSumPostDiv)
-
-FN_KERNELS_INT(i8, int8_t)
-FN_KERNELS_INT(u8, uint8_t)
-FN_KERNELS_INT(i32, int32_t)
-FN_KERNELS_INT(u32, uint32_t)
-FN_KERNELS_INT(i64, int64_t)
-FN_KERNELS_INT(u64, uint64_t)
-FN_KERNELS_ALL_OPS(f16, __half)
-FN_KERNELS_ALL_OPS(f32, float)
-FN_KERNELS_ALL_OPS(f64, double)
-FN_KERNELS_ALL_OPS(bf16, __nv_bfloat16)
-FN_KERNELS_ALL_OPS(e4m3, __nv_fp8_e4m3)
-FN_KERNELS_ALL_OPS(e5m2, __nv_fp8_e5m2)
-FN_KERNEL(fnCopy, uint8_t, OpNone)
+#define FN_KERNEL_HEAD_(name) \
+  extern "C" __global__ void __launch_bounds__(FN_NTHREADS, 1) name(const __grid_constant__ fnKernelArgs args)
+// fnColl_<type>_<op>: every work type, reductions specialised for data type D and operator O.
+#define FN_COLL_KERNEL(name, D, O) \
+  FN_KERNEL_HEAD_(name) { runWorks<typename DevType<D>::T, typename DevOp<O, typename DevType<D>::T>::Op>(args); }
+// fnCopy: bytes, no reduction.
+#define FN_COPY_KERNEL(name) \
+  FN_KERNEL_HEAD_(name) { runWorks<uint8_t, OpNone<uint8_t>>(args); }
