@@ -43,15 +43,55 @@ const DTYPES: [DType; 12] = [
     DType { tag: "i8", abi: "FN_INT8", nccl: "ncclInt8", int: true, signed_twin: None, cost: 4, min_arch: 0 },
     DType { tag: "u8", abi: "FN_UINT8", nccl: "ncclUint8", int: true, signed_twin: Some("i8"), cost: 2, min_arch: 0 },
     DType { tag: "i32", abi: "FN_INT32", nccl: "ncclInt32", int: true, signed_twin: None, cost: 3, min_arch: 0 },
-    DType { tag: "u32", abi: "FN_UINT32", nccl: "ncclUint32", int: true, signed_twin: Some("i32"), cost: 1, min_arch: 0 },
+    DType {
+        tag: "u32",
+        abi: "FN_UINT32",
+        nccl: "ncclUint32",
+        int: true,
+        signed_twin: Some("i32"),
+        cost: 1,
+        min_arch: 0,
+    },
     DType { tag: "i64", abi: "FN_INT64", nccl: "ncclInt64", int: true, signed_twin: None, cost: 3, min_arch: 0 },
-    DType { tag: "u64", abi: "FN_UINT64", nccl: "ncclUint64", int: true, signed_twin: Some("i64"), cost: 1, min_arch: 0 },
+    DType {
+        tag: "u64",
+        abi: "FN_UINT64",
+        nccl: "ncclUint64",
+        int: true,
+        signed_twin: Some("i64"),
+        cost: 1,
+        min_arch: 0,
+    },
     DType { tag: "f16", abi: "FN_FLOAT16", nccl: "ncclFloat16", int: false, signed_twin: None, cost: 4, min_arch: 0 },
     DType { tag: "f32", abi: "FN_FLOAT32", nccl: "ncclFloat32", int: false, signed_twin: None, cost: 3, min_arch: 0 },
     DType { tag: "f64", abi: "FN_FLOAT64", nccl: "ncclFloat64", int: false, signed_twin: None, cost: 3, min_arch: 0 },
-    DType { tag: "bf16", abi: "FN_BFLOAT16", nccl: "ncclBfloat16", int: false, signed_twin: None, cost: 4, min_arch: 0 },
-    DType { tag: "e4m3", abi: "FN_FP8E4M3", nccl: "ncclFloat8e4m3", int: false, signed_twin: None, cost: 4, min_arch: 90 },
-    DType { tag: "e5m2", abi: "FN_FP8E5M2", nccl: "ncclFloat8e5m2", int: false, signed_twin: None, cost: 4, min_arch: 90 },
+    DType {
+        tag: "bf16",
+        abi: "FN_BFLOAT16",
+        nccl: "ncclBfloat16",
+        int: false,
+        signed_twin: None,
+        cost: 4,
+        min_arch: 0,
+    },
+    DType {
+        tag: "e4m3",
+        abi: "FN_FP8E4M3",
+        nccl: "ncclFloat8e4m3",
+        int: false,
+        signed_twin: None,
+        cost: 4,
+        min_arch: 90,
+    },
+    DType {
+        tag: "e5m2",
+        abi: "FN_FP8E5M2",
+        nccl: "ncclFloat8e5m2",
+        int: false,
+        signed_twin: None,
+        cost: 4,
+        min_arch: 90,
+    },
 ];
 
 /// A device reduction operator, in `fnRedOp` order.
@@ -176,7 +216,10 @@ fn find_nvcc() -> Option<PathBuf> {
         candidates.extend(std::env::split_paths(&paths).map(|d| d.join("nvcc")));
     }
     let py = Command::new("python3")
-        .args(["-c", "import nvidia, os; print('\\n'.join(os.path.join(p, 'cu13', 'bin', 'nvcc') for p in nvidia.__path__))"])
+        .args([
+            "-c",
+            "import nvidia, os; print('\\n'.join(os.path.join(p, 'cu13', 'bin', 'nvcc') for p in nvidia.__path__))",
+        ])
         .output();
     if let Ok(o) = py {
         candidates.extend(String::from_utf8_lossy(&o.stdout).lines().map(PathBuf::from));
@@ -219,7 +262,11 @@ fn gencode_args() -> Vec<String> {
 /// old GPUs only still has every unit).
 fn unit_gencode(gencode: &[String], min_arch: u32) -> Vec<String> {
     let arch_of = |pair: &[String]| -> u32 {
-        pair[1].strip_prefix("arch=compute_").and_then(|r| r.split(',').next()).and_then(|a| a.parse().ok()).unwrap_or(0)
+        pair[1]
+            .strip_prefix("arch=compute_")
+            .and_then(|r| r.split(',').next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(0)
     };
     let kept: Vec<String> = gencode.chunks(2).filter(|p| arch_of(p) >= min_arch).flatten().cloned().collect();
     if kept.is_empty() {
@@ -231,7 +278,11 @@ fn unit_gencode(gencode: &[String], min_arch: u32) -> Vec<String> {
 
 /// What the -gencode arguments produce: `sm_80` (SASS), `compute_90` (PTX), ...
 fn targets(gencode: &[String]) -> Vec<&str> {
-    gencode.iter().filter_map(|g| g.split_once("code=")).flat_map(|(_, c)| c.trim_matches(['[', ']']).split(',')).collect()
+    gencode
+        .iter()
+        .filter_map(|g| g.split_once("code="))
+        .flat_map(|(_, c)| c.trim_matches(['[', ']']).split(','))
+        .collect()
 }
 
 /// Live progress for a person at a terminal. cargo shows a build script's `cargo:warning` lines
@@ -454,16 +505,24 @@ fn write_kernel_table(out: &Path, units: &[Unit], fatbins: &[PathBuf], gencode: 
     writeln!(t, "pub static UNIT_ARCHS: [(&[u32], &[u32]); NUM_UNITS] = [").unwrap();
     for u in units {
         let g = unit_gencode(gencode, u.min_arch);
-        let archs = |kind: &str| -> Vec<&str> { targets(&g).into_iter().filter_map(|c| c.strip_prefix(kind)).collect() };
-        writeln!(t, "    (&[{}], &[{}]), // {}", archs("sm_").join(", "), archs("compute_").join(", "), u.name).unwrap();
+        let archs =
+            |kind: &str| -> Vec<&str> { targets(&g).into_iter().filter_map(|c| c.strip_prefix(kind)).collect() };
+        writeln!(t, "    (&[{}], &[{}]), // {}", archs("sm_").join(", "), archs("compute_").join(", "), u.name)
+            .unwrap();
     }
     writeln!(t, "];\n").unwrap();
     writeln!(t, "/// The compiled units, one CUDA module each: (unit, fatbin, generated source).").unwrap();
     writeln!(t, "pub static UNITS: [(&str, &[u8], &str); NUM_UNITS] = [").unwrap();
     for (u, fb) in units.iter().zip(fatbins) {
         let src = out.join("kernels").join(format!("{}.cu", u.name));
-        writeln!(t, "    ({:?}, include_bytes!({:?}), include_str!({:?})),", u.name, fb.display().to_string(), src.display().to_string())
-            .unwrap();
+        writeln!(
+            t,
+            "    ({:?}, include_bytes!({:?}), include_str!({:?})),",
+            u.name,
+            fb.display().to_string(),
+            src.display().to_string()
+        )
+        .unwrap();
     }
     writeln!(t, "];\n").unwrap();
 
@@ -474,9 +533,12 @@ fn write_kernel_table(out: &Path, units: &[Unit], fatbins: &[PathBuf], gencode: 
     }
     writeln!(t, "];\n").unwrap();
 
-    writeln!(t, "/// `COLL[fnDataType][fnRedOp]`: the kernel running that reduction, or `NO_KERNEL` where none is").unwrap();
-    writeln!(t, "/// compiled. Unsigned integers run their signed twin's Sum, Prod and PreMulSum (same bits).").unwrap();
-    writeln!(t, "pub static COLL: [[u16; crate::abi::FN_NUM_OPS as usize]; crate::abi::FN_NUM_TYPES as usize] = [").unwrap();
+    writeln!(t, "/// `COLL[fnDataType][fnRedOp]`: the kernel running that reduction, or `NO_KERNEL` where none is")
+        .unwrap();
+    writeln!(t, "/// compiled. Unsigned integers run their signed twin's Sum, Prod and PreMulSum (same bits).")
+        .unwrap();
+    writeln!(t, "pub static COLL: [[u16; crate::abi::FN_NUM_OPS as usize]; crate::abi::FN_NUM_TYPES as usize] = [")
+        .unwrap();
     for d in &DTYPES {
         let row: Vec<String> = OPS
             .iter()
@@ -492,11 +554,20 @@ fn write_kernel_table(out: &Path, units: &[Unit], fatbins: &[PathBuf], gencode: 
 
     writeln!(t, "// The tables above are indexed by the device enums, which NCCL's numbering must match.").unwrap();
     for (i, d) in DTYPES.iter().enumerate() {
-        writeln!(t, "const _: () = assert!(crate::abi::{} as i64 == {i} && crate::types::{} as i64 == {i});", d.abi, d.nccl).unwrap();
+        writeln!(
+            t,
+            "const _: () = assert!(crate::abi::{} as i64 == {i} && crate::types::{} as i64 == {i});",
+            d.abi, d.nccl
+        )
+        .unwrap();
     }
     for (i, o) in OPS.iter().enumerate() {
         match o.nccl {
-            Some(n) => writeln!(t, "const _: () = assert!(crate::abi::{} as i64 == {i} && crate::types::{n} as i64 == {i});", o.abi),
+            Some(n) => writeln!(
+                t,
+                "const _: () = assert!(crate::abi::{} as i64 == {i} && crate::types::{n} as i64 == {i});",
+                o.abi
+            ),
             None => writeln!(t, "const _: () = assert!(crate::abi::{} as i64 == {i});", o.abi),
         }
         .unwrap();
@@ -515,7 +586,9 @@ fn bind_device_abi(kernels: &Path, out: &Path) {
         .derive_default(true)
         .layout_tests(true)
         .generate()
-        .unwrap_or_else(|e| panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display()));
+        .unwrap_or_else(|e| {
+            panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
+        });
     bindings.write_to_file(out.join("device_abi.rs")).unwrap();
 }
 

@@ -46,9 +46,17 @@ fn main() {
     let mut v: c_int = 0;
     // SAFETY: valid out-pointer.
     check(unsafe { version::ncclGetVersion(&mut v) }, "ncclGetVersion");
-    println!("ferronickel {} — NCCL version code {v} (NCCL {}.{}.{})", env!("CARGO_PKG_VERSION"), v / 10000, v / 100 % 100, v % 100);
+    println!(
+        "ferronickel {} — NCCL version code {v} (NCCL {}.{}.{})",
+        env!("CARGO_PKG_VERSION"),
+        v / 10000,
+        v / 100 % 100,
+        v % 100
+    );
     match exported_api() {
-        Some((found, total)) => println!("exported API: {found}/{total} NCCL 2.28.9 functions (nccl* and their pnccl* twins)"),
+        Some((found, total)) => {
+            println!("exported API: {found}/{total} NCCL 2.28.9 functions (nccl* and their pnccl* twins)")
+        }
         None => println!("exported API: target/<profile>/libnccl.so.2 not found next to this example"),
     }
     if let Err(e) = cuda::init() {
@@ -90,7 +98,9 @@ fn all_reduce_over(ndev: i32) {
         let _g = ctxs[r].enter().expect("enter");
         // SAFETY: in-place all-reduce on a device buffer of n floats, legacy stream of that device.
         check(
-            unsafe { coll::ncclAllReduce(b.ptr as _, b.ptr as _, n, ncclFloat32, ncclSum, comms[r], std::ptr::null_mut()) },
+            unsafe {
+                coll::ncclAllReduce(b.ptr as _, b.ptr as _, n, ncclFloat32, ncclSum, comms[r], std::ptr::null_mut())
+            },
             "ncclAllReduce",
         );
     }
@@ -103,7 +113,8 @@ fn all_reduce_over(ndev: i32) {
         cuda::stream_synchronize(std::ptr::null_mut()).expect("sync");
         let mut host = vec![0f32; n];
         b.read(&mut host).expect("download");
-        wrong += (0..n).filter(|&i| (host[i] - (ranks_sum + ndev as f32 * (i % 1000) as f32 / 1000.0)).abs() > 1e-3).count();
+        wrong +=
+            (0..n).filter(|&i| (host[i] - (ranks_sum + ndev as f32 * (i % 1000) as f32 / 1000.0)).abs() > 1e-3).count();
     }
     for c in comms {
         // SAFETY: each comm was created above and is destroyed once.

@@ -40,11 +40,23 @@ impl Subsys {
     pub const RAS: u64 = 0x8000;
     pub const ALL: u64 = !0;
     const NAMES: [(&'static str, u64); 17] = [
-        ("INIT", Self::INIT), ("COLL", Self::COLL), ("P2P", Self::P2P), ("SHM", Self::SHM),
-        ("NET", Self::NET), ("GRAPH", Self::GRAPH), ("TUNING", Self::TUNING), ("ENV", Self::ENV),
-        ("ALLOC", Self::ALLOC), ("CALL", Self::CALL), ("PROXY", Self::PROXY), ("NVLS", Self::NVLS),
-        ("BOOTSTRAP", Self::BOOTSTRAP), ("REG", Self::REG), ("PROFILE", Self::PROFILE),
-        ("RAS", Self::RAS), ("ALL", Self::ALL),
+        ("INIT", Self::INIT),
+        ("COLL", Self::COLL),
+        ("P2P", Self::P2P),
+        ("SHM", Self::SHM),
+        ("NET", Self::NET),
+        ("GRAPH", Self::GRAPH),
+        ("TUNING", Self::TUNING),
+        ("ENV", Self::ENV),
+        ("ALLOC", Self::ALLOC),
+        ("CALL", Self::CALL),
+        ("PROXY", Self::PROXY),
+        ("NVLS", Self::NVLS),
+        ("BOOTSTRAP", Self::BOOTSTRAP),
+        ("REG", Self::REG),
+        ("PROFILE", Self::PROFILE),
+        ("RAS", Self::RAS),
+        ("ALL", Self::ALL),
     ];
 }
 
@@ -69,7 +81,11 @@ pub fn parse_subsys(s: &str) -> u64 {
         .split(',')
         .filter_map(|n| Subsys::NAMES.iter().find(|(name, _)| name.eq_ignore_ascii_case(n.trim())))
         .fold(0u64, |m, (_, bit)| m | bit);
-    if invert { !mask } else { mask }
+    if invert {
+        !mask
+    } else {
+        mask
+    }
 }
 
 /// `%h` → host name, `%p` → pid, as NCCL_DEBUG_FILE expands them.

@@ -54,10 +54,8 @@ pub enum Source {
 /// resolved as [`get`] resolves them (so `ferronickel info` shows what the library sees).
 pub fn settings() -> Vec<(String, String, Source)> {
     let ours = |k: &str| k.starts_with("NCCL_") || k.starts_with("FERRONICKEL_");
-    let mut out: Vec<(String, String, Source)> = std::env::vars()
-        .filter(|(k, v)| ours(k) && !v.is_empty())
-        .map(|(k, v)| (k, v, Source::Environment))
-        .collect();
+    let mut out: Vec<(String, String, Source)> =
+        std::env::vars().filter(|(k, v)| ours(k) && !v.is_empty()).map(|(k, v)| (k, v, Source::Environment)).collect();
     if let (Some(path), conf) = conf_file() {
         for (k, v) in conf {
             if ours(k) && !out.iter().any(|(n, _, _)| n == k) {

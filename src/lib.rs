@@ -12,8 +12,10 @@ pub mod env;
 pub mod error;
 pub mod types;
 
-pub mod bootstrap;
 pub mod abi;
+#[allow(non_snake_case, non_upper_case_globals)]
+pub mod api;
+pub mod bootstrap;
 pub mod comm;
 pub mod cuda;
 pub mod group;
@@ -23,5 +25,3 @@ pub mod task;
 pub mod topo;
 pub mod transport;
 pub mod tuner;
-#[allow(non_snake_case, non_upper_case_globals)]
-pub mod api;

@@ -16,8 +16,8 @@
 //! protocol or algorithm always runs the kernels that use it.
 
 use crate::abi::{FN_ALGO_ONESHOT, FN_ALGO_RING, FN_LL_SLOT_LINES, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE};
-use crate::task::{CollKind, CommShape};
 use crate::error::{Error, Result};
+use crate::task::{CollKind, CommShape};
 use std::sync::OnceLock;
 
 pub const ALGOS: [&str; 7] = ["Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"];

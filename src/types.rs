@@ -169,8 +169,18 @@ pub fn dtype_size(dt: ncclDataType_t) -> Option<usize> {
 /// NCCL's own name of a data type, for log lines.
 pub fn dtype_name(dt: ncclDataType_t) -> &'static str {
     const NAMES: [&str; 12] = [
-        "ncclInt8", "ncclUint8", "ncclInt32", "ncclUint32", "ncclInt64", "ncclUint64",
-        "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2",
+        "ncclInt8",
+        "ncclUint8",
+        "ncclInt32",
+        "ncclUint32",
+        "ncclInt64",
+        "ncclUint64",
+        "ncclFloat16",
+        "ncclFloat32",
+        "ncclFloat64",
+        "ncclBfloat16",
+        "ncclFloat8e4m3",
+        "ncclFloat8e5m2",
     ];
     usize::try_from(dt).ok().and_then(|i| NAMES.get(i)).copied().unwrap_or("invalid")
 }

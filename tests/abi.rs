@@ -201,9 +201,18 @@ fn names(p: &[Proto]) -> BTreeSet<String> {
 
 /// Exported by libnccl.so.2 2.28.9 but declared only in NVIDIA's device-API headers or not at all.
 const EXPORTED_NOT_IN_NCCL_H: &[&str] = &[
-    "ncclDevCommCreate", "ncclDevCommDestroy", "ncclGinBarrierCreateRequirement", "ncclLLA2ACalcSlots",
-    "ncclLLA2ACreateRequirement", "ncclLsaBarrierCreateRequirement", "ncclResetDebugInitInternal",
-    "ncclTeamLsa", "ncclTeamRail", "ncclTeamRankToLsa", "ncclTeamRankToWorld", "ncclTeamWorld",
+    "ncclDevCommCreate",
+    "ncclDevCommDestroy",
+    "ncclGinBarrierCreateRequirement",
+    "ncclLLA2ACalcSlots",
+    "ncclLLA2ACreateRequirement",
+    "ncclLsaBarrierCreateRequirement",
+    "ncclResetDebugInitInternal",
+    "ncclTeamLsa",
+    "ncclTeamRail",
+    "ncclTeamRankToLsa",
+    "ncclTeamRankToWorld",
+    "ncclTeamWorld",
 ];
 
 #[test]
@@ -222,7 +231,8 @@ fn prototype_extraction_sees_all_of_nvidias_api() {
     }
     assert_eq!(expected.len(), 82, "41 functions and their pnccl twins");
     assert_eq!(
-        parsed, expected,
+        parsed,
+        expected,
         "the prototype parser disagrees with the export list\n  only parsed: {:?}\n  only expected: {:?}",
         parsed.difference(&expected).collect::<Vec<_>>(),
         expected.difference(&parsed).collect::<Vec<_>>()
@@ -270,7 +280,14 @@ fn redeclaration_unit(protos: &[Proto], lang: Lang) -> String {
 fn check_redeclarations(lang: Lang) {
     let theirs = prototypes(&nvidia_include().join("nccl.h"));
     assert!(!theirs.is_empty(), "no prototypes parsed from NVIDIA's header");
-    let file = scratch("abi").join(format!("redeclare_{}.{}", lang.name(), match lang { Lang::C => "c", Lang::Cxx => "cpp" }));
+    let file = scratch("abi").join(format!(
+        "redeclare_{}.{}",
+        lang.name(),
+        match lang {
+            Lang::C => "c",
+            Lang::Cxx => "cpp",
+        }
+    ));
     std::fs::write(&file, redeclaration_unit(&theirs, lang)).unwrap();
     let mut cc = lang.compiler();
     cc.args(["-fsyntax-only", "-Wno-deprecated-declarations"])
@@ -305,8 +322,11 @@ fn redeclaration_check_catches_a_wrong_signature() {
     let file = dir.join("redeclare_wrong.cpp");
     std::fs::write(
         &file,
-        redeclaration_unit(&[Proto { name: "ncclGetVersion".into(), decl: "ncclResult_t ncclGetVersion(long* v);".into() }], Lang::Cxx)
-            .replace("#include <nccl.h>", "#include <nccl.h>\nextern \"C\" ncclResult_t ncclGetVersion(int* v);"),
+        redeclaration_unit(
+            &[Proto { name: "ncclGetVersion".into(), decl: "ncclResult_t ncclGetVersion(long* v);".into() }],
+            Lang::Cxx,
+        )
+        .replace("#include <nccl.h>", "#include <nccl.h>\nextern \"C\" ncclResult_t ncclGetVersion(int* v);"),
     )
     .unwrap();
     let mut cc = Lang::Cxx.compiler();
@@ -321,8 +341,11 @@ fn reset_debug_init_is_deprecated_like_nvidias() {
     for (tag, inc) in [("ours", our_include()), ("nvidia", nvidia_include())] {
         for lang in [Lang::C, Lang::Cxx] {
             let file: PathBuf = dir.join(format!("deprecated_{tag}_{}.c", lang.name()));
-            std::fs::write(&file, "#include <nccl.h>\nint main(void) { ncclResetDebugInit(); pncclResetDebugInit(); return 0; }\n")
-                .unwrap();
+            std::fs::write(
+                &file,
+                "#include <nccl.h>\nint main(void) { ncclResetDebugInit(); pncclResetDebugInit(); return 0; }\n",
+            )
+            .unwrap();
             let mut cc = lang.compiler();
             cc.args(["-fsyntax-only", "-Werror=deprecated-declarations"])
                 .arg("-I")

@@ -104,7 +104,9 @@ fn handle_is_send_and_sync() {
 #[test]
 fn bad_arguments() {
     let id = fake_id("127.0.0.1:9".parse().unwrap());
-    for (rank, n, t) in [(0, 0, HONEST), (2, 2, HONEST), (0, 1, Duration::ZERO), (0, MAX_RANKS + 1, HONEST), (0, usize::MAX, HONEST)] {
+    for (rank, n, t) in
+        [(0, 0, HONEST), (2, 2, HONEST), (0, 1, Duration::ZERO), (0, MAX_RANKS + 1, HONEST), (0, usize::MAX, HONEST)]
+    {
         assert!(
             matches!(Bootstrap::init(&id, rank, n, t), Err(Error::InvalidArgument(_))),
             "rank {rank} of {n}, {t:?}"
@@ -817,7 +819,9 @@ fn silent_flood(addr: SocketAddr, n: usize) -> std::thread::JoinHandle<Vec<TcpSt
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(10);
         (0..n)
-            .map_while(|_| (Instant::now() < deadline).then(|| TcpStream::connect_timeout(&addr, Duration::from_secs(1))))
+            .map_while(|_| {
+                (Instant::now() < deadline).then(|| TcpStream::connect_timeout(&addr, Duration::from_secs(1)))
+            })
             .filter_map(Result::ok)
             .collect()
     })

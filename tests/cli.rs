@@ -64,7 +64,8 @@ fn has_gpu() -> bool {
 
 fn conf_file(dir: &Path) -> String {
     let path = dir.join("nccl.conf");
-    std::fs::write(&path, "# test conf\nNCCL_BUFFSIZE=0x200000\nFERRONICKEL_COPY_ENGINE=0\nNCCL_DEBUG=INFO\nOTHER=1\n").unwrap();
+    std::fs::write(&path, "# test conf\nNCCL_BUFFSIZE=0x200000\nFERRONICKEL_COPY_ENGINE=0\nNCCL_DEBUG=INFO\nOTHER=1\n")
+        .unwrap();
     path.to_str().unwrap().to_string()
 }
 
@@ -89,10 +90,14 @@ fn info_shows_versions_and_where_each_setting_came_from() {
     assert_eq!(j["nccl_version"], "2.28.9");
     assert_eq!(j["nccl_version_code"], 22809);
     let settings = j["settings"].as_array().expect("settings is an array");
-    let find = |name: &str| settings.iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("{name} missing: {j}"));
+    let find =
+        |name: &str| settings.iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("{name} missing: {j}"));
     assert_eq!((&find("NCCL_DEBUG")["value"], &find("NCCL_DEBUG")["source"]), (&"WARN".into(), &"environment".into()));
     let buff = find("NCCL_BUFFSIZE");
-    assert_eq!((&buff["value"], &buff["source"], &buff["file"]), (&"0x200000".into(), &"conf file".into(), &conf.clone().into()));
+    assert_eq!(
+        (&buff["value"], &buff["source"], &buff["file"]),
+        (&"0x200000".into(), &"conf file".into(), &conf.clone().into())
+    );
     assert_eq!(settings.len(), 5, "exactly the five NCCL_*/FERRONICKEL_* settings: {settings:?}");
     assert_eq!(j["bootstrap"]["bind"], "127.0.0.1");
     let selected: Vec<&str> = j["bootstrap"]["interfaces"]
@@ -135,7 +140,10 @@ fn info_shows_the_networks_between_hosts() {
     assert!(j["network"]["socket"]["interfaces"].as_array().is_some_and(|v| !v.is_empty()), "{j}");
     // An interface spec that matches nothing is named, with the interfaces that do exist.
     let out = ok_text(&["info"], &[("NCCL_SOCKET_IFNAME", "=no-such-if0")]);
-    assert!(out.contains("built-in Socket net: unusable: NET/Socket: NCCL_SOCKET_IFNAME==no-such-if0 matches no"), "{out}");
+    assert!(
+        out.contains("built-in Socket net: unusable: NET/Socket: NCCL_SOCKET_IFNAME==no-such-if0 matches no"),
+        "{out}"
+    );
     assert!(out.contains("Interfaces that are up: lo (127.0.0.1)"), "{out}");
 }
 
@@ -144,7 +152,12 @@ fn ring(j: &Value) -> Vec<u64> {
 }
 
 fn choice(j: &Value, bytes: u64, coll: &str) -> (String, String) {
-    let row = j["sizes"].as_array().unwrap().iter().find(|r| r["bytes"] == bytes).unwrap_or_else(|| panic!("no {bytes} B row"));
+    let row = j["sizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["bytes"] == bytes)
+        .unwrap_or_else(|| panic!("no {bytes} B row"));
     let c = &row["choices"][coll];
     (c["algorithm"].as_str().unwrap().into(), c["protocol"].as_str().unwrap().into())
 }
@@ -213,7 +226,9 @@ fn topo_needs_measure_and_a_gpu() {
     if has_gpu() {
         let j = ok_json(&args, &[]);
         let n = j["gpus"].as_array().unwrap().len();
-        for key in ["ce_unidirectional_gbps", "ce_bidirectional_gbps", "sm_unidirectional_gbps", "sm_bidirectional_gbps"] {
+        for key in
+            ["ce_unidirectional_gbps", "ce_bidirectional_gbps", "sm_unidirectional_gbps", "sm_bidirectional_gbps"]
+        {
             let m = j[key].as_array().unwrap();
             assert_eq!(m.len(), n, "{key}");
             assert!(m[0][0].as_f64().is_some_and(|v| v > 0.0), "{key}: a GPU always reaches itself: {j}");

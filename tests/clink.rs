@@ -63,7 +63,8 @@ fn c_app_links_with_lnccl_and_runs() {
     let loaded = stdout.lines().find_map(|l| l.strip_prefix("library: ")).unwrap_or("<not reported>");
     assert!(
         loaded.starts_with(lib.to_str().unwrap()),
-        "link_app's ncclGetVersion came from {loaded}, not from {}", lib.display()
+        "link_app's ncclGetVersion came from {loaded}, not from {}",
+        lib.display()
     );
     assert!(stdout.contains(", 0 failed"), "link_app did not report its checks:\n{stdout}");
 }

@@ -39,7 +39,9 @@ fn with_twins(header: &str, trailer: &str) -> String {
     let end = end.unwrap_or_else(|| panic!("cannot find cbindgen.toml's trailer in the generated header"));
     let is_prototype = |l: &&str| {
         let name_at = l.find(" nccl").or_else(|| l.find("*nccl"));
-        !l.starts_with(['#', ' ', '/', '*', '}']) && l.ends_with(");") && name_at.is_some_and(|i| l[..i].find('(').is_none())
+        !l.starts_with(['#', ' ', '/', '*', '}'])
+            && l.ends_with(");")
+            && name_at.is_some_and(|i| l[..i].find('(').is_none())
     };
     let twins: String = header[..end]
         .lines()
@@ -59,12 +61,7 @@ fn first_difference(want: &str, have: &str) -> String {
         let (a, b) = (w.get(i), h.get(i));
         if a != b {
             let show = |l: Option<&&str>| l.map_or("<end of file>".to_string(), |s| format!("{s:?}"));
-            return format!(
-                "first difference at line {}:\n  generated: {}\n  committed: {}",
-                i + 1,
-                show(a),
-                show(b)
-            );
+            return format!("first difference at line {}:\n  generated: {}\n  committed: {}", i + 1, show(a), show(b));
         }
     }
     "the files differ only in line endings or a final newline".into()

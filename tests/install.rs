@@ -17,12 +17,17 @@ fn run_ok_within(cmd: &mut Command) -> String {
     let shown = format!("{cmd:?}");
     let out = output_within(cmd, LIMIT);
     let (so, se) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "command failed ({}):\n  {shown}\n--- stdout ---\n{so}\n--- stderr ---\n{se}", out.status);
+    assert!(
+        out.status.success(),
+        "command failed ({}):\n  {shown}\n--- stdout ---\n{so}\n--- stderr ---\n{se}",
+        out.status
+    );
     so.into_owned()
 }
 
 fn require_tool(name: &str) {
-    let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().is_ok_and(|o| o.status.success());
+    let found =
+        Command::new("sh").args(["-c", &format!("command -v {name}")]).output().is_ok_and(|o| o.status.success());
     assert!(found, "{name} is not installed; {SETUP}");
 }
 
@@ -93,7 +98,9 @@ fn pkg_config_and_plain_cc_build_link_and_run() {
     let dir = scratch("install-pkgconfig");
     let prefix = install(&dir);
     let pc_path = prefix.join("lib/pkgconfig");
-    let pkg = |args: &[&str]| run_ok_within(Command::new("pkg-config").args(args).arg("nccl").env("PKG_CONFIG_PATH", &pc_path));
+    let pkg = |args: &[&str]| {
+        run_ok_within(Command::new("pkg-config").args(args).arg("nccl").env("PKG_CONFIG_PATH", &pc_path))
+    };
     assert_eq!(pkg(&["--modversion"]).trim(), "2.28.9");
     // cc app.c $(pkg-config --cflags --libs nccl), word-split as the shell would.
     let flags = pkg(&["--cflags", "--libs"]);
@@ -138,7 +145,12 @@ fn cmake_finds_it_by_prefix_pkg_config_and_pytorchs_find_nccl() {
     let dir = scratch("install-cmake-prefix");
     let prefix = install(&dir);
     cmake_mode("prefix", &prefix, &["-DFIND=prefix".into(), format!("-DCMAKE_PREFIX_PATH={}", prefix.display())], &[]);
-    cmake_mode("pkgconfig", &prefix, &["-DFIND=pkgconfig".into()], &[("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))]);
+    cmake_mode(
+        "pkgconfig",
+        &prefix,
+        &["-DFIND=pkgconfig".into()],
+        &[("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))],
+    );
     // PyTorch's two ways in: NCCL_INCLUDE_DIR + NCCL_LIB_DIR from the environment, or NCCL_ROOT.
     cmake_mode(
         "pytorch-dirs",
@@ -177,6 +189,13 @@ fn install_refuses_bad_arguments_naming_them() {
     let e = fail(&["--prefix", prefix.to_str().unwrap(), "--from", empty.to_str().unwrap()]);
     assert!(e.contains("libnccl.so is missing"), "{e}");
     assert!(!prefix.exists(), "nothing may be installed when the inputs are missing");
-    let e = fail(&["--prefix", prefix.to_str().unwrap(), "--from", empty.to_str().unwrap(), "--cuda-include", "/nonexistent"]);
+    let e = fail(&[
+        "--prefix",
+        prefix.to_str().unwrap(),
+        "--from",
+        empty.to_str().unwrap(),
+        "--cuda-include",
+        "/nonexistent",
+    ]);
     assert!(e.contains("is missing"), "{e}");
 }

@@ -45,7 +45,9 @@ fn parse_layers(doc: &str) -> Result<Vec<Layer>, String> {
         let may_import = if cells[3] == "none" {
             Vec::new()
         } else {
-            list(cells[3]).map(|n| n.parse().map_err(|_| format!("layer row {row:?}: {n:?} is not a layer number"))).collect::<Result<_, _>>()?
+            list(cells[3])
+                .map(|n| n.parse().map_err(|_| format!("layer row {row:?}: {n:?} is not a layer number")))
+                .collect::<Result<_, _>>()?
         };
         layers.push(Layer { number, modules, may_import });
     }
@@ -72,7 +74,10 @@ fn code_only(src: &str) -> String {
             let hashes = rest[1..].iter().take_while(|&&c| c == b'#').count();
             let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
             let body = 2 + hashes;
-            rest[body..].windows(close.len()).position(|w| w == close.as_slice()).map_or(rest.len(), |p| body + p + close.len())
+            rest[body..]
+                .windows(close.len())
+                .position(|w| w == close.as_slice())
+                .map_or(rest.len(), |p| body + p + close.len())
         } else if rest[0] == b'"' {
             let mut j = 1;
             while j < rest.len() && rest[j] != b'"' {
@@ -157,13 +162,25 @@ fn ident(s: &str) -> &str {
 
 /// The imports of one file of module `module`. `modules` are the crate's top-level modules,
 /// `macros` maps each of the crate's macros to the module defining it.
-fn imports_of(file: &str, module: &str, code: &str, modules: &BTreeSet<String>, macros: &BTreeMap<String, String>) -> Vec<Import> {
+fn imports_of(
+    file: &str,
+    module: &str,
+    code: &str,
+    modules: &BTreeSet<String>,
+    macros: &BTreeMap<String, String>,
+) -> Vec<Import> {
     let mut found = Vec::new();
     for (n, line) in code.lines().enumerate() {
         let mut add = |to: &str, text: &str| {
             if to != module {
                 let text = text.trim().to_string();
-                found.push(Import { file: file.to_string(), line: n + 1, from_mod: module.into(), to_mod: to.into(), text });
+                found.push(Import {
+                    file: file.to_string(),
+                    line: n + 1,
+                    from_mod: module.into(),
+                    to_mod: to.into(),
+                    text,
+                });
             }
         };
         for (at, _) in line.match_indices("crate::") {
@@ -197,7 +214,10 @@ fn imports_of(file: &str, module: &str, code: &str, modules: &BTreeSet<String>, 
             for (at, _) in line.match_indices(name.as_str()) {
                 let before = &line[..at];
                 let after = &line[at + name.len()..];
-                if after.starts_with('!') && !before.ends_with(|c: char| is_ident(c) || c == ':') && !before.ends_with("macro_rules! ") {
+                if after.starts_with('!')
+                    && !before.ends_with(|c: char| is_ident(c) || c == ':')
+                    && !before.ends_with("macro_rules! ")
+                {
                     add(to, line);
                 }
             }
@@ -226,7 +246,8 @@ fn rust_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
 /// `src/`, text); empty when the layering holds.
 fn check(files: &[(String, String)], layers: &[Layer]) -> Vec<String> {
     let mut problems = Vec::new();
-    let layer_of: BTreeMap<&str, &Layer> = layers.iter().flat_map(|l| l.modules.iter().map(move |m| (m.as_str(), l))).collect();
+    let layer_of: BTreeMap<&str, &Layer> =
+        layers.iter().flat_map(|l| l.modules.iter().map(move |m| (m.as_str(), l))).collect();
     // Binaries are crates of their own; lib.rs only declares the modules.
     let files: Vec<&(String, String)> = files.iter().filter(|(f, _)| f != "lib.rs" && !f.starts_with("bin/")).collect();
     let module_of = |f: &str| f.split('/').next().unwrap_or(f).trim_end_matches(".rs").to_string();
@@ -249,7 +270,9 @@ fn check(files: &[(String, String)], layers: &[Layer]) -> Vec<String> {
     for (f, code) in cleaned.iter().filter(|(f, _)| !test_files.contains(*f)) {
         let m = module_of(f);
         if !layer_of.contains_key(m.as_str()) {
-            problems.push(format!("src/{f}: module `{m}` is in no layer of docs/ARCHITECTURE.md; add it to the layer table"));
+            problems.push(format!(
+                "src/{f}: module `{m}` is in no layer of docs/ARCHITECTURE.md; add it to the layer table"
+            ));
             continue;
         }
         imports.extend(imports_of(f, &m, code, &modules, &macros));
@@ -292,7 +315,10 @@ fn cycles(imports: &[Import]) -> Vec<String> {
                             .windows(2)
                             .map(|w| {
                                 let i = edges[w[0]][w[1]];
-                                format!("  src/{}:{}: `{}` imports `{}`: {}", i.file, i.line, i.from_mod, i.to_mod, i.text)
+                                format!(
+                                    "  src/{}:{}: `{}` imports `{}`: {}",
+                                    i.file, i.line, i.from_mod, i.to_mod, i.text
+                                )
                             })
                             .collect();
                         out.push(format!("import cycle {}:\n{}", hops.join(" -> "), steps.join("\n")));
@@ -346,14 +372,18 @@ fn checker_reports_upward_imports_and_cycles() {
     let upward = [file("a.rs", "\n\nfn f() { crate::c::g() }\n"), file("c.rs", "pub fn g() {}\n")];
     let p = check(&upward, &layers);
     assert_eq!(p.len(), 1, "{p:?}");
-    assert!(p[0].starts_with("src/a.rs:3: `a` (layer 1) imports `c` (layer 2)") && p[0].contains("crate::c::g()"), "{p:?}");
+    assert!(
+        p[0].starts_with("src/a.rs:3: `a` (layer 1) imports `c` (layer 2)") && p[0].contains("crate::c::g()"),
+        "{p:?}"
+    );
 
     let cycle = [file("a.rs", "use crate::b::Y;\n"), file("b.rs", "\nuse crate::a::X;\n")];
     let p = check(&cycle, &layers);
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(p[0].contains("import cycle a -> b -> a") && p[0].contains("src/b.rs:2: `b` imports `a`"), "{p:?}");
 
-    let macro_up = [file("a.rs", "fn f() { yell!(); }\n"), file("c.rs", "#[macro_export]\nmacro_rules! yell { () => {} }\n")];
+    let macro_up =
+        [file("a.rs", "fn f() { yell!(); }\n"), file("c.rs", "#[macro_export]\nmacro_rules! yell { () => {} }\n")];
     assert!(check(&macro_up, &layers)[0].starts_with("src/a.rs:1: `a` (layer 1) imports `c`"));
 
     let unknown = [file("z.rs", "")];

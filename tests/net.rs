@@ -197,7 +197,10 @@ fn oversized_message_and_unknown_tag_fail_cleanly() {
         assert!(out.contains("OVERSIZE ERR"), "{name}: a message larger than its buffer was not refused:\n{out}");
         assert!(out.contains("BADTAG ERR"), "{name}: a message with an unposted tag was not refused:\n{out}");
         let max = if name.starts_with("Socket") { 8 } else { 1 };
-        assert!(out.contains(&format!("TOOMANY irecv: {} buffers posted, the net takes 1 to {max}", max + 1)), "{name}:\n{out}");
+        assert!(
+            out.contains(&format!("TOOMANY irecv: {} buffers posted, the net takes 1 to {max}", max + 1)),
+            "{name}:\n{out}"
+        );
         if name.starts_with("Socket") {
             assert!(out.contains("sent 100 bytes (tag 1) to a receive buffer of 50 bytes"), "{name}:\n{out}");
             assert!(out.contains("with tag 2, but the receive posted expects tags [1]"), "{name}:\n{out}");
@@ -247,10 +250,8 @@ fn disconnect(name: &'static str, env: Vec<(&'static str, String)>) -> String {
 
 #[test]
 fn a_sender_dying_mid_message_is_an_error_naming_the_peer() {
-    let handles: Vec<_> = backends()
-        .into_iter()
-        .map(|(name, env)| std::thread::spawn(move || (name, disconnect(name, env))))
-        .collect();
+    let handles: Vec<_> =
+        backends().into_iter().map(|(name, env)| std::thread::spawn(move || (name, disconnect(name, env)))).collect();
     for h in handles {
         let (name, out) = h.join().unwrap();
         println!("{name}: {}", out.lines().next().unwrap_or(""));
@@ -279,16 +280,17 @@ fn loader_falls_through_broken_plugins_and_warns() {
         ("fallthrough", verbose(vec![("NCCL_NET_PLUGIN", list.clone())])),
         ("by-name", verbose(vec![("NCCL_NET_PLUGIN", "fntcp8".into())])),
         ("net=Socket", verbose(vec![("NCCL_NET_PLUGIN", list.clone()), ("NCCL_NET", "Socket".into())])),
-        ("net=FnTcp8", verbose(vec![("NCCL_NET_PLUGIN", format!("fntcp11,{}", p.path("fntcp8"))), ("NCCL_NET", "fntcp8".into())])),
+        (
+            "net=FnTcp8",
+            verbose(vec![("NCCL_NET_PLUGIN", format!("fntcp11,{}", p.path("fntcp8"))), ("NCCL_NET", "fntcp8".into())]),
+        ),
         ("net=Bogus", verbose(vec![("NCCL_NET_PLUGIN", "fntcp11".into()), ("NCCL_NET", "Bogus".into())])),
         ("none", verbose(vec![("NCCL_NET_PLUGIN", "none".into())])),
         ("all-broken", verbose(vec![("NCCL_NET_PLUGIN", format!("fnbroken,{}", p.path("fnnosym")))])),
         ("ifname", vec![("NCCL_NET_PLUGIN", "none".into()), ("NCCL_SOCKET_IFNAME", "nosuchif0".into())]),
     ];
-    let handles: Vec<_> = cases
-        .into_iter()
-        .map(|(name, env)| std::thread::spawn(move || (name, run_child("select", &env))))
-        .collect();
+    let handles: Vec<_> =
+        cases.into_iter().map(|(name, env)| std::thread::spawn(move || (name, run_child("select", &env)))).collect();
     for h in handles {
         let (name, out) = h.join().unwrap();
         let has = |s: &str| assert!(out.contains(s), "{name}: no {s:?} in:\n{out}");
@@ -407,7 +409,9 @@ fn traffic() {
     let mut i = 0;
     while i < sizes.len() {
         let n = (1 + rng.below(props.max_recvs as u64) as usize).min(sizes.len() - i);
-        let g = (0..n).map(|k| Msg { tag: (rng.below(1 << 30) as i32) * 8 + k as i32, data: pattern(i + k, sizes[i + k]) }).collect();
+        let g = (0..n)
+            .map(|k| Msg { tag: (rng.below(1 << 30) as i32) * 8 + k as i32, data: pattern(i + k, sizes[i + k]) })
+            .collect();
         groups.push(g);
         i += n;
     }
@@ -475,9 +479,16 @@ fn traffic() {
                         assert_eq!(got[j], m.data.len(), "group {gi} buffer {j}: wrong size received");
                         let b = &bufs[gi][j];
                         if let Some(p) = (0..m.data.len()).find(|&p| b[p] != m.data[p]) {
-                            panic!("group {gi} buffer {j} ({} bytes, tag {}): first wrong byte at {p}", m.data.len(), m.tag);
+                            panic!(
+                                "group {gi} buffer {j} ({} bytes, tag {}): first wrong byte at {p}",
+                                m.data.len(),
+                                m.tag
+                            );
                         }
-                        assert!(b[m.data.len()..].iter().all(|&x| x == POISON), "group {gi} buffer {j}: written past the message");
+                        assert!(
+                            b[m.data.len()..].iter().all(|&x| x == POISON),
+                            "group {gi} buffer {j}: written past the message"
+                        );
                     }
                     done_recv[gi] = true;
                     recvs.swap_remove(k);
@@ -488,7 +499,13 @@ fn traffic() {
     }
     s.dereg_mr(smr).unwrap();
     r.dereg_mr(rmr).unwrap();
-    println!("TRAFFIC OK {} messages, {} bytes, {} groups, max_recvs {}", sizes.len(), sent_bytes, groups.len(), props.max_recvs);
+    println!(
+        "TRAFFIC OK {} messages, {} bytes, {} groups, max_recvs {}",
+        sizes.len(),
+        sent_bytes,
+        groups.len(),
+        props.max_recvs
+    );
 }
 
 /// Posts one receive, sends one message, and expects the receive to fail.

@@ -86,8 +86,12 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
     // compared against the registry), or valid for the call.
     unsafe {
         vec![
-            case("GetVersion NULL", ncclInvalidArgument, "ncclGetVersion: version is NULL", || version::ncclGetVersion(std::ptr::null_mut())),
-            case("GetUniqueId NULL", ncclInvalidArgument, "uniqueId is NULL", || init::ncclGetUniqueId(std::ptr::null_mut())),
+            case("GetVersion NULL", ncclInvalidArgument, "ncclGetVersion: version is NULL", || {
+                version::ncclGetVersion(std::ptr::null_mut())
+            }),
+            case("GetUniqueId NULL", ncclInvalidArgument, "uniqueId is NULL", || {
+                init::ncclGetUniqueId(std::ptr::null_mut())
+            }),
             case("InitRank NULL comm", ncclInvalidArgument, "ncclCommInitRank: comm is NULL", move || {
                 init::ncclCommInitRank(std::ptr::null_mut(), 2, valid_id, 0)
             }),
@@ -117,8 +121,12 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
                     c.maxCTAs = 2
                 })
             }),
-            case("Config cgaClusterSize 9", ncclInvalidArgument, "cgaClusterSize = 9", || init_config(|c| c.cgaClusterSize = 9)),
-            case("InitAll NULL", ncclInvalidArgument, "ncclCommInitAll: comm is NULL", || init::ncclCommInitAll(std::ptr::null_mut(), 1, std::ptr::null())),
+            case("Config cgaClusterSize 9", ncclInvalidArgument, "cgaClusterSize = 9", || {
+                init_config(|c| c.cgaClusterSize = 9)
+            }),
+            case("InitAll NULL", ncclInvalidArgument, "ncclCommInitAll: comm is NULL", || {
+                init::ncclCommInitAll(std::ptr::null_mut(), 1, std::ptr::null())
+            }),
             case("InitAll ndev 0", ncclInvalidArgument, "ndev 0 must be at least 1", || {
                 let mut c = [std::ptr::null_mut(); 1];
                 init::ncclCommInitAll(c.as_mut_ptr(), 0, std::ptr::null())
@@ -151,11 +159,16 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
                 let mut c = std::ptr::null_mut();
                 init::ncclCommShrink(comm, std::ptr::null_mut(), 0, &mut c, std::ptr::null_mut(), 4)
             }),
-            case("Shrink rank out of range", ncclInvalidArgument, "excludeRanksList entry 5 is out of range", move || {
-                let mut c = std::ptr::null_mut();
-                let mut list = [5];
-                init::ncclCommShrink(comm, list.as_mut_ptr(), 1, &mut c, std::ptr::null_mut(), 0)
-            }),
+            case(
+                "Shrink rank out of range",
+                ncclInvalidArgument,
+                "excludeRanksList entry 5 is out of range",
+                move || {
+                    let mut c = std::ptr::null_mut();
+                    let mut list = [5];
+                    init::ncclCommShrink(comm, list.as_mut_ptr(), 1, &mut c, std::ptr::null_mut(), 0)
+                },
+            ),
             case("Shrink NULL list", ncclInvalidArgument, "excludeRanksList is NULL", move || {
                 let mut c = std::ptr::null_mut();
                 init::ncclCommShrink(comm, std::ptr::null_mut(), 1, &mut c, std::ptr::null_mut(), 0)
@@ -169,13 +182,30 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
             case("Revoke NULL comm", ncclInvalidArgument, "ncclCommRevoke: comm is NULL", move || {
                 init::ncclCommRevoke(std::ptr::null_mut(), 0)
             }),
-            case("Count NULL comm", ncclInvalidArgument, "ncclCommCount: comm is NULL", move || query::ncclCommCount(std::ptr::null_mut(), outp)),
-            case("Count NULL out", ncclInvalidArgument, "count is NULL", move || query::ncclCommCount(comm, std::ptr::null_mut())),
-            case("Count garbage comm", ncclInvalidArgument, "is not a communicator created by this library", move || query::ncclCommCount(garbage, outp)),
-            case("Count destroyed comm", ncclInvalidUsage, "was already destroyed", move || query::ncclCommCount(gone, outp)),
-            case("CuDevice NULL out", ncclInvalidArgument, "device is NULL", move || query::ncclCommCuDevice(comm, std::ptr::null_mut())),
-            case("UserRank NULL out", ncclInvalidArgument, "rank is NULL", move || query::ncclCommUserRank(comm, std::ptr::null_mut())),
-            case("AsyncError NULL out", ncclInvalidArgument, "asyncError is NULL", move || query::ncclCommGetAsyncError(comm, std::ptr::null_mut())),
+            case("Count NULL comm", ncclInvalidArgument, "ncclCommCount: comm is NULL", move || {
+                query::ncclCommCount(std::ptr::null_mut(), outp)
+            }),
+            case("Count NULL out", ncclInvalidArgument, "count is NULL", move || {
+                query::ncclCommCount(comm, std::ptr::null_mut())
+            }),
+            case(
+                "Count garbage comm",
+                ncclInvalidArgument,
+                "is not a communicator created by this library",
+                move || query::ncclCommCount(garbage, outp),
+            ),
+            case("Count destroyed comm", ncclInvalidUsage, "was already destroyed", move || {
+                query::ncclCommCount(gone, outp)
+            }),
+            case("CuDevice NULL out", ncclInvalidArgument, "device is NULL", move || {
+                query::ncclCommCuDevice(comm, std::ptr::null_mut())
+            }),
+            case("UserRank NULL out", ncclInvalidArgument, "rank is NULL", move || {
+                query::ncclCommUserRank(comm, std::ptr::null_mut())
+            }),
+            case("AsyncError NULL out", ncclInvalidArgument, "asyncError is NULL", move || {
+                query::ncclCommGetAsyncError(comm, std::ptr::null_mut())
+            }),
             case("AllReduce NULL comm", ncclInvalidArgument, "ncclAllReduce: comm is NULL", move || {
                 coll::ncclAllReduce(host, host, 4, ncclFloat32, ncclSum, std::ptr::null_mut(), stream)
             }),
@@ -206,16 +236,21 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
             case("AllReduce host memory", ncclInvalidArgument, "is not memory the GPU can access", move || {
                 coll::ncclAllReduce(host, host, 4, ncclFloat32, ncclSum, comm, stream)
             }),
-            case("Reduce root 2", ncclInvalidArgument, "root 2 is out of range (communicator has 2 ranks)", move || {
-                coll::ncclReduce(host, host, 4, ncclFloat32, ncclSum, 2, comm, stream)
-            }),
+            case(
+                "Reduce root 2",
+                ncclInvalidArgument,
+                "root 2 is out of range (communicator has 2 ranks)",
+                move || coll::ncclReduce(host, host, 4, ncclFloat32, ncclSum, 2, comm, stream),
+            ),
             case("Reduce root -1", ncclInvalidArgument, "root -1 is out of range", move || {
                 coll::ncclReduce(host, host, 4, ncclFloat32, ncclSum, -1, comm, stream)
             }),
             case("Broadcast NULL recvbuff", ncclInvalidArgument, "recvbuff is NULL", move || {
                 coll::ncclBroadcast(host, null, 4, ncclInt8, 0, comm, stream)
             }),
-            case("Bcast root 5", ncclInvalidArgument, "root 5 is out of range", move || coll::ncclBcast(host, 4, ncclInt8, 5, comm, stream)),
+            case("Bcast root 5", ncclInvalidArgument, "root 5 is out of range", move || {
+                coll::ncclBcast(host, 4, ncclInt8, 5, comm, stream)
+            }),
             case("AllGather overflow", ncclInvalidArgument, "sendcount", move || {
                 coll::ncclAllGather(host, host, usize::MAX / 16, ncclFloat64, comm, stream)
             }),
@@ -228,10 +263,18 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
             case("Gather root 9", ncclInvalidArgument, "root 9 is out of range", move || {
                 coll::ncclGather(host, host, 4, ncclInt32, 9, comm, stream)
             }),
-            case("Scatter bad dtype", ncclInvalidArgument, "datatype 40", move || coll::ncclScatter(host, host, 4, 40, 0, comm, stream)),
-            case("Send peer 2", ncclInvalidArgument, "peer 2 is out of range", move || coll::ncclSend(host, 4, ncclUint8, 2, comm, stream)),
-            case("Recv peer -1", ncclInvalidArgument, "peer -1 is out of range", move || coll::ncclRecv(host, 4, ncclUint8, -1, comm, stream)),
-            case("Send NULL buffer", ncclInvalidArgument, "sendbuff is NULL", move || coll::ncclSend(null, 4, ncclUint8, 1, comm, stream)),
+            case("Scatter bad dtype", ncclInvalidArgument, "datatype 40", move || {
+                coll::ncclScatter(host, host, 4, 40, 0, comm, stream)
+            }),
+            case("Send peer 2", ncclInvalidArgument, "peer 2 is out of range", move || {
+                coll::ncclSend(host, 4, ncclUint8, 2, comm, stream)
+            }),
+            case("Recv peer -1", ncclInvalidArgument, "peer -1 is out of range", move || {
+                coll::ncclRecv(host, 4, ncclUint8, -1, comm, stream)
+            }),
+            case("Send NULL buffer", ncclInvalidArgument, "sendbuff is NULL", move || {
+                coll::ncclSend(null, 4, ncclUint8, 1, comm, stream)
+            }),
             case("PreMulSum NULL op", ncclInvalidArgument, "op is NULL", move || {
                 coll::ncclRedOpCreatePreMulSum(std::ptr::null_mut(), host, ncclFloat32, ncclScalarHostImmediate, comm)
             }),
@@ -243,25 +286,55 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
                 let mut op = 0;
                 coll::ncclRedOpCreatePreMulSum(&mut op, host, ncclFloat32, 7, comm)
             }),
-            case("PreMulSum wrong dtype use", ncclInvalidArgument, "created for ncclFloat32 but is used with ncclInt32", move || {
-                let mut op = 0;
-                let s = 2.0f32;
-                assert_eq!(coll::ncclRedOpCreatePreMulSum(&mut op, &s as *const f32 as *mut c_void, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
-                let r = coll::ncclAllReduce(host, host, 4, ncclInt32, op, comm, stream);
-                assert_eq!(coll::ncclRedOpDestroy(op, comm), ncclSuccess);
-                r
+            case(
+                "PreMulSum wrong dtype use",
+                ncclInvalidArgument,
+                "created for ncclFloat32 but is used with ncclInt32",
+                move || {
+                    let mut op = 0;
+                    let s = 2.0f32;
+                    assert_eq!(
+                        coll::ncclRedOpCreatePreMulSum(
+                            &mut op,
+                            &s as *const f32 as *mut c_void,
+                            ncclFloat32,
+                            ncclScalarHostImmediate,
+                            comm
+                        ),
+                        ncclSuccess
+                    );
+                    let r = coll::ncclAllReduce(host, host, 4, ncclInt32, op, comm, stream);
+                    assert_eq!(coll::ncclRedOpDestroy(op, comm), ncclSuccess);
+                    r
+                },
+            ),
+            case("RedOpDestroy builtin", ncclInvalidArgument, "built-in operator", move || {
+                coll::ncclRedOpDestroy(ncclSum, comm)
             }),
-            case("RedOpDestroy builtin", ncclInvalidArgument, "built-in operator", move || coll::ncclRedOpDestroy(ncclSum, comm)),
-            case("RedOpDestroy unknown", ncclInvalidArgument, "op 17 is not a user operator", move || coll::ncclRedOpDestroy(17, comm)),
-            case("GroupEnd without start", ncclInvalidUsage, "ncclGroupEnd called without a matching ncclGroupStart", || group::ncclGroupEnd()),
+            case("RedOpDestroy unknown", ncclInvalidArgument, "op 17 is not a user operator", move || {
+                coll::ncclRedOpDestroy(17, comm)
+            }),
+            case(
+                "GroupEnd without start",
+                ncclInvalidUsage,
+                "ncclGroupEnd called without a matching ncclGroupStart",
+                || group::ncclGroupEnd(),
+            ),
             case("Error inside group reported at end", ncclInvalidArgument, "inside this group failed", move || {
                 assert_eq!(group::ncclGroupStart(), ncclSuccess);
                 assert_eq!(coll::ncclAllReduce(host, host, 4, 99, ncclSum, comm, stream), ncclInvalidArgument);
                 group::ncclGroupEnd()
             }),
-            case("SimulateEnd NULL", ncclInvalidArgument, "simInfo is NULL", || group::ncclGroupSimulateEnd(std::ptr::null_mut())),
+            case("SimulateEnd NULL", ncclInvalidArgument, "simInfo is NULL", || {
+                group::ncclGroupSimulateEnd(std::ptr::null_mut())
+            }),
             case("SimulateEnd bad magic", ncclInvalidArgument, "simInfo magic 0x0", || {
-                let mut s = ncclSimInfo_t { size: std::mem::size_of::<ncclSimInfo_t>(), magic: 0, version: 0, estimatedTime: -1.0 };
+                let mut s = ncclSimInfo_t {
+                    size: std::mem::size_of::<ncclSimInfo_t>(),
+                    magic: 0,
+                    version: 0,
+                    estimatedTime: -1.0,
+                };
                 group::ncclGroupSimulateEnd(&mut s)
             }),
             case("MemAlloc NULL", ncclInvalidArgument, "ptr is NULL", || mem::ncclMemAlloc(std::ptr::null_mut(), 64)),
@@ -269,7 +342,9 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
                 let mut p = std::ptr::null_mut();
                 mem::ncclMemAlloc(&mut p, 0)
             }),
-            case("MemFree foreign", ncclInvalidArgument, "was not allocated by ncclMemAlloc", move || mem::ncclMemFree(host)),
+            case("MemFree foreign", ncclInvalidArgument, "was not allocated by ncclMemAlloc", move || {
+                mem::ncclMemFree(host)
+            }),
             case("Register NULL buff", ncclInvalidArgument, "buff is NULL", move || {
                 let mut h = std::ptr::null_mut();
                 mem::ncclCommRegister(comm, null, 64, &mut h)
@@ -277,9 +352,12 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
             case("Register NULL handle", ncclInvalidArgument, "handle is NULL", move || {
                 mem::ncclCommRegister(comm, host, 64, std::ptr::null_mut())
             }),
-            case("Deregister foreign handle", ncclInvalidArgument, "is not a registration of this communicator", move || {
-                mem::ncclCommDeregister(comm, host)
-            }),
+            case(
+                "Deregister foreign handle",
+                ncclInvalidArgument,
+                "is not a registration of this communicator",
+                move || mem::ncclCommDeregister(comm, host),
+            ),
             case("WindowRegister bad flags", ncclInvalidArgument, "winFlags 0x8", move || {
                 let mut w = std::ptr::null_mut();
                 mem::ncclCommWindowRegister(comm, host, 64, &mut w, 8)
@@ -288,15 +366,21 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
                 let mut w = std::ptr::null_mut();
                 mem::ncclCommWindowRegister(comm, host, 64, &mut w, 0)
             }),
-            case("WindowDeregister foreign window", ncclInvalidArgument, "is not a window of this communicator", move || {
-                mem::ncclCommWindowDeregister(comm, host)
-            }),
+            case(
+                "WindowDeregister foreign window",
+                ncclInvalidArgument,
+                "is not a window of this communicator",
+                move || mem::ncclCommWindowDeregister(comm, host),
+            ),
             case("DevCommCreate NULL reqs", ncclInvalidArgument, "reqs is NULL", move || {
                 device_api::ncclDevCommCreate(comm, std::ptr::null(), host)
             }),
-            case("DevCommCreate not implemented", ncclInvalidUsage, "ncclDevCommCreate (NCCL device API) is not implemented yet", move || {
-                device_api::ncclDevCommCreate(comm, host, host)
-            }),
+            case(
+                "DevCommCreate not implemented",
+                ncclInvalidUsage,
+                "ncclDevCommCreate (NCCL device API) is not implemented yet",
+                move || device_api::ncclDevCommCreate(comm, host, host),
+            ),
             case("LsaBarrier bad count", ncclInvalidArgument, "nBarriers 0", move || {
                 device_api::ncclLsaBarrierCreateRequirement(ncclTeam_t { nRanks: 2, rank: 0, stride: 1 }, 0, host, host)
             }),

@@ -6,9 +6,9 @@
 use super::{boundary, comm_arg, non_null, rank_arg, write_out, SUCCESS};
 use crate::abi;
 use crate::comm::{Comm, UserOp};
-use crate::task::{CollKind, CollTask, DevOp, Task};
 use crate::error::{Error, Result};
 use crate::group::{self, Queued};
+use crate::task::{CollKind, CollTask, DevOp, Task};
 use crate::types::*;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -30,7 +30,11 @@ fn buffers<const N: usize>(bufs: [Buf; N]) -> Result<[u64; N]> {
     if crate::comm::check_pointers() != 0 {
         for b in bufs.iter().filter(|b| touched(b)) {
             if !crate::cuda::is_device_pointer(b.0) {
-                crate::bail_arg!("{} {:p} is not memory the GPU can access (allocate it with cudaMalloc or register it)", b.3, b.0);
+                crate::bail_arg!(
+                    "{} {:p} is not memory the GPU can access (allocate it with cudaMalloc or register it)",
+                    b.3,
+                    b.0
+                );
             }
         }
     }
@@ -39,9 +43,15 @@ fn buffers<const N: usize>(bufs: [Buf; N]) -> Result<[u64; N]> {
 
 /// Element size, refusing unknown types and fp8 on GPUs older than Hopper.
 fn dtype_arg(comm: &Comm, dtype: ncclDataType_t) -> Result<usize> {
-    let size = dtype_size(dtype).ok_or_else(|| Error::InvalidArgument(format!("datatype {dtype} is not a valid ncclDataType_t")))?;
+    let size = dtype_size(dtype)
+        .ok_or_else(|| Error::InvalidArgument(format!("datatype {dtype} is not a valid ncclDataType_t")))?;
     if matches!(dtype, ncclFloat8e4m3 | ncclFloat8e5m2) && comm.cc_major < 9 {
-        crate::bail_arg!("datatype {} needs compute capability 9.0 or newer (device {} has {}.x)", dtype_name(dtype), comm.dev, comm.cc_major);
+        crate::bail_arg!(
+            "datatype {} needs compute capability 9.0 or newer (device {} has {}.x)",
+            dtype_name(dtype),
+            comm.dev,
+            comm.cc_major
+        );
     }
     Ok(size)
 }
@@ -86,9 +96,11 @@ fn op_arg(comm: &Comm, op: ncclRedOp_t, dtype: ncclDataType_t) -> Result<DevOp> 
         ncclMax => DevOp::plain(abi::FN_OP_MAX),
         ncclMin => DevOp::plain(abi::FN_OP_MIN),
         // Floats average as NCCL does: each rank pre-multiplies by 1/n; integers divide at the end.
-        ncclAvg if dtype_is_float(dtype) => {
-            DevOp { kind: abi::FN_OP_PREMULSUM, scalar: float_bits(1.0 / comm.nranks as f64, dtype), scalar_is_ptr: false }
-        }
+        ncclAvg if dtype_is_float(dtype) => DevOp {
+            kind: abi::FN_OP_PREMULSUM,
+            scalar: float_bits(1.0 / comm.nranks as f64, dtype),
+            scalar_is_ptr: false,
+        },
         ncclAvg => DevOp::plain(abi::FN_OP_SUMPOSTDIV),
         _ => {
             let ops = comm.user_ops.lock();
@@ -143,13 +155,15 @@ fn collective(
         CollKind::AllReduce => (bytes_of(count, elem, 1, "count")?, bytes_of(count, elem, 1, "count")?, true, true),
         CollKind::Reduce => (bytes_of(count, elem, 1, "count")?, bytes_of(count, elem, 1, "count")?, true, me_root),
         CollKind::Broadcast => (bytes_of(count, elem, 1, "count")?, bytes_of(count, elem, 1, "count")?, me_root, true),
-        CollKind::AllGather => (bytes_of(count, elem, 1, "sendcount")?, bytes_of(count, elem, n, "sendcount")?, true, true),
-        CollKind::ReduceScatter => (bytes_of(count, elem, n, "recvcount")?, bytes_of(count, elem, 1, "recvcount")?, true, true),
+        CollKind::AllGather => {
+            (bytes_of(count, elem, 1, "sendcount")?, bytes_of(count, elem, n, "sendcount")?, true, true)
+        }
+        CollKind::ReduceScatter => {
+            (bytes_of(count, elem, n, "recvcount")?, bytes_of(count, elem, 1, "recvcount")?, true, true)
+        }
     };
-    let [send, recv] = buffers([
-        Buf(sendbuff, send_bytes, send_used, "sendbuff"),
-        Buf(recvbuff, recv_bytes, recv_used, "recvbuff"),
-    ])?;
+    let [send, recv] =
+        buffers([Buf(sendbuff, send_bytes, send_used, "sendbuff"), Buf(recvbuff, recv_bytes, recv_used, "recvbuff")])?;
     crate::nccl_info!(
         crate::debug::Subsys::COLL,
         "{kind:?}: sendbuff {sendbuff:p} recvbuff {recvbuff:p} count {count} datatype {} op {} root {root} comm {comm:p} [nranks={n}] stream {stream:p}",
@@ -169,7 +183,9 @@ pub unsafe extern "C" fn ncclAllReduce(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclAllReduce", || collective(CollKind::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), 0, comm, stream))
+    boundary("ncclAllReduce", || {
+        collective(CollKind::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), 0, comm, stream)
+    })
 }
 
 #[no_mangle]
@@ -183,7 +199,9 @@ pub unsafe extern "C" fn ncclReduce(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclReduce", || collective(CollKind::Reduce, sendbuff, recvbuff, count, datatype, Some(op), root, comm, stream))
+    boundary("ncclReduce", || {
+        collective(CollKind::Reduce, sendbuff, recvbuff, count, datatype, Some(op), root, comm, stream)
+    })
 }
 
 #[no_mangle]
@@ -196,7 +214,9 @@ pub unsafe extern "C" fn ncclBroadcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclBroadcast", || collective(CollKind::Broadcast, sendbuff, recvbuff, count, datatype, None, root, comm, stream))
+    boundary("ncclBroadcast", || {
+        collective(CollKind::Broadcast, sendbuff, recvbuff, count, datatype, None, root, comm, stream)
+    })
 }
 
 /// The legacy in-place broadcast.
@@ -221,7 +241,9 @@ pub unsafe extern "C" fn ncclAllGather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclAllGather", || collective(CollKind::AllGather, sendbuff, recvbuff, sendcount, datatype, None, 0, comm, stream))
+    boundary("ncclAllGather", || {
+        collective(CollKind::AllGather, sendbuff, recvbuff, sendcount, datatype, None, 0, comm, stream)
+    })
 }
 
 #[no_mangle]
@@ -400,7 +422,9 @@ pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
             }
             ncclScalarDevice => {
                 if !crate::cuda::is_device_pointer(scalar) {
-                    crate::bail_arg!("scalar {scalar:p} is not device-accessible memory but residence is ncclScalarDevice");
+                    crate::bail_arg!(
+                        "scalar {scalar:p} is not device-accessible memory but residence is ncclScalarDevice"
+                    );
                 }
                 DevOp { kind: abi::FN_OP_PREMULSUM, scalar: scalar as u64, scalar_is_ptr: true }
             }

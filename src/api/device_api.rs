@@ -12,7 +12,11 @@ fn not_yet(what: &str) -> crate::error::Result<ncclResult_t> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclDevCommCreate(comm: ncclComm_t, reqs: *const c_void, outDevComm: *mut c_void) -> ncclResult_t {
+pub unsafe extern "C" fn ncclDevCommCreate(
+    comm: ncclComm_t,
+    reqs: *const c_void,
+    outDevComm: *mut c_void,
+) -> ncclResult_t {
     boundary("ncclDevCommCreate", || {
         comm_arg(comm)?.ready()?;
         non_null(reqs, "reqs")?;
@@ -67,7 +71,12 @@ pub unsafe extern "C" fn ncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t,
         }
         let world = c.rank as i64 + (rank as i64 - team.rank as i64) * team.stride as i64;
         if world < 0 || world >= c.nranks as i64 {
-            crate::bail_arg!("team {{nRanks {}, rank {}, stride {}}} does not belong to this communicator", team.nRanks, team.rank, team.stride);
+            crate::bail_arg!(
+                "team {{nRanks {}, rank {}, stride {}}} does not belong to this communicator",
+                team.nRanks,
+                team.rank,
+                team.stride
+            );
         }
         Ok(world as c_int)
     })
@@ -89,7 +98,12 @@ pub unsafe extern "C" fn ncclLLA2ACalcSlots(maxElts: c_int, maxEltSize: c_int) -
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclLLA2ACreateRequirement(nBlocks: c_int, nSlots: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t {
+pub unsafe extern "C" fn ncclLLA2ACreateRequirement(
+    nBlocks: c_int,
+    nSlots: c_int,
+    outHandle: *mut c_void,
+    outReq: *mut c_void,
+) -> ncclResult_t {
     boundary("ncclLLA2ACreateRequirement", || {
         if nBlocks < 1 || nSlots < 1 {
             crate::bail_arg!("nBlocks {nBlocks} and nSlots {nSlots} must be at least 1");
@@ -101,7 +115,12 @@ pub unsafe extern "C" fn ncclLLA2ACreateRequirement(nBlocks: c_int, nSlots: c_in
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclLsaBarrierCreateRequirement(team: ncclTeam_t, nBarriers: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t {
+pub unsafe extern "C" fn ncclLsaBarrierCreateRequirement(
+    team: ncclTeam_t,
+    nBarriers: c_int,
+    outHandle: *mut c_void,
+    outReq: *mut c_void,
+) -> ncclResult_t {
     boundary("ncclLsaBarrierCreateRequirement", || {
         if team.nRanks < 1 || nBarriers < 1 {
             crate::bail_arg!("team.nRanks {} and nBarriers {nBarriers} must be at least 1", team.nRanks);

@@ -36,14 +36,18 @@ pub unsafe fn read_config(config: *const ncclConfig_t) -> Result<CommConfig> {
     // SAFETY: the header fields (size, magic, version) exist in every config version.
     let (size, magic) = unsafe { ((*config).size, (*config).magic) };
     if magic != NCCL_CONFIG_MAGIC {
-        crate::bail_arg!("config magic {magic:#x} is not NCCL_CONFIG_MAGIC: initialize it with NCCL_CONFIG_INITIALIZER");
+        crate::bail_arg!(
+            "config magic {magic:#x} is not NCCL_CONFIG_MAGIC: initialize it with NCCL_CONFIG_INITIALIZER"
+        );
     }
     if size < offset_of!(ncclConfig_t, blocking) {
         crate::bail_arg!("config size {size} is too small to be an ncclConfig_t");
     }
     let int = |off: usize| -> Option<c_int> {
         // SAFETY: only read when the caller's struct (size bytes) covers the field.
-        (off + 4 <= size).then(|| unsafe { (base.add(off) as *const c_int).read_unaligned() }).filter(|&v| v != NCCL_CONFIG_UNDEF_INT)
+        (off + 4 <= size)
+            .then(|| unsafe { (base.add(off) as *const c_int).read_unaligned() })
+            .filter(|&v| v != NCCL_CONFIG_UNDEF_INT)
     };
     let flag = |name: &str, off: usize| -> Result<Option<bool>> {
         match int(off) {
@@ -152,7 +156,12 @@ fn id_arg(id: &ncclUniqueId) -> Result<BootstrapId> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommInitRank(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+) -> ncclResult_t {
     boundary("ncclCommInitRank", || {
         non_null(comm, "comm")?;
         let (n, r) = check_ranks(nranks, rank)?;
@@ -200,7 +209,10 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
         let cfg = unsafe { read_config(config) }?;
         // SAFETY: commIds is non-NULL and holds nId >= 1 ids.
         let id = id_arg(unsafe { &*commIds })?;
-        crate::nccl_info!(crate::debug::Subsys::INIT, "ncclCommInitRankScalable: rank {r}/{n}, {nId} id(s); the first id's root serves all ranks");
+        crate::nccl_info!(
+            crate::debug::Subsys::INIT,
+            "ncclCommInitRankScalable: rank {r}/{n}, {nId} id(s); the first id's root serves all ranks"
+        );
         init_on_current_device(newcomm, id, n, r, cfg)
     })
 }
@@ -382,7 +394,13 @@ fn teardown(comm: ncclComm_t, stop: impl FnOnce(&Comm) -> Result<()>) -> Result<
         _ => None,
     };
     if let Some(c) = live {
-        crate::nccl_info!(crate::debug::Subsys::INIT, "comm {comm:p} rank {} nranks {} cudaDev {} - teardown START", c.rank, c.nranks, c.dev);
+        crate::nccl_info!(
+            crate::debug::Subsys::INIT,
+            "comm {comm:p} rank {} nranks {} cudaDev {} - teardown START",
+            c.rank,
+            c.nranks,
+            c.dev
+        );
         stop(&c)?;
     }
     // The caller gives the handle up with this call.
@@ -406,7 +424,10 @@ pub unsafe extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
         teardown(comm, |c| {
             c.request_abort();
             if !c.wait_idle(Some(Instant::now() + Duration::from_secs(10)))? {
-                crate::nccl_warn!("ncclCommAbort: kernels of rank {} did not stop within 10 s; leaving their buffers allocated", c.rank);
+                crate::nccl_warn!(
+                    "ncclCommAbort: kernels of rank {} did not stop within 10 s; leaving their buffers allocated",
+                    c.rank
+                );
                 c.leak_resources();
             }
             Ok(())

@@ -96,7 +96,12 @@ fn deregister(comm: ncclComm_t, handle: *mut c_void, window: bool) -> Result<()>
 
 /// Registers a device buffer with the communicator; release it with ncclCommDeregister.
 #[no_mangle]
-pub unsafe extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommRegister(
+    comm: ncclComm_t,
+    buff: *mut c_void,
+    size: usize,
+    handle: *mut *mut c_void,
+) -> ncclResult_t {
     boundary("ncclCommRegister", || {
         non_null(handle, "handle")?;
         let h = register(comm, buff, size, false)?;

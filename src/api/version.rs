@@ -1,7 +1,7 @@
 //! Version, error strings and the debug reset.
 
 use super::{boundary, boundary_value, non_null, write_out, SUCCESS};
-use crate::types::{ncclComm_t, ncclResult_t, ncclResultCode, NCCL_VERSION_CODE};
+use crate::types::{ncclComm_t, ncclResultCode, ncclResult_t, NCCL_VERSION_CODE};
 use std::ffi::{c_char, c_int};
 
 #[no_mangle]

@@ -135,7 +135,12 @@ mod tests {
     use super::*;
 
     fn id(magic: u64, root: &str, by0: bool) -> BootstrapId {
-        BootstrapId { magic, secret: Secret([magic as u8; SECRET_LEN]), root: root.parse().unwrap(), root_by_rank0: by0 }
+        BootstrapId {
+            magic,
+            secret: Secret([magic as u8; SECRET_LEN]),
+            root: root.parse().unwrap(),
+            root_by_rank0: by0,
+        }
     }
 
     fn raw(id: &ncclUniqueId) -> Vec<u8> {

@@ -237,7 +237,9 @@ fn state_line(observer: &impl Observer) -> String {
 fn start_report(me: usize, next: &mut Side, observer: &impl Observer) {
     let mut payload = (me as u32).to_le_bytes().to_vec();
     payload.extend_from_slice(state_line(observer).as_bytes());
-    if next.done || next.link.send_bytes(&wire::encode_data(TAG_REPORT, 0, &payload), Instant::now() + HEARTBEAT_EVERY).is_err() {
+    if next.done
+        || next.link.send_bytes(&wire::encode_data(TAG_REPORT, 0, &payload), Instant::now() + HEARTBEAT_EVERY).is_err()
+    {
         observer.report(vec![state_line(observer)]);
     }
 }
@@ -290,12 +292,15 @@ fn look(me: usize, s: &mut Side, timeout: Duration, observer: &impl Observer) ->
                 }
             },
             Ok(Some(other)) => {
-                let text = format!("{} sent a {} frame on its liveness link", observer.describe(s.peer), other.kind_name());
+                let text =
+                    format!("{} sent a {} frame on its liveness link", observer.describe(s.peer), other.kind_name());
                 return Seen::Lost(Lost { rank: s.peer, text });
             }
             // A killed process's sockets close, or reset when unread data was left in them.
             Err(NetError::Closed) => return dead(me, s, observer),
-            Err(NetError::Io(e)) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) => {
+            Err(NetError::Io(e))
+                if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) =>
+            {
                 return dead(me, s, observer)
             }
             Err(e) => {
@@ -319,8 +324,10 @@ fn look(me: usize, s: &mut Side, timeout: Duration, observer: &impl Observer) ->
 
 /// The peer at the other end of `s` is gone: its process exited or was killed.
 fn dead(me: usize, s: &Side, observer: &impl Observer) -> Seen {
-    let text =
-        format!("{} exited or was killed: its connection to rank {me} closed without a goodbye", observer.describe(s.peer));
+    let text = format!(
+        "{} exited or was killed: its connection to rank {me} closed without a goodbye",
+        observer.describe(s.peer)
+    );
     Seen::Lost(Lost { rank: s.peer, text })
 }
 

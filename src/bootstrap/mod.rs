@@ -81,7 +81,10 @@ pub fn new_unique_id() -> Result<BootstrapId> {
                 id::SECRET_VAR
             ),
         };
-        crate::nccl_info!(Subsys::BOOTSTRAP, "NCCL_COMM_ID={spec}: rank 0 will run the bootstrap root at {root}; {protection}");
+        crate::nccl_info!(
+            Subsys::BOOTSTRAP,
+            "NCCL_COMM_ID={spec}: rank 0 will run the bootstrap root at {root}; {protection}"
+        );
         return Ok(BootstrapId::from_comm_id(root, shared.as_deref()));
     }
     let listener = net::listen(net::local_ip())?;
@@ -111,7 +114,11 @@ pub fn share_id(parent: &Bootstrap, members: &[usize]) -> Result<BootstrapId> {
     }
     let bytes = parent.recv(leader, TAG_SHARE_ID)?;
     let id = crate::types::ncclUniqueId::from_bytes(&bytes).ok_or_else(|| {
-        Error::InvalidArgument(format!("unique id of {} bytes, expected {}", bytes.len(), crate::types::NCCL_UNIQUE_ID_BYTES))
+        Error::InvalidArgument(format!(
+            "unique id of {} bytes, expected {}",
+            bytes.len(),
+            crate::types::NCCL_UNIQUE_ID_BYTES
+        ))
     })?;
     BootstrapId::from_unique_id(&id)
 }
@@ -538,7 +545,9 @@ fn register(
 ) -> Result<(Vec<SocketAddr>, FrameStream)> {
     let (root, rank, nranks) = (id.root, me.rank, me.nranks);
     let mut conn = FrameStream::open(root, &me.cred, start + timeout, true).map_err(|e| match e {
-        NetError::Refused(text) => Error::InvalidUsage(format!("bootstrap: the root at {root} refused rank {rank}: {text}")),
+        NetError::Refused(text) => {
+            Error::InvalidUsage(format!("bootstrap: the root at {root} refused rank {rank}: {text}"))
+        }
         e => Error::System(format!(
             "bootstrap: rank {rank} could not reach the root at {root} within {timeout:?} ({e}); check that the \
              process that called ncclGetUniqueId (or rank 0 under NCCL_COMM_ID) is running and reachable"
@@ -650,7 +659,12 @@ struct Links {
 
 /// Opens an authenticated connection to the listener at `addr` (a rank's) and announces what
 /// it is for: the one way every rank-to-rank link starts, whatever its kind.
-fn open_link(me: Me, addr: SocketAddr, kind: LinkKind, deadline: Instant) -> std::result::Result<FrameStream, NetError> {
+fn open_link(
+    me: Me,
+    addr: SocketAddr,
+    kind: LinkKind,
+    deadline: Instant,
+) -> std::result::Result<FrameStream, NetError> {
     let mut s = FrameStream::open(addr, &me.cred, deadline, false)?;
     s.send(&Msg::Hello { from: me.rank as u32, link: kind }, deadline)?;
     Ok(s)
@@ -716,7 +730,9 @@ fn admit(me: Me, shared: &Shared, a: Arrival, timeout: Duration) {
                     "Bootstrap rank {here}: rank {from} sent {} instead of data",
                     other.kind_name()
                 ),
-                Err(e) => crate::nccl_warn_unrecorded!("Bootstrap rank {here}: lost a message from rank {from} ({addr}): {e}"),
+                Err(e) => {
+                    crate::nccl_warn_unrecorded!("Bootstrap rank {here}: lost a message from rank {from} ({addr}): {e}")
+                }
             }
         }
         Msg::Hello { from, link } => crate::nccl_warn_unrecorded!(

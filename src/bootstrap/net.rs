@@ -364,7 +364,8 @@ impl FrameStream {
     /// The connector's side of the handshake of [`auth`].
     fn handshake(&mut self, cred: &Credentials, deadline: Instant) -> std::result::Result<(), NetError> {
         let peer = self.peer;
-        let unexpected = |m: Msg| NetError::Refused(format!("the listener at {peer} sent {} during the handshake", m.kind_name()));
+        let unexpected =
+            |m: Msg| NetError::Refused(format!("the listener at {peer} sent {} during the handshake", m.kind_name()));
         let listener_nonce = match self.recv(MAX_CONTROL_BODY, deadline)? {
             Msg::Challenge { nonce } => nonce,
             other => return Err(unexpected(other)),
@@ -483,7 +484,9 @@ fn pump(
                 s.buf.drain(..used);
                 return match msg {
                     Msg::Lost { .. } => Ok(Some(msg)),
-                    other => Err(next(WireError::Malformed(format!("{} sent back on a ring link", other.kind_name())).into())),
+                    other => Err(next(
+                        WireError::Malformed(format!("{} sent back on a ring link", other.kind_name())).into(),
+                    )),
                 };
             }
         }
@@ -690,7 +693,10 @@ impl Acceptor {
                         dead.push(i);
                     }
                     Err(e) => {
-                        crate::nccl_warn_unrecorded!("Bootstrap listener {here}: dropped a connection from {}: {e}", p.from);
+                        crate::nccl_warn_unrecorded!(
+                            "Bootstrap listener {here}: dropped a connection from {}: {e}",
+                            p.from
+                        );
                         dead.push(i);
                     }
                 }
@@ -701,7 +707,10 @@ impl Acceptor {
             if let Some((p, msg)) = arrival {
                 match FrameStream::new(p.stream, p.buf, p.from) {
                     Ok(conn) => return Ok(Some(Wake::Arrival(Box::new(Arrival { conn, from: p.from, msg })))),
-                    Err(e) => crate::nccl_warn_unrecorded!("Bootstrap listener {here}: lost the connection from {}: {e}", p.from),
+                    Err(e) => crate::nccl_warn_unrecorded!(
+                        "Bootstrap listener {here}: lost the connection from {}: {e}",
+                        p.from
+                    ),
                 }
             }
             if fds.last().is_some_and(|f| f.revents != 0) {
@@ -746,7 +755,8 @@ impl Acceptor {
 
     /// Drops the oldest connection that has not authenticated (or the oldest of all).
     fn evict(&mut self, here: SocketAddr) {
-        let unproven = self.pending.iter().enumerate().filter(|(_, p)| p.challenge.is_some()).min_by_key(|(_, p)| p.accepted);
+        let unproven =
+            self.pending.iter().enumerate().filter(|(_, p)| p.challenge.is_some()).min_by_key(|(_, p)| p.accepted);
         let oldest = self.pending.iter().enumerate().min_by_key(|(_, p)| p.accepted);
         if let Some((i, _)) = unproven.or(oldest) {
             let p = self.pending.remove(i);
@@ -797,7 +807,8 @@ fn first_frame(p: &mut Pending, cred: &Credentials) -> std::result::Result<Optio
 /// gets a refusal that explains it (nothing secret in it) and ends the connection.
 fn check_proof(p: &Pending, cred: &Credentials, ours: Nonce, msg: Msg) -> std::result::Result<(), NetError> {
     let refuse = |text: String| {
-        let _ = write_now(&p.stream, &wire::encode(&Msg::Refused { reason: RefuseReason::Rejected, text: text.clone() }));
+        let _ =
+            write_now(&p.stream, &wire::encode(&Msg::Refused { reason: RefuseReason::Rejected, text: text.clone() }));
         Err(NetError::Refused(text))
     };
     match msg {
@@ -938,7 +949,9 @@ mod tests {
         }
         // A listener that does not hold the secret is found out by the connector.
         let (mut impostor, addr) = acceptor(forged);
-        let t = std::thread::spawn(move || impostor.next(Some(Instant::now() + Duration::from_secs(2)), &String::new, &[]).map(|a| a.is_none()));
+        let t = std::thread::spawn(move || {
+            impostor.next(Some(Instant::now() + Duration::from_secs(2)), &String::new, &[]).map(|a| a.is_none())
+        });
         match FrameStream::open(addr, &cred(3), deadline, false) {
             Err(NetError::Refused(m)) => assert!(m.contains("could not prove"), "{m}"),
             other => panic!("{other:?}"),

@@ -58,7 +58,10 @@ pub enum Action<C> {
 enum Phase {
     Registering,
     /// The table went out at this time; these ranks have reported their ring up.
-    Ring { since: Instant, ready: BTreeSet<usize> },
+    Ring {
+        since: Instant,
+        ready: BTreeSet<usize>,
+    },
     Finished,
 }
 
@@ -76,7 +79,13 @@ pub struct RootState<C> {
 
 impl<C> Default for RootState<C> {
     fn default() -> Self {
-        RootState { nranks: None, slots: BTreeMap::new(), by_conn: HashMap::new(), first: None, phase: Phase::Registering }
+        RootState {
+            nranks: None,
+            slots: BTreeMap::new(),
+            by_conn: HashMap::new(),
+            first: None,
+            phase: Phase::Registering,
+        }
     }
 }
 
@@ -176,9 +185,8 @@ impl<C: Copy + Debug + Eq + Hash> RootState<C> {
     fn lost(&mut self, rank: usize, why: String) -> Option<Action<C>> {
         let at = self.slots.get(&rank).map(|&(_, a)| a)?;
         self.phase = Phase::Finished;
-        let text = format!(
-            "bootstrap: rank {rank} (listening at {at}) was lost during init: {why}; did its process die?"
-        );
+        let text =
+            format!("bootstrap: rank {rank} (listening at {at}) was lost during init: {why}; did its process die?");
         let conns = self.slots.iter().filter(|(&r, _)| r != rank).map(|(_, &(c, _))| c).collect();
         Some(Action::Fail { conns, reason: RefuseReason::Lost, text })
     }
@@ -379,7 +387,12 @@ mod tests {
     const T: Duration = Duration::from_secs(5);
 
     fn reg(rank: u32, nranks: u32) -> Registration {
-        Registration { rank, nranks, listen: SocketAddr::from(([10, 0, 0, rank as u8], 1000 + rank as u16)), timeout: T }
+        Registration {
+            rank,
+            nranks,
+            listen: SocketAddr::from(([10, 0, 0, rank as u8], 1000 + rank as u16)),
+            timeout: T,
+        }
     }
 
     fn reason(a: Option<Action<u32>>) -> String {
@@ -555,7 +568,10 @@ mod tests {
         let mut s = tabled(3, Instant::now());
         let (conns, why, text) = fail(s.on_lost_report(11, 2, "could not open its ring link".into()));
         assert_eq!((conns, why), (vec![10, 11], RefuseReason::Lost));
-        assert!(text.contains("rank 2 (listening at 10.0.0.2:1002) was lost during init: rank 1 reports: could not"), "{text}");
+        assert!(
+            text.contains("rank 2 (listening at 10.0.0.2:1002) was lost during init: rank 1 reports: could not"),
+            "{text}"
+        );
         // A report naming a rank that does not exist blames the reporter.
         let mut s = tabled(3, Instant::now());
         let (_, _, text) = fail(s.on_lost_report(11, 7, "?".into()));

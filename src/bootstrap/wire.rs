@@ -386,7 +386,9 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Msg, WireError> {
         },
         KIND_DATA => Msg::Data { tag: r.u32("data tag")?, seq: r.u64("data sequence")?, payload: r.rest().to_vec() },
         KIND_CHALLENGE => Msg::Challenge { nonce: r.array("challenge nonce")? },
-        KIND_AUTH => Msg::Auth { magic: r.u64("auth magic")?, nonce: r.array("auth nonce")?, proof: r.array("auth proof")? },
+        KIND_AUTH => {
+            Msg::Auth { magic: r.u64("auth magic")?, nonce: r.array("auth nonce")?, proof: r.array("auth proof")? }
+        }
         KIND_PROVEN => Msg::Proven { proof: r.array("proof")? },
         KIND_LOST => Msg::Lost { rank: r.u32("lost rank")?, text: r.text("lost text")? },
         KIND_READY => Msg::Ready,
@@ -406,12 +408,7 @@ mod tests {
 
     fn samples() -> Vec<Msg> {
         vec![
-            Msg::Register {
-                rank: 3,
-                nranks: 8,
-                listen: v4("10.1.2.3:4567"),
-                timeout_ms: 5000,
-            },
+            Msg::Register { rank: 3, nranks: 8, listen: v4("10.1.2.3:4567"), timeout_ms: 5000 },
             Msg::Register {
                 rank: 0,
                 nranks: 1,

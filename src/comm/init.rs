@@ -84,11 +84,8 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     };
 
     let (arena, addr) = P2pTransport::allocate(&plan, rank)?;
-    let addrs = bootstrap
-        .allgather(&addr.encode())?
-        .iter()
-        .map(|b| p2p::ArenaAddr::decode(b))
-        .collect::<Result<Vec<_>>>()?;
+    let addrs =
+        bootstrap.allgather(&addr.encode())?.iter().map(|b| p2p::ArenaAddr::decode(b)).collect::<Result<Vec<_>>>()?;
     let transport = P2pTransport::connect(arena, rank, &me, &peers, &addrs, &plan)?;
 
     let table = transport.conn_table(&plan, rank);
@@ -139,7 +136,8 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         last: last.clone(),
     };
     // One rank per host watches FERRONICKEL_HANG_REPORT_FILE, so one touch gives one report.
-    let first_on_host = peers.iter().filter(|p| p.host_hash == me.host_hash).map(|p| p.rank as usize).min() == Some(rank);
+    let first_on_host =
+        peers.iter().filter(|p| p.host_hash == me.host_hash).map(|p| p.rank as usize).min() == Some(rank);
     let watcher = bootstrap.watch(observer, first_on_host)?;
 
     crate::nccl_info!(

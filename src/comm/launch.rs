@@ -85,7 +85,10 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
             let streams: Vec<(&Arc<Comm>, CUstream)> = per_comm.iter().map(|(c, ops)| (c, ops[0].0)).collect();
             for (c, s) in &streams {
                 if c.is_capturing(*s)? {
-                    crate::nccl_trace!(crate::debug::Subsys::TUNING, "copy engines not used: a stream is being captured");
+                    crate::nccl_trace!(
+                        crate::debug::Subsys::TUNING,
+                        "copy engines not used: a stream is being captured"
+                    );
                     let launches = plan::kernels(&members, allowed)?;
                     // SAFETY: as above.
                     return unsafe { run_kernels(&comms, launches) };
@@ -149,7 +152,12 @@ unsafe fn run_copies(members: &[(&Arc<Comm>, CUstream)], copies: &[Copy]) -> Res
             Ok(())
         })?;
     }
-    crate::nccl_info!(crate::debug::Subsys::COLL, "copy engines: {} copies among {} ranks", copies.len(), members.len());
+    crate::nccl_info!(
+        crate::debug::Subsys::COLL,
+        "copy engines: {} copies among {} ranks",
+        copies.len(),
+        members.len()
+    );
     Ok(())
 }
 
@@ -172,7 +180,8 @@ impl Comm {
         let _g = gpu.ctx.enter()?;
         let mut st = gpu.launch_state.lock();
         for (l, kernel) in launches.iter().zip(kernels) {
-            let mut args = fnKernelArgs { comm: res.dev_comm.ptr as *mut _, nWorks: l.works.len() as i32, ..Default::default() };
+            let mut args =
+                fnKernelArgs { comm: res.dev_comm.ptr as *mut _, nWorks: l.works.len() as i32, ..Default::default() };
             args.works[..l.works.len()].copy_from_slice(&l.works);
             let capturing = cuda::is_capturing(l.stream)?;
             // Our kernels on one communicator share FIFOs: keep them in issue order across streams.
@@ -182,7 +191,14 @@ impl Comm {
                 e.record(*s)?;
                 e.wait(l.stream)?;
             }
-            crate::nccl_trace!(crate::debug::Subsys::COLL, "rank {} launch {} grid {} works {}", self.rank, l.kernel, l.grid, l.works.len());
+            crate::nccl_trace!(
+                crate::debug::Subsys::COLL,
+                "rank {} launch {} grid {} works {}",
+                self.rank,
+                l.kernel,
+                l.grid,
+                l.works.len()
+            );
             self.ops.issue(super::watch::describe_works(&l.works));
             // SAFETY: `kernel` was loaded for this launch; `args` points at our device comm and
             // works whose buffers are valid per this function's contract.

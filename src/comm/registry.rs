@@ -90,11 +90,13 @@ impl CommHandle {
                 c.check_health()?;
                 Ok(c.clone())
             }
-            Phase::Initializing => {
-                Err(Error::InvalidUsage("communicator is still initializing (poll ncclCommGetAsyncError until it returns ncclSuccess)".into()))
-            }
+            Phase::Initializing => Err(Error::InvalidUsage(
+                "communicator is still initializing (poll ncclCommGetAsyncError until it returns ncclSuccess)".into(),
+            )),
             Phase::Failed(e) => Err(e.clone().context("communicator initialization failed earlier")),
-            Phase::Finalized(_) => Err(Error::InvalidUsage("communicator was finalized; only ncclCommDestroy is allowed now".into())),
+            Phase::Finalized(_) => {
+                Err(Error::InvalidUsage("communicator was finalized; only ncclCommDestroy is allowed now".into()))
+            }
         }
     }
 

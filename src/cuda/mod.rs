@@ -50,7 +50,8 @@ pub fn init() -> Result<()> {
     INIT.get_or_init(|| {
         if !driver_library_present() {
             return Err(Error::Cuda(
-                "no CUDA driver found (libcuda.so.1 could not be loaded): this machine has no NVIDIA driver or GPU".into(),
+                "no CUDA driver found (libcuda.so.1 could not be loaded): this machine has no NVIDIA driver or GPU"
+                    .into(),
             ));
         }
         // SAFETY: the driver library is present, so cudarc's loader will not panic.
@@ -406,7 +407,13 @@ pub fn stream_synchronize(stream: CUstream) -> Result<()> {
 /// # Safety
 /// `func` is a kernel loaded from our fatbin, and every device address `args` holds (its device
 /// communicator and the works' buffers) is valid for what the kernel reads and writes there.
-pub unsafe fn launch(func: sys::CUfunction, grid: u32, block: u32, stream: CUstream, args: &fnKernelArgs) -> Result<()> {
+pub unsafe fn launch(
+    func: sys::CUfunction,
+    grid: u32,
+    block: u32,
+    stream: CUstream,
+    args: &fnKernelArgs,
+) -> Result<()> {
     let mut params = [args as *const fnKernelArgs as *mut c_void];
     // SAFETY: func takes one fnKernelArgs by value (the shared ABI header) and the addresses in
     // it are valid per this function's contract; params outlives the call, which copies the

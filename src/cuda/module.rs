@@ -73,7 +73,10 @@ struct DeviceKernels {
 
 impl DeviceKernels {
     fn new() -> DeviceKernels {
-        DeviceKernels { modules: [const { OnceLock::new() }; NUM_UNITS], kernels: [const { OnceLock::new() }; NUM_KERNELS] }
+        DeviceKernels {
+            modules: [const { OnceLock::new() }; NUM_UNITS],
+            kernels: [const { OnceLock::new() }; NUM_KERNELS],
+        }
     }
 }
 
@@ -211,7 +214,8 @@ mod tests {
     fn every_unit_defines_exactly_its_listed_kernels_once() {
         let mut names = HashSet::new();
         for (u, (unit, _, source)) in UNITS.iter().enumerate() {
-            let listed: HashSet<&str> = KERNELS.iter().filter(|k| k.unit == u).map(|k| k.name.to_str().unwrap()).collect();
+            let listed: HashSet<&str> =
+                KERNELS.iter().filter(|k| k.unit == u).map(|k| k.name.to_str().unwrap()).collect();
             let defs = defined(source);
             let in_source: HashSet<&str> = defs.iter().map(|(n, _)| n.as_str()).collect();
             assert_eq!(in_source.len(), defs.len(), "unit {unit} defines a kernel twice");
@@ -229,7 +233,14 @@ mod tests {
     /// the operators whose bits do not depend on the sign.
     #[test]
     fn every_reduction_the_host_asks_for_has_its_kernel() {
-        let ops = [abi::FN_OP_SUM, abi::FN_OP_PROD, abi::FN_OP_MAX, abi::FN_OP_MIN, abi::FN_OP_PREMULSUM, abi::FN_OP_SUMPOSTDIV];
+        let ops = [
+            abi::FN_OP_SUM,
+            abi::FN_OP_PROD,
+            abi::FN_OP_MAX,
+            abi::FN_OP_MIN,
+            abi::FN_OP_PREMULSUM,
+            abi::FN_OP_SUMPOSTDIV,
+        ];
         let mut seen = 0;
         for dt in 0..types::ncclNumTypes {
             let is_int = !types::dtype_is_float(dt);
@@ -263,11 +274,9 @@ mod tests {
 
     /// Runs `cmd` with `input` on stdin, killed after `limit`.
     fn run_with_input(mut cmd: Command, input: &[u8], limit: Duration) -> Vec<u8> {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("could not run {cmd:?} ({e}); install it: bash scripts/setup-deps.sh (apt-get install zstd)"));
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap_or_else(|e| {
+            panic!("could not run {cmd:?} ({e}); install it: bash scripts/setup-deps.sh (apt-get install zstd)")
+        });
         let mut stdin = child.stdin.take().unwrap();
         let mut stdout = child.stdout.take().unwrap();
         let input = input.to_vec();
@@ -349,7 +358,11 @@ mod tests {
                         2 => strings.contains(name.as_bytes()),
                         _ => ptx.contains(&format!(".entry {name}(")),
                     };
-                    assert!(found, "unit {unit}: kernel {name} is missing from its {} image for {arch}", ["", "PTX", "SASS"][*kind as usize]);
+                    assert!(
+                        found,
+                        "unit {unit}: kernel {name} is missing from its {} image for {arch}",
+                        ["", "PTX", "SASS"][*kind as usize]
+                    );
                 }
             }
         }

@@ -101,11 +101,18 @@ pub fn plan(members: &[Member], mode: Mode, allowed: &Allowed) -> std::result::R
 
 /// Appends the copies of one communicator's operations (`idx`: member index by rank) and returns
 /// the modelled time of running them as kernels.
-fn plan_clique(clique: &[&Member], idx: &[usize], allowed: &Allowed, copies: &mut Vec<Copy>) -> std::result::Result<f64, String> {
+fn plan_clique(
+    clique: &[&Member],
+    idx: &[usize],
+    allowed: &Allowed,
+    copies: &mut Vec<Copy>,
+) -> std::result::Result<f64, String> {
     let n = clique.len();
     let mismatch = || "the ranks' operations do not match".to_string();
-    let colls: Vec<Vec<_>> =
-        clique.iter().map(|m| m.ops.iter().filter_map(|(_, t)| if let Task::Coll(c) = t { Some(*c) } else { None }).collect()).collect();
+    let colls: Vec<Vec<_>> = clique
+        .iter()
+        .map(|m| m.ops.iter().filter_map(|(_, t)| if let Task::Coll(c) = t { Some(*c) } else { None }).collect())
+        .collect();
     let mut kernel_us = 0.0;
     for k in 0..colls[0].len() {
         let c = colls[0][k];
@@ -199,11 +206,22 @@ mod tests {
 
     fn coll(kind: CollKind, rank: usize, count: usize, root: usize) -> Task {
         let base = 0x1000_0000 * (rank as u64 + 1);
-        Task::Coll(CollTask { kind, send: base, recv: base + 0x800_0000, count, dtype: types::ncclFloat32, op: DevOp::plain(0), root })
+        Task::Coll(CollTask {
+            kind,
+            send: base,
+            recv: base + 0x800_0000,
+            count,
+            dtype: types::ncclFloat32,
+            op: DevOp::plain(0),
+            root,
+        })
     }
 
     fn members<'a>(key: u64, ops: &'a [Vec<(CUstream, Task)>]) -> Vec<Member<'a>> {
-        ops.iter().enumerate().map(|(r, o)| Member { key, shape: shape(r, ops.len()), conn_channels: &|_| 64, ops: o }).collect()
+        ops.iter()
+            .enumerate()
+            .map(|(r, o)| Member { key, shape: shape(r, ops.len()), conn_channels: &|_| 64, ops: o })
+            .collect()
     }
 
     fn one(kind: CollKind, n: usize, count: usize, root: usize) -> Vec<Vec<(CUstream, Task)>> {
@@ -245,12 +263,22 @@ mod tests {
     fn sends_pair_with_receives_in_order() {
         let s = std::ptr::null_mut();
         let ops = vec![
-            vec![(s, Task::Send { buf: 1, bytes: 8, peer: 1 }), (s, Task::Send { buf: 2, bytes: 16, peer: 1 }), (s, Task::Recv { buf: 3, bytes: 0, peer: 1 })],
+            vec![
+                (s, Task::Send { buf: 1, bytes: 8, peer: 1 }),
+                (s, Task::Send { buf: 2, bytes: 16, peer: 1 }),
+                (s, Task::Recv { buf: 3, bytes: 0, peer: 1 }),
+            ],
             vec![(s, Task::Recv { buf: 4, bytes: 8, peer: 0 }), (s, Task::Recv { buf: 5, bytes: 16, peer: 0 })],
         ];
         let c = plan(&members(7, &ops), Mode::Always, &Allowed::ALL).unwrap();
-        assert_eq!(c, [Copy { from: 0, to: 1, src: 1, dst: 4, bytes: 8 }, Copy { from: 0, to: 1, src: 2, dst: 5, bytes: 16 }]);
-        let bad = vec![ops[0].clone(), vec![(s, Task::Recv { buf: 4, bytes: 16, peer: 0 }), (s, Task::Recv { buf: 5, bytes: 8, peer: 0 })]];
+        assert_eq!(
+            c,
+            [Copy { from: 0, to: 1, src: 1, dst: 4, bytes: 8 }, Copy { from: 0, to: 1, src: 2, dst: 5, bytes: 16 }]
+        );
+        let bad = vec![
+            ops[0].clone(),
+            vec![(s, Task::Recv { buf: 4, bytes: 16, peer: 0 }), (s, Task::Recv { buf: 5, bytes: 8, peer: 0 })],
+        ];
         assert!(plan(&members(7, &bad), Mode::Always, &Allowed::ALL).is_err());
     }
 
@@ -264,7 +292,10 @@ mod tests {
         m[1].shape = shape(1, 3);
         assert!(plan(&m, Mode::Always, &all).is_err());
         assert!(plan(&members(7, &one(CollKind::AllReduce, 2, 10, 0)), Mode::Always, &all).is_err());
-        let two_streams = vec![vec![(std::ptr::null_mut(), coll(CollKind::AllGather, 0, 10, 0)), (8 as CUstream, coll(CollKind::AllGather, 0, 10, 0))]];
+        let two_streams = vec![vec![
+            (std::ptr::null_mut(), coll(CollKind::AllGather, 0, 10, 0)),
+            (8 as CUstream, coll(CollKind::AllGather, 0, 10, 0)),
+        ]];
         assert!(plan(&members(7, &two_streams), Mode::Always, &all).is_err());
         let forced = Allowed { copy_engine: false, ..Allowed::ALL };
         assert!(plan(&members(7, &ops), Mode::Tuned, &forced).is_err());
@@ -279,7 +310,8 @@ mod tests {
 
     #[test]
     fn tuner_keeps_kernels_for_small_sizes() {
-        let tuned = |count| plan(&members(7, &one(CollKind::Broadcast, 2, count, 0)), Mode::Tuned, &Allowed::ALL).is_ok();
+        let tuned =
+            |count| plan(&members(7, &one(CollKind::Broadcast, 2, count, 0)), Mode::Tuned, &Allowed::ALL).is_ok();
         assert!(!tuned(1 << 10));
         assert!(tuned(1 << 28));
         let sr = |bytes| {

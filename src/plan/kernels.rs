@@ -15,8 +15,9 @@ use crate::types;
 fn kernel_id(t: &CollTask) -> Result<KernelId> {
     match t.kind {
         CollKind::Broadcast | CollKind::AllGather => Ok(KernelId::COPY),
-        _ => KernelId::coll(t.dtype as u32, t.op.kind)
-            .ok_or_else(|| Error::Internal(format!("no kernel reduces data type {} with device op {}", t.dtype, t.op.kind))),
+        _ => KernelId::coll(t.dtype as u32, t.op.kind).ok_or_else(|| {
+            Error::Internal(format!("no kernel reduces data type {} with device op {}", t.dtype, t.op.kind))
+        }),
     }
 }
 
@@ -125,7 +126,11 @@ pub fn plan(
     Ok(launches)
 }
 
-fn plan_p2p(shape: &CommShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(CUstream, Task)]) -> Result<Option<Launch>> {
+fn plan_p2p(
+    shape: &CommShape,
+    conn_channels: &dyn Fn(usize) -> usize,
+    ops: &[(CUstream, Task)],
+) -> Result<Option<Launch>> {
     let rank = shape.rank;
     // Messages in issue order per lane, with their part counts.
     let mut lanes: Vec<Lane> = Vec::new();
@@ -133,13 +138,14 @@ fn plan_p2p(shape: &CommShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(C
     let mut streams: Vec<CUstream> = Vec::new();
     let mut self_sends = std::collections::VecDeque::new();
     let mut self_recvs = std::collections::VecDeque::new();
-    let mut lane_of = |is_send: bool, peer: usize| match lanes.iter().position(|l| (l.is_send, l.peer) == (is_send, peer)) {
-        Some(i) => i,
-        None => {
-            lanes.push(Lane { is_send, peer, first_cta: 0, ctas: 0 });
-            lanes.len() - 1
-        }
-    };
+    let mut lane_of =
+        |is_send: bool, peer: usize| match lanes.iter().position(|l| (l.is_send, l.peer) == (is_send, peer)) {
+            Some(i) => i,
+            None => {
+                lanes.push(Lane { is_send, peer, first_cta: 0, ctas: 0 });
+                lanes.len() - 1
+            }
+        };
     for (stream, task) in ops {
         let (is_send, buf, bytes, peer) = match *task {
             Task::Send { buf, bytes, peer } => (true, buf, bytes, peer),
@@ -153,7 +159,11 @@ fn plan_p2p(shape: &CommShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(C
             streams.push(*stream);
         }
         if peer == rank {
-            if is_send { self_sends.push_back((buf, bytes)) } else { self_recvs.push_back((buf, bytes)) }
+            if is_send {
+                self_sends.push_back((buf, bytes))
+            } else {
+                self_recvs.push_back((buf, bytes))
+            }
             continue;
         }
         let lane = lane_of(is_send, peer);
@@ -197,9 +207,17 @@ fn plan_p2p(shape: &CommShape, conn_channels: &dyn Fn(usize) -> usize, ops: &[(C
     }
     let works = msgs
         .iter()
-        .map(|&(lane, ty, send, recv, bytes, parts)| p2p_work(ty, send, recv, bytes, lanes[lane].peer, &lanes[lane], parts))
+        .map(|&(lane, ty, send, recv, bytes, parts)| {
+            p2p_work(ty, send, recv, bytes, lanes[lane].peer, &lanes[lane], parts)
+        })
         .collect();
-    Ok(Some(Launch { kernel: KernelId::COPY, grid: next as u32, stream: streams[0], joined: streams[1..].to_vec(), works }))
+    Ok(Some(Launch {
+        kernel: KernelId::COPY,
+        grid: next as u32,
+        stream: streams[0],
+        joined: streams[1..].to_vec(),
+        works,
+    }))
 }
 
 #[cfg(test)]
@@ -268,7 +286,10 @@ mod tests {
         let eight_on_one_gpu = CommShape { rank: 0, nranks: 8, nchannels: 8, all_pairs_channels: 4 };
         assert_eq!(p2p_parts(&eight_on_one_gpu, 8, 1 << 30), 1);
         let s = std::ptr::null_mut();
-        let ops = vec![(s, Task::Send { buf: 0, bytes: 1 << 30, peer: 1 }), (s, Task::Recv { buf: 0, bytes: 1 << 20, peer: 1 })];
+        let ops = vec![
+            (s, Task::Send { buf: 0, bytes: 1 << 30, peer: 1 }),
+            (s, Task::Recv { buf: 0, bytes: 1 << 20, peer: 1 }),
+        ];
         let l = plan(&two, &Allowed::ALL, &|_| 64, &ops).unwrap();
         assert_eq!(l[0].works.iter().map(|w| (w.blk, w.nParts)).collect::<Vec<_>>(), [(0, 32), (32, 16)]);
         assert_eq!(l[0].grid, 48);

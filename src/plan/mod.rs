@@ -77,7 +77,17 @@ mod tests {
     #[test]
     fn estimates_grow_with_size_and_follow_the_tuner() {
         let shape = CommShape { rank: 0, nranks: 2, nchannels: 64, all_pairs_channels: 64 };
-        let ar = |count| Task::Coll(CollTask { kind: CollKind::AllReduce, send: 0, recv: 0, count, dtype: types::ncclFloat32, op: DevOp::plain(0), root: 0 });
+        let ar = |count| {
+            Task::Coll(CollTask {
+                kind: CollKind::AllReduce,
+                send: 0,
+                recv: 0,
+                count,
+                dtype: types::ncclFloat32,
+                op: DevOp::plain(0),
+                root: 0,
+            })
+        };
         let est = |tasks: &[(CommShape, Task)]| estimate_us(tasks, &Allowed::ALL);
         let small = est(&[(shape, ar(1))]);
         assert_eq!(small, tuner::coll_us(CollKind::AllReduce, 1, 4, &shape, &Allowed::ALL));

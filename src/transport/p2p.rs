@@ -173,7 +173,8 @@ impl P2pTransport {
                 }
                 bases[p] = addrs[p].ptr;
             } else {
-                let m = IpcMapping::open(&addrs[p].ipc).map_err(|e| e.context(&format!("mapping rank {p}'s buffers")))?;
+                let m =
+                    IpcMapping::open(&addrs[p].ipc).map_err(|e| e.context(&format!("mapping rank {p}'s buffers")))?;
                 bases[p] = m.ptr;
                 mappings.push(m);
             }

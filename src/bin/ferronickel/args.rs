@@ -48,7 +48,9 @@ impl Args {
         match self.options.remove(name) {
             None => Ok(None),
             Some(None) => Err(format!("--{name} needs a value")),
-            Some(Some(v)) => parse_size(&v).map(Some).ok_or_else(|| format!("--{name} {v:?} is not a positive integer")),
+            Some(Some(v)) => {
+                parse_size(&v).map(Some).ok_or_else(|| format!("--{name} {v:?} is not a positive integer"))
+            }
         }
     }
 

@@ -94,7 +94,9 @@ fn numa_node(bus_id: &str) -> Option<i32> {
 pub fn p2p_matrix(gpus: &[Gpu]) -> Vec<Vec<bool>> {
     gpus.iter()
         .map(|a| {
-            gpus.iter().map(|b| a.ordinal == b.ordinal || cuda::can_access_peer(a.ordinal, b.ordinal).unwrap_or(false)).collect()
+            gpus.iter()
+                .map(|b| a.ordinal == b.ordinal || cuda::can_access_peer(a.ordinal, b.ordinal).unwrap_or(false))
+                .collect()
         })
         .collect()
 }
@@ -117,7 +119,9 @@ impl Link {
                 let gen = v.map(|v| format!(", NVML NVLink version {v}")).unwrap_or_default();
                 format!("NV{n} ({n} NVLinks{gen}); PCIe {}", self.pcie)
             }
-            (None, Some(true)) => format!("NVLink likely (native P2P atomics; count unknown without NVML); PCIe {}", self.pcie),
+            (None, Some(true)) => {
+                format!("NVLink likely (native P2P atomics; count unknown without NVML); PCIe {}", self.pcie)
+            }
             _ => format!("PCIe {}", self.pcie),
         }
     }
@@ -152,7 +156,12 @@ pub fn link(nvml: Option<&crate::nvml::Nvml>, a: &Gpu, b: &Gpu) -> Link {
 fn pcie_path(a: &Gpu, b: &Gpu) -> String {
     let chain = |g: &Gpu| -> Option<Vec<String>> {
         let real = std::fs::canonicalize(sysfs_dir(&g.bus_id)).ok()?;
-        Some(real.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).filter(|c| c.starts_with("pci") || c.contains(':')).collect())
+        Some(
+            real.components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .filter(|c| c.starts_with("pci") || c.contains(':'))
+                .collect(),
+        )
     };
     let (Some(ca), Some(cb)) = (chain(a), chain(b)) else {
         return "path unknown (no sysfs entry for the bus ids)".into();
@@ -160,7 +169,9 @@ fn pcie_path(a: &Gpu, b: &Gpu) -> String {
     let common = ca.iter().zip(&cb).take_while(|(x, y)| x == y).count();
     let hops = (ca.len() - common) + (cb.len() - common);
     match common {
-        0 if a.numa_node != b.numa_node => format!("SYS (different CPU sockets, NUMA {:?} and {:?})", a.numa_node, b.numa_node),
+        0 if a.numa_node != b.numa_node => {
+            format!("SYS (different CPU sockets, NUMA {:?} and {:?})", a.numa_node, b.numa_node)
+        }
         0 => "PHB (different PCIe host bridges of one CPU)".into(),
         1 => "PHB (through the CPU's PCIe host bridge)".into(),
         _ => format!("PIX/PXB (through PCIe switches, {hops} hops, meeting at {})", ca[common - 1]),
@@ -194,8 +205,11 @@ impl Stream {
         let mut s: sys::CUstream = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the caller has a context current. Non-blocking: no implicit
         // ordering with the legacy default stream.
-        cuda::check(unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate")
-            .map_err(|e| e.to_string())?;
+        cuda::check(
+            unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) },
+            "cuStreamCreate",
+        )
+        .map_err(|e| e.to_string())?;
         Ok(Stream(s))
     }
 

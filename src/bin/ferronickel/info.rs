@@ -57,7 +57,12 @@ fn network_section(text: &mut String) -> Value {
         .collect();
     if plugins.is_empty() {
         let env = nccl::env::get("NCCL_NET_PLUGIN");
-        writeln!(text, "  net plugins: none found (NCCL_NET_PLUGIN={})", env.as_deref().unwrap_or("unset: libnccl-net.so")).unwrap();
+        writeln!(
+            text,
+            "  net plugins: none found (NCCL_NET_PLUGIN={})",
+            env.as_deref().unwrap_or("unset: libnccl-net.so")
+        )
+        .unwrap();
     }
     let socket = match nccl::transport::net::socket_interfaces() {
         Ok(ifs) => {

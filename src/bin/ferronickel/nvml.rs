@@ -49,7 +49,11 @@ impl Nvml {
             let c = CString::new(name).expect("no NUL in symbol names");
             // SAFETY: h is a live handle from dlopen, c a valid C string.
             let p = unsafe { libc::dlsym(h, c.as_ptr()) };
-            if p.is_null() { Err(format!("libnvidia-ml.so.1 has no {name}")) } else { Ok(p) }
+            if p.is_null() {
+                Err(format!("libnvidia-ml.so.1 has no {name}"))
+            } else {
+                Ok(p)
+            }
         };
         // SAFETY: each symbol is NVML's documented function of exactly this C signature.
         let init = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> Ret>(sym("nvmlInit_v2")?) };

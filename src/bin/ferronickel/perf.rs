@@ -150,13 +150,20 @@ pub fn run(mut args: Args) -> CmdResult {
         names
             .iter()
             .map(|n| {
-                COLLS.iter().find(|(_, c)| c == n).copied().ok_or_else(|| {
-                    format!("unknown collective {n:?} (known: {})", COLLS.map(|(_, c)| c).join(" "))
-                })
+                COLLS
+                    .iter()
+                    .find(|(_, c)| c == n)
+                    .copied()
+                    .ok_or_else(|| format!("unknown collective {n:?} (known: {})", COLLS.map(|(_, c)| c).join(" ")))
             })
             .collect::<Result<_, _>>()?
     };
-    if sweep.factor < 2 || sweep.min > sweep.max || sweep.max > 16 << 30 || per_gpu > 64 || sweep.iters.max(sweep.warmup) > 100_000 {
+    if sweep.factor < 2
+        || sweep.min > sweep.max
+        || sweep.max > 16 << 30
+        || per_gpu > 64
+        || sweep.iters.max(sweep.warmup) > 100_000
+    {
         return Err("need --factor >= 2, --min-bytes <= --max-bytes <= 16G, --ranks-per-gpu <= 64, --iters and --warmup <= 100000".into());
     }
     let gpus = gpu::probe().map_err(|e| format!("perf needs a GPU: {e}"))?;
@@ -217,12 +224,19 @@ pub fn run(mut args: Args) -> CmdResult {
             };
         }
     }
-    writeln!(text, "# {} wrong element(s) in total; sizes from {} to {}", wrong_total, human(sweep.min), human(sweep.max))
-        .unwrap();
+    writeln!(
+        text,
+        "# {} wrong element(s) in total; sizes from {} to {}",
+        wrong_total,
+        human(sweep.min),
+        human(sweep.max)
+    )
+    .unwrap();
     drop(ranks);
     let json = json!({ "nranks": n, "ranks_per_gpu": per_gpu, "rows": rows, "wrong_total": wrong_total });
     // Like nccl-tests: the whole table, then a failing status if anything was wrong.
-    let failed = (wrong_total > 0).then(|| format!("{wrong_total} wrong element(s): results differ from the host reference"));
+    let failed =
+        (wrong_total > 0).then(|| format!("{wrong_total} wrong element(s): results differ from the host reference"));
     Ok(Report { text, json, failed })
 }
 
@@ -256,7 +270,14 @@ fn inputs(seed: u64, len: usize) -> Vec<f32> {
 }
 
 /// One size of one collective: a checked run, then the timed ones. Returns (µs, wrong elements).
-fn measure(ranks: &Ranks, coll: Coll, send: usize, recv: usize, sweep: &Sweep, seed: u64) -> Result<(f64, usize), String> {
+fn measure(
+    ranks: &Ranks,
+    coll: Coll,
+    send: usize,
+    recv: usize,
+    sweep: &Sweep,
+    seed: u64,
+) -> Result<(f64, usize), String> {
     let n = ranks.0.len();
     let host_in: Vec<Vec<f32>> = (0..n).map(|r| inputs(seed * 1000 + r as u64, send)).collect();
     let mut bufs = Vec::new();

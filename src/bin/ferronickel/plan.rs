@@ -53,7 +53,8 @@ impl Machine {
                 let id = format!("{host:04}:{gpu:02x}");
                 bus_id[..id.len()].copy_from_slice(id.as_bytes());
                 let mut p = blank;
-                (p.rank, p.host_hash, p.pid, p.dev, p.bus_id) = (r as u32, host as u64, host as u32, gpu as i32, bus_id);
+                (p.rank, p.host_hash, p.pid, p.dev, p.bus_id) =
+                    (r as u32, host as u64, host as u32, gpu as i32, bus_id);
                 p
             })
             .collect()
@@ -113,7 +114,8 @@ pub fn run(mut args: Args) -> CmdResult {
     for n in &notes {
         writeln!(text, "note: {n}").unwrap();
     }
-    writeln!(text, "ring (every channel): {}", order.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(" -> ")).unwrap();
+    writeln!(text, "ring (every channel): {}", order.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(" -> "))
+        .unwrap();
     writeln!(
         text,
         "channels: {nchannels} ring channels (one CTA each); {} per send/recv peer off the ring; one-shot all-reduce may use {}",
@@ -123,7 +125,8 @@ pub fn run(mut args: Args) -> CmdResult {
     writeln!(text, "FIFO: {} B per connection (NCCL_BUFFSIZE)", conns.fifo_bytes).unwrap();
     writeln!(text, "trees: none (ferronickel runs rings only)").unwrap();
 
-    writeln!(text, "\nPer message size (float): the tuner's algorithm/protocol, channels and modelled kernel time:").unwrap();
+    writeln!(text, "\nPer message size (float): the tuner's algorithm/protocol, channels and modelled kernel time:")
+        .unwrap();
     write!(text, "{:>10}", "size").unwrap();
     for (_, name) in COLLS {
         write!(text, "  {name:>26}").unwrap();

@@ -112,17 +112,24 @@ impl Dev {
         let _g = building.enter().map_err(err)?;
         let mut raw: CUmodule = std::ptr::null_mut();
         // SAFETY: COPY_PTX is a NUL-terminated PTX image; valid out-pointer.
-        cuda::check(unsafe { sys::cuModuleLoadData(&mut raw, COPY_PTX.as_ptr() as *const c_void) }, "cuModuleLoadData (PTX)")
-            .map_err(err)?;
+        cuda::check(
+            unsafe { sys::cuModuleLoadData(&mut raw, COPY_PTX.as_ptr() as *const c_void) },
+            "cuModuleLoadData (PTX)",
+        )
+        .map_err(err)?;
         let module = Module(raw);
         let mut func: CUfunction = std::ptr::null_mut();
         // SAFETY: the module is loaded; the name is NUL-terminated.
-        cuda::check(unsafe { sys::cuModuleGetFunction(&mut func, module.0, c"fn_copy".as_ptr()) }, "cuModuleGetFunction")
-            .map_err(err)?;
+        cuda::check(
+            unsafe { sys::cuModuleGetFunction(&mut func, module.0, c"fn_copy".as_ptr()) },
+            "cuModuleGetFunction",
+        )
+        .map_err(err)?;
         let mut sms = 0;
         let attr = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
         // SAFETY: valid out-pointer and device ordinal.
-        cuda::check(unsafe { sys::cuDeviceGetAttribute(&mut sms, attr, ordinal) }, "cuDeviceGetAttribute").map_err(err)?;
+        cuda::check(unsafe { sys::cuDeviceGetAttribute(&mut sms, attr, ordinal) }, "cuDeviceGetAttribute")
+            .map_err(err)?;
         Ok(Dev {
             ordinal,
             streams: [Stream::new()?, Stream::new()?],
@@ -148,14 +155,30 @@ impl Dev {
                 unsafe { cuda::memcpy_async(dst, self.src.ptr, bytes, stream) }.map_err(err)?;
             } else {
                 let (mut d, mut sp, mut n16) = (dst, self.src.ptr, (bytes / 16) as u64);
-                let mut params = [&mut d as *mut u64 as *mut c_void, &mut sp as *mut u64 as *mut c_void, &mut n16 as *mut u64 as *mut c_void];
+                let mut params = [
+                    &mut d as *mut u64 as *mut c_void,
+                    &mut sp as *mut u64 as *mut c_void,
+                    &mut n16 as *mut u64 as *mut c_void,
+                ];
                 // A single thread for latency, two 512-thread CTAs per SM for bandwidth.
                 let (grid, block) = if bytes <= 16 { (1, 1) } else { (2 * self.sms, 512) };
                 // SAFETY: func takes three u64 parameters, `params` points at three live u64s;
                 // dst and src are device buffers of at least `bytes` bytes reachable from here
                 // (our own, or a peer's with peer access enabled).
                 let r = unsafe {
-                    sys::cuLaunchKernel(self.func, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut())
+                    sys::cuLaunchKernel(
+                        self.func,
+                        grid,
+                        1,
+                        1,
+                        block,
+                        1,
+                        1,
+                        0,
+                        stream,
+                        params.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
                 };
                 cuda::check(r, "cuLaunchKernel (fn_copy)").map_err(err)?;
             }
@@ -181,7 +204,8 @@ fn elapsed_ms(a: &Dev) -> Result<f64, String> {
     gpu::wait_done(&format!("GPU {}'s measurement", a.ordinal), || unsafe { sys::cuEventQuery(a.stop.0) })?;
     let mut ms = 0f32;
     // SAFETY: both events recorded and complete; valid out-pointer.
-    cuda::check(unsafe { sys::cuEventElapsedTime_v2(&mut ms, a.start.0, a.stop.0) }, "cuEventElapsedTime").map_err(err)?;
+    cuda::check(unsafe { sys::cuEventElapsedTime_v2(&mut ms, a.start.0, a.stop.0) }, "cuEventElapsedTime")
+        .map_err(err)?;
     Ok(ms as f64)
 }
 
@@ -236,7 +260,9 @@ pub fn run(mut args: Args) -> CmdResult {
         let moved = (bytes * iters * if both { 2 } else { 1 }) as f64;
         matrix(&|a, b| run_pair(a, b, bytes, iters, engine, both).map(|ms| moved / ms / 1e6))
     };
-    let lat = |engine: bool| matrix(&|a, b| run_pair(a, b, 16, LATENCY_OPS, engine, false).map(|ms| ms * 1e3 / LATENCY_OPS as f64));
+    let lat = |engine: bool| {
+        matrix(&|a, b| run_pair(a, b, 16, LATENCY_OPS, engine, false).map(|ms| ms * 1e3 / LATENCY_OPS as f64))
+    };
     let tables: Vec<(&str, &str, &str, Matrix)> = vec![
         ("ce_unidirectional_gbps", "Copy engines, one direction", "GB/s", gbps(true, false)?),
         ("ce_bidirectional_gbps", "Copy engines, both directions (sum)", "GB/s", gbps(true, true)?),
@@ -246,19 +272,32 @@ pub fn run(mut args: Args) -> CmdResult {
         ("sm_latency_us", "SM store latency (one-thread kernels, chained, launch included)", "us", lat(false)?),
     ];
 
-    let mut text = format!("P2P between {} GPU(s): {} per transfer, {iters} transfers per figure\n", devs.len(), crate::plan::human(bytes));
+    let mut text = format!(
+        "P2P between {} GPU(s): {} per transfer, {iters} transfers per figure\n",
+        devs.len(),
+        crate::plan::human(bytes)
+    );
     let mut json = serde_json::Map::new();
     json.insert("gpus".into(), json!(gpus.iter().map(gpu::Gpu::json).collect::<Vec<_>>()));
     json.insert("bytes".into(), json!(bytes));
     json.insert("iters".into(), json!(iters));
     for (key, title, unit, m) in tables {
         writeln!(text, "\n{title} ({unit}), row = from, column = to:").unwrap();
-        writeln!(text, "       {}", devs.iter().map(|d| format!("{:>9}", format!("GPU{}", d.ordinal))).collect::<String>()).unwrap();
+        writeln!(
+            text,
+            "       {}",
+            devs.iter().map(|d| format!("{:>9}", format!("GPU{}", d.ordinal))).collect::<String>()
+        )
+        .unwrap();
         for (d, row) in devs.iter().zip(&m) {
-            let cells: String = row.iter().map(|v| v.map_or(format!("{:>9}", "n/a"), |v| format!("{v:>9.2}"))).collect();
+            let cells: String =
+                row.iter().map(|v| v.map_or(format!("{:>9}", "n/a"), |v| format!("{v:>9.2}"))).collect();
             writeln!(text, "  GPU{:<3}{cells}", d.ordinal).unwrap();
         }
-        json.insert(key.into(), Value::from(m.iter().map(|r| r.iter().map(|v| json!(v)).collect::<Vec<_>>()).collect::<Vec<_>>()));
+        json.insert(
+            key.into(),
+            Value::from(m.iter().map(|r| r.iter().map(|v| json!(v)).collect::<Vec<_>>()).collect::<Vec<_>>()),
+        );
     }
     Ok(Report { text, json: Value::Object(json), failed: None })
 }

@@ -24,8 +24,13 @@ type Res = c_int;
 pub type ncclDebugLogger_t =
     unsafe extern "C" fn(level: c_int, flags: c_ulong, file: *const c_char, line: c_int, fmt: *const c_char, ...);
 /// `ncclProfilerCallback_t`.
-pub type ncclProfilerCallback_t =
-    unsafe extern "C" fn(e_handle: *mut *mut c_void, kind: c_int, p_handle: *mut c_void, plugin_id: i64, ext: *mut c_void) -> Res;
+pub type ncclProfilerCallback_t = unsafe extern "C" fn(
+    e_handle: *mut *mut c_void,
+    kind: c_int,
+    p_handle: *mut c_void,
+    plugin_id: i64,
+    ext: *mut c_void,
+) -> Res;
 
 /// `ncclNetDeviceHandle_v8_t` .. `_v11_t` (one layout): device offload, which we never request.
 #[repr(C)]
@@ -214,7 +219,9 @@ pub struct ncclNet_v10_t {
 #[repr(C)]
 pub struct ncclNet_v11_t {
     pub name: *const c_char,
-    pub init: F<unsafe extern "C" fn(PP, u64, *mut ncclNetCommConfig_v10_t, ncclDebugLogger_t, ncclProfilerCallback_t) -> Res>,
+    pub init: F<
+        unsafe extern "C" fn(PP, u64, *mut ncclNetCommConfig_v10_t, ncclDebugLogger_t, ncclProfilerCallback_t) -> Res,
+    >,
     pub devices: F<unsafe extern "C" fn(*mut c_int) -> Res>,
     pub getProperties: F<unsafe extern "C" fn(c_int, *mut ncclNetProperties_v11_t) -> Res>,
     pub listen: F<unsafe extern "C" fn(P, c_int, P, PP) -> Res>,

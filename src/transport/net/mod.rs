@@ -140,11 +140,7 @@ pub(crate) fn check_recv(bufs: &[RecvBuf], mrs: &[&MemHandle], max_recvs: usize)
         )));
     }
     if mrs.len() != bufs.len() {
-        return Err(Error::InvalidArgument(format!(
-            "irecv: {} memory handles for {} buffers",
-            mrs.len(),
-            bufs.len()
-        )));
+        return Err(Error::InvalidArgument(format!("irecv: {} memory handles for {} buffers", mrs.len(), bufs.len())));
     }
     if let Some(b) = bufs.iter().find(|b| b.data.is_null() && b.size > 0) {
         return Err(Error::InvalidArgument(format!("irecv: NULL buffer of {} bytes (tag {})", b.size, b.tag)));

@@ -15,7 +15,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::abi::*;
-use super::{check_recv, Connecting, Handle, Listener, MemHandle, Net, Properties, PtrKind, RecvBuf, RecvComm, Request, SendComm, MAX_RECVS};
+use super::{
+    check_recv, Connecting, Handle, Listener, MemHandle, Net, Properties, PtrKind, RecvBuf, RecvComm, Request,
+    SendComm, MAX_RECVS,
+};
 use crate::debug::{Level, Subsys};
 use crate::error::{Error, Result};
 
@@ -37,7 +40,11 @@ pub fn candidates(env: Option<&str>) -> Vec<String> {
         Some(v) => {
             let list: Vec<String> = v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
             if list.len() > MAX_LISTED {
-                crate::nccl_info!(Subsys::NET | Subsys::ENV, "NCCL_NET_PLUGIN lists {} plugins; trying the first {MAX_LISTED}", list.len());
+                crate::nccl_info!(
+                    Subsys::NET | Subsys::ENV,
+                    "NCCL_NET_PLUGIN lists {} plugins; trying the first {MAX_LISTED}",
+                    list.len()
+                );
             }
             list.into_iter().take(MAX_LISTED).collect()
         }
@@ -83,7 +90,11 @@ fn dlerror() -> String {
     // on this thread; it is copied at once.
     unsafe {
         let e = libc::dlerror();
-        if e.is_null() { "unknown dlopen error".into() } else { CStr::from_ptr(e).to_string_lossy().into_owned() }
+        if e.is_null() {
+            "unknown dlopen error".into()
+        } else {
+            CStr::from_ptr(e).to_string_lossy().into_owned()
+        }
     }
 }
 
@@ -93,7 +104,8 @@ impl PluginLib {
     pub fn open(entry: &str) -> Result<Option<PluginLib>> {
         let mut missing = Vec::new();
         for file in file_names(entry) {
-            let c = CString::new(file.clone()).map_err(|_| Error::InvalidArgument(format!("NCCL_NET_PLUGIN entry {file:?} holds a NUL byte")))?;
+            let c = CString::new(file.clone())
+                .map_err(|_| Error::InvalidArgument(format!("NCCL_NET_PLUGIN entry {file:?} holds a NUL byte")))?;
             // SAFETY: c is a valid NUL-terminated string; the flags are the ones NCCL uses.
             let dl = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
             if dl.is_null() {
@@ -147,7 +159,13 @@ impl PluginLib {
             unsafe { CStr::from_ptr(name_ptr) }.to_string_lossy().into_owned()
         };
         let lib = PluginLib { dl, path, name, table };
-        crate::nccl_info!(Subsys::INIT | Subsys::NET, "NET/Plugin: loaded net plugin {} (v{}) from {}", lib.name, lib.version(), lib.path);
+        crate::nccl_info!(
+            Subsys::INIT | Subsys::NET,
+            "NET/Plugin: loaded net plugin {} (v{}) from {}",
+            lib.name,
+            lib.version(),
+            lib.path
+        );
         Ok(lib)
     }
 
@@ -289,7 +307,8 @@ impl PluginNet {
     /// Runs the plugin's `init` and `devices` for the communicator `comm_id` (v11 keeps a
     /// context per communicator); an error names the file and symbol.
     pub fn init(lib: PluginLib, comm_id: u64, traffic_class: Option<i32>) -> Result<PluginNet> {
-        let mut config = Box::new(ncclNetCommConfig_v10_t { trafficClass: traffic_class.unwrap_or(NCCL_NET_TRAFFIC_CLASS_UNDEF) });
+        let mut config =
+            Box::new(ncclNetCommConfig_v10_t { trafficClass: traffic_class.unwrap_or(NCCL_NET_TRAFFIC_CLASS_UNDEF) });
         let mut ctx = null_mut();
         let log = logger();
         let who = format!("{} ({} in {})", lib.name, lib.symbol(), lib.path);
@@ -329,12 +348,30 @@ impl PluginNet {
         if n <= 0 {
             return Err(fail(&format!("reports {n} devices")));
         }
-        for f in ["getProperties", "listen", "connect", "accept", "regMr", "deregMr", "isend", "irecv", "test", "closeSend", "closeRecv", "closeListen"] {
+        for f in [
+            "getProperties",
+            "listen",
+            "connect",
+            "accept",
+            "regMr",
+            "deregMr",
+            "isend",
+            "irecv",
+            "test",
+            "closeSend",
+            "closeRecv",
+            "closeListen",
+        ] {
             if !inner.has(f) {
                 return Err(fail(&format!("has no {f} function")));
             }
         }
-        crate::nccl_info!(Subsys::INIT | Subsys::NET, "NET/Plugin: initialized {} (v{}), {n} devices", inner.lib.name, inner.lib.version());
+        crate::nccl_info!(
+            Subsys::INIT | Subsys::NET,
+            "NET/Plugin: initialized {} (v{}), {n} devices",
+            inner.lib.name,
+            inner.lib.version()
+        );
         Ok(PluginNet { inner, ndev: n as usize })
     }
 
@@ -356,10 +393,70 @@ impl Inner {
             };
         }
         match self.lib.table {
-            Table::V11(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen, iflush),
-            Table::V10(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen, iflush),
-            Table::V9(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen, iflush),
-            Table::V8(t) => any!(t, getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test, closeSend, closeRecv, closeListen, iflush),
+            Table::V11(t) => any!(
+                t,
+                getProperties,
+                listen,
+                connect,
+                accept,
+                regMr,
+                deregMr,
+                isend,
+                irecv,
+                test,
+                closeSend,
+                closeRecv,
+                closeListen,
+                iflush
+            ),
+            Table::V10(t) => any!(
+                t,
+                getProperties,
+                listen,
+                connect,
+                accept,
+                regMr,
+                deregMr,
+                isend,
+                irecv,
+                test,
+                closeSend,
+                closeRecv,
+                closeListen,
+                iflush
+            ),
+            Table::V9(t) => any!(
+                t,
+                getProperties,
+                listen,
+                connect,
+                accept,
+                regMr,
+                deregMr,
+                isend,
+                irecv,
+                test,
+                closeSend,
+                closeRecv,
+                closeListen,
+                iflush
+            ),
+            Table::V8(t) => any!(
+                t,
+                getProperties,
+                listen,
+                connect,
+                accept,
+                regMr,
+                deregMr,
+                isend,
+                irecv,
+                test,
+                closeSend,
+                closeRecv,
+                closeListen,
+                iflush
+            ),
         }
     }
 }
@@ -380,7 +477,10 @@ impl Net for PluginNet {
 
     fn properties(&self, dev: usize) -> Result<Properties> {
         if dev >= self.ndev {
-            return Err(Error::InvalidArgument(format!("net device {dev} out of range (the plugin has {})", self.ndev)));
+            return Err(Error::InvalidArgument(format!(
+                "net device {dev} out of range (the plugin has {})",
+                self.ndev
+            )));
         }
         let d = dev as c_int;
         let lib = &self.inner.lib;
@@ -393,10 +493,19 @@ impl Net for PluginNet {
                     let mut p: ncclNetProperties_v11_t = std::mem::zeroed();
                     check(lib, "getProperties", (*t).getProperties.unwrap()(d, &mut p))?;
                     Properties {
-                        name: c_str(p.name).unwrap_or_default(), pci_path: c_str(p.pciPath), guid: p.guid,
-                        ptr_support: p.ptrSupport, reg_is_global: p.regIsGlobal != 0, force_flush: p.forceFlush != 0,
-                        speed_mbps: p.speed, port: p.port, latency_us: p.latency, max_comms: p.maxComms,
-                        max_recvs: clamp(p.maxRecvs), max_p2p_bytes: p.maxP2pBytes, max_coll_bytes: p.maxCollBytes,
+                        name: c_str(p.name).unwrap_or_default(),
+                        pci_path: c_str(p.pciPath),
+                        guid: p.guid,
+                        ptr_support: p.ptrSupport,
+                        reg_is_global: p.regIsGlobal != 0,
+                        force_flush: p.forceFlush != 0,
+                        speed_mbps: p.speed,
+                        port: p.port,
+                        latency_us: p.latency,
+                        max_comms: p.maxComms,
+                        max_recvs: clamp(p.maxRecvs),
+                        max_p2p_bytes: p.maxP2pBytes,
+                        max_coll_bytes: p.maxCollBytes,
                     }
                 }
                 Table::V10(_) | Table::V9(_) => {
@@ -408,20 +517,38 @@ impl Net for PluginNet {
                     };
                     check(lib, "getProperties", f.unwrap()(d, &mut p))?;
                     Properties {
-                        name: c_str(p.name).unwrap_or_default(), pci_path: c_str(p.pciPath), guid: p.guid,
-                        ptr_support: p.ptrSupport, reg_is_global: p.regIsGlobal != 0, force_flush: p.forceFlush != 0,
-                        speed_mbps: p.speed, port: p.port, latency_us: p.latency, max_comms: p.maxComms,
-                        max_recvs: clamp(p.maxRecvs), max_p2p_bytes: p.maxP2pBytes, max_coll_bytes: p.maxCollBytes,
+                        name: c_str(p.name).unwrap_or_default(),
+                        pci_path: c_str(p.pciPath),
+                        guid: p.guid,
+                        ptr_support: p.ptrSupport,
+                        reg_is_global: p.regIsGlobal != 0,
+                        force_flush: p.forceFlush != 0,
+                        speed_mbps: p.speed,
+                        port: p.port,
+                        latency_us: p.latency,
+                        max_comms: p.maxComms,
+                        max_recvs: clamp(p.maxRecvs),
+                        max_p2p_bytes: p.maxP2pBytes,
+                        max_coll_bytes: p.maxCollBytes,
                     }
                 }
                 Table::V8(t) => {
                     let mut p: ncclNetProperties_v8_t = std::mem::zeroed();
                     check(lib, "getProperties", (*t).getProperties.unwrap()(d, &mut p))?;
                     Properties {
-                        name: c_str(p.name).unwrap_or_default(), pci_path: c_str(p.pciPath), guid: p.guid,
-                        ptr_support: p.ptrSupport, reg_is_global: p.regIsGlobal != 0, force_flush: false,
-                        speed_mbps: p.speed, port: p.port, latency_us: p.latency, max_comms: p.maxComms,
-                        max_recvs: clamp(p.maxRecvs), max_p2p_bytes: MAX_NET_SIZE, max_coll_bytes: MAX_COLLNET_SIZE,
+                        name: c_str(p.name).unwrap_or_default(),
+                        pci_path: c_str(p.pciPath),
+                        guid: p.guid,
+                        ptr_support: p.ptrSupport,
+                        reg_is_global: p.regIsGlobal != 0,
+                        force_flush: false,
+                        speed_mbps: p.speed,
+                        port: p.port,
+                        latency_us: p.latency,
+                        max_comms: p.maxComms,
+                        max_recvs: clamp(p.maxRecvs),
+                        max_p2p_bytes: MAX_NET_SIZE,
+                        max_coll_bytes: MAX_COLLNET_SIZE,
                     }
                 }
             }
@@ -431,7 +558,10 @@ impl Net for PluginNet {
 
     fn listen(&self, dev: usize) -> Result<(Handle, Box<dyn Listener>)> {
         if dev >= self.ndev {
-            return Err(Error::InvalidArgument(format!("net device {dev} out of range (the plugin has {})", self.ndev)));
+            return Err(Error::InvalidArgument(format!(
+                "net device {dev} out of range (the plugin has {})",
+                self.ndev
+            )));
         }
         let mut handle = [0u8; super::HANDLE_BYTES];
         let mut comm: *mut c_void = null_mut();
@@ -448,7 +578,10 @@ impl Net for PluginNet {
         };
         check(lib, "listen", rc)?;
         if comm.is_null() {
-            return Err(Error::System(format!("NET/Plugin {}: listen succeeded but returned no listen comm", lib.name)));
+            return Err(Error::System(format!(
+                "NET/Plugin {}: listen succeeded but returned no listen comm",
+                lib.name
+            )));
         }
         // Grouped receives are bounded by what the device says it takes.
         let max_recvs = self.properties(dev)?.max_recvs;
@@ -457,7 +590,10 @@ impl Net for PluginNet {
 
     fn connect(&self, dev: usize, handle: &Handle) -> Result<Box<dyn Connecting>> {
         if dev >= self.ndev {
-            return Err(Error::InvalidArgument(format!("net device {dev} out of range (the plugin has {})", self.ndev)));
+            return Err(Error::InvalidArgument(format!(
+                "net device {dev} out of range (the plugin has {})",
+                self.ndev
+            )));
         }
         Ok(Box::new(PluginConnecting { inner: self.inner.clone(), dev: dev as c_int, handle: Box::new(*handle) }))
     }
@@ -479,7 +615,8 @@ impl Listener for PluginListen {
         call!(&self.inner.lib, accept(self.comm, &mut rc, &mut dev))?;
         Ok((!rc.is_null()).then(|| {
             let max_recvs = self.max_recvs;
-            Box::new(PluginComm { inner: self.inner.clone(), comm: rc, send: false, max_recvs, nbufs: HashMap::new() }) as Box<dyn RecvComm>
+            Box::new(PluginComm { inner: self.inner.clone(), comm: rc, send: false, max_recvs, nbufs: HashMap::new() })
+                as Box<dyn RecvComm>
         }))
     }
 }
@@ -521,7 +658,13 @@ impl Connecting for PluginConnecting {
         };
         check(lib, "connect", rc)?;
         Ok((!sc.is_null()).then(|| {
-            Box::new(PluginComm { inner: self.inner.clone(), comm: sc, send: true, max_recvs: 1, nbufs: HashMap::new() }) as Box<dyn SendComm>
+            Box::new(PluginComm {
+                inner: self.inner.clone(),
+                comm: sc,
+                send: true,
+                max_recvs: 1,
+                nbufs: HashMap::new(),
+            }) as Box<dyn SendComm>
         }))
     }
 }
@@ -565,7 +708,11 @@ impl PluginComm {
 
 impl Drop for PluginComm {
     fn drop(&mut self) {
-        let r = if self.send { call!(&self.inner.lib, closeSend(self.comm)) } else { call!(&self.inner.lib, closeRecv(self.comm)) };
+        let r = if self.send {
+            call!(&self.inner.lib, closeSend(self.comm))
+        } else {
+            call!(&self.inner.lib, closeRecv(self.comm))
+        };
         if let Err(e) = r {
             crate::nccl_warn!("{e}");
         }
@@ -634,7 +781,8 @@ impl RecvComm for PluginComm {
         let mut mh: Vec<*mut c_void> = mrs.iter().map(|m| m.0 as *mut c_void).collect();
         let mut ph: Vec<*mut c_void> = vec![null_mut(); n];
         let mut req: *mut c_void = null_mut();
-        let (c, ni, d, t, m, r) = (self.comm, n as c_int, data.as_mut_ptr(), tags.as_mut_ptr(), mh.as_mut_ptr(), &mut req as *mut _);
+        let (c, ni, d, t, m, r) =
+            (self.comm, n as c_int, data.as_mut_ptr(), tags.as_mut_ptr(), mh.as_mut_ptr(), &mut req as *mut _);
         // SAFETY: all arrays hold n entries and live through the call; buffers stay valid per
         // the trait contract; v8 takes int sizes, so larger receives are refused first.
         let rc = unsafe {
@@ -673,7 +821,10 @@ impl RecvComm for PluginComm {
         if !self.inner.has("iflush") {
             return Ok(None);
         }
-        call!(lib, iflush(self.comm, bufs.len() as c_int, data.as_mut_ptr(), sizes.as_mut_ptr(), mh.as_mut_ptr(), &mut req))?;
+        call!(
+            lib,
+            iflush(self.comm, bufs.len() as c_int, data.as_mut_ptr(), sizes.as_mut_ptr(), mh.as_mut_ptr(), &mut req)
+        )?;
         if req.is_null() {
             return Ok(None);
         }
@@ -693,11 +844,24 @@ impl RecvComm for PluginComm {
 /// Writes a plugin's log line through our log, formatted by the C library's `vsnprintf`.
 // `c_ulong` is 32 bits on some targets, so the casts to u64 are not always no-ops.
 #[allow(clippy::unnecessary_cast)]
-extern "C" fn log_va(level: c_int, flags: c_ulong, _file: *const c_char, _line: c_int, fmt: *const c_char, ap: *mut c_void) {
+extern "C" fn log_va(
+    level: c_int,
+    flags: c_ulong,
+    _file: *const c_char,
+    _line: c_int,
+    fmt: *const c_char,
+    ap: *mut c_void,
+) {
     let _ = std::panic::catch_unwind(|| {
         let lvl = match level {
             0 => return,
-            1..=3 => if level == 2 { Level::Warn } else { Level::Info },
+            1..=3 => {
+                if level == 2 {
+                    Level::Warn
+                } else {
+                    Level::Info
+                }
+            }
             4 => Level::Warn,
             _ => Level::Trace,
         };
@@ -726,7 +890,14 @@ mod c {
         pub fn vsnprintf(buf: *mut c_char, n: usize, fmt: *const c_char, ap: *mut c_void) -> c_int;
         /// The trampoline below (x86-64 only).
         #[cfg(target_arch = "x86_64")]
-        pub fn ferronickel_net_plugin_logger(level: c_int, flags: c_ulong, file: *const c_char, line: c_int, fmt: *const c_char, ...);
+        pub fn ferronickel_net_plugin_logger(
+            level: c_int,
+            flags: c_ulong,
+            file: *const c_char,
+            line: c_int,
+            fmt: *const c_char,
+            ...
+        );
     }
 }
 use c::vsnprintf;
@@ -795,11 +966,21 @@ fn logger() -> ncclDebugLogger_t {
     }
     // SAFETY: the C calling convention passes the named arguments of a variadic call where a
     // non-variadic callee reads them on the 64-bit Linux ABIs; `plain` reads only those.
-    unsafe { std::mem::transmute::<extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char), ncclDebugLogger_t>(plain) }
+    unsafe {
+        std::mem::transmute::<extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char), ncclDebugLogger_t>(
+            plain,
+        )
+    }
 }
 
 /// The profiler callback handed to v10+ plugins: we record no network events.
-unsafe extern "C" fn no_profiler(e_handle: *mut *mut c_void, _kind: c_int, _p: *mut c_void, _id: i64, _ext: *mut c_void) -> c_int {
+unsafe extern "C" fn no_profiler(
+    e_handle: *mut *mut c_void,
+    _kind: c_int,
+    _p: *mut c_void,
+    _id: i64,
+    _ext: *mut c_void,
+) -> c_int {
     if !e_handle.is_null() {
         // SAFETY: a non-NULL event-handle pointer from the plugin is writable.
         unsafe { *e_handle = null_mut() };

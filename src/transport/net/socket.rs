@@ -25,7 +25,10 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::{check_recv, Connecting, Handle, Listener, MemHandle, Net, Properties, PtrKind, RecvBuf, RecvComm, Request, SendComm, MAX_RECVS, MAX_REQUESTS};
+use super::{
+    check_recv, Connecting, Handle, Listener, MemHandle, Net, Properties, PtrKind, RecvBuf, RecvComm, Request,
+    SendComm, MAX_RECVS, MAX_REQUESTS,
+};
 use crate::bootstrap::auth::random_bytes;
 use crate::bootstrap::net::{interfaces, select_addrs};
 use crate::debug::Subsys;
@@ -95,7 +98,11 @@ pub fn select_interfaces() -> Result<Vec<(String, IpAddr)>> {
 
 /// The pure part of [`select_interfaces`]: `v6` keeps one address family; an empty result is
 /// an error that names the spec and lists every interface there is (NCCL says nothing there).
-pub fn pick_interfaces(spec: Option<&str>, v6: Option<bool>, all: &[(String, IpAddr)]) -> Result<Vec<(String, IpAddr)>> {
+pub fn pick_interfaces(
+    spec: Option<&str>,
+    v6: Option<bool>,
+    all: &[(String, IpAddr)],
+) -> Result<Vec<(String, IpAddr)>> {
     let of_family: Vec<_> = all.iter().filter(|(_, ip)| v6.is_none_or(|v6| ip.is_ipv6() == v6)).cloned().collect();
     let mut picked: Vec<(String, IpAddr)> = Vec::new();
     for (name, ip) in select_addrs(spec, &of_family) {
@@ -207,7 +214,12 @@ impl Hello {
         if h.nonce != nonce {
             return Err("a hello for another listener (stale or forged handle)".into());
         }
-        if h.nsocks == 0 || h.nsocks as usize > MAX_SOCKS || h.nthreads == 0 || h.nthreads as usize > MAX_THREADS || h.nthreads > h.nsocks {
+        if h.nsocks == 0
+            || h.nsocks as usize > MAX_SOCKS
+            || h.nthreads == 0
+            || h.nthreads as usize > MAX_THREADS
+            || h.nthreads > h.nsocks
+        {
             return Err(format!("{} data sockets over {} threads is out of bounds", h.nsocks, h.nthreads));
         }
         if h.index > h.nsocks {
@@ -282,7 +294,9 @@ fn recv_some(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
 
 fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) {
     // SAFETY: fds is a valid array of fds.len() pollfd structs for the duration of the call.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis().min(i32::MAX as u128) as i32) };
+    unsafe {
+        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis().min(i32::MAX as u128) as i32)
+    };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -299,14 +313,20 @@ impl SocketNet {
     pub fn new() -> Result<SocketNet> {
         let ifs = select_interfaces()?;
         let list: Vec<String> = ifs.iter().enumerate().map(|(i, (n, ip))| format!("[{i}]{n}:{ip}")).collect();
-        crate::nccl_info!(Subsys::INIT | Subsys::NET, "NET/Socket: using {} ({} threads × {} sockets per connection)", list.join(" "), shape().1, shape().0 / shape().1);
+        crate::nccl_info!(
+            Subsys::INIT | Subsys::NET,
+            "NET/Socket: using {} ({} threads × {} sockets per connection)",
+            list.join(" "),
+            shape().1,
+            shape().0 / shape().1
+        );
         Ok(SocketNet { ifs })
     }
 
     fn dev(&self, dev: usize) -> Result<&(String, IpAddr)> {
-        self.ifs
-            .get(dev)
-            .ok_or_else(|| Error::InvalidArgument(format!("NET/Socket: device {dev} out of range ({} devices)", self.ifs.len())))
+        self.ifs.get(dev).ok_or_else(|| {
+            Error::InvalidArgument(format!("NET/Socket: device {dev} out of range ({} devices)", self.ifs.len()))
+        })
     }
 }
 
@@ -479,7 +499,13 @@ impl SocketListen {
             match self.listener.accept() {
                 Ok((stream, from)) => {
                     if stream.set_nonblocking(true).and_then(|_| stream.set_nodelay(true)).is_ok() {
-                        self.pending.push(PendingConn { stream, from, buf: [0; HELLO_BYTES], got: 0, expires: Instant::now() + HELLO_TIMEOUT });
+                        self.pending.push(PendingConn {
+                            stream,
+                            from,
+                            buf: [0; HELLO_BYTES],
+                            got: 0,
+                            expires: Instant::now() + HELLO_TIMEOUT,
+                        });
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -514,7 +540,9 @@ impl SocketListen {
             };
             let p = self.pending.swap_remove(i);
             match verdict {
-                Err(why) => crate::nccl_warn!("NET/Socket: listener {local} dropped a connection from {}: {why}", p.from),
+                Err(why) => {
+                    crate::nccl_warn!("NET/Socket: listener {local} dropped a connection from {}: {why}", p.from)
+                }
                 Ok(h) => self.join_group(h, p),
             }
         }
@@ -533,7 +561,11 @@ impl SocketListen {
             socks: (0..=h.nsocks).map(|_| None).collect(),
             expires: Instant::now() + HELLO_TIMEOUT,
         });
-        if g.nsocks != h.nsocks || g.nthreads != h.nthreads || g.peer.ip() != p.from.ip() || g.socks[h.index as usize].is_some() {
+        if g.nsocks != h.nsocks
+            || g.nthreads != h.nthreads
+            || g.peer.ip() != p.from.ip()
+            || g.socks[h.index as usize].is_some()
+        {
             crate::nccl_warn!(
                 "NET/Socket: listener {local} dropped a connection from {}: it does not fit connection {:#x} from {}",
                 p.from,
@@ -577,7 +609,14 @@ impl Listener for SocketListen {
         let ctrl = socks.next().expect("a control socket");
         let conn = Conn::new(ctrl, socks.collect(), g.nthreads as usize, g.peer, false)?;
         crate::nccl_trace!(Subsys::NET, "NET/Socket: accepted a connection from {} on {local}", g.peer);
-        Ok(Some(Box::new(SocketRecv { conn, reqs: Slots::new(), order: VecDeque::new(), hdr: [0; HDR_BYTES], hdr_got: 0, inline: None })))
+        Ok(Some(Box::new(SocketRecv {
+            conn,
+            reqs: Slots::new(),
+            order: VecDeque::new(),
+            hdr: [0; HDR_BYTES],
+            hdr_got: 0,
+            inline: None,
+        })))
     }
 }
 
@@ -676,7 +715,14 @@ impl Conn {
         for (off, len) in parts {
             let sock = self.next_sock;
             self.next_sock = (self.next_sock + 1) % self.nsocks();
-            let task = Task { hdr: chunk_header(seq, len as u32, off as u64), hdr_done: 0, ptr: ptr + off, len, done: 0, pending: pending.clone() };
+            let task = Task {
+                hdr: chunk_header(seq, len as u32, off as u64),
+                hdr_done: 0,
+                ptr: ptr + off,
+                len,
+                done: 0,
+                pending: pending.clone(),
+            };
             self.shared.queues[sock].lock().push_back(task);
             woken[sock % self.nthreads] = true;
         }
@@ -756,9 +802,17 @@ fn step(sh: &Shared, sock: usize, fd: RawFd, t: &mut Task) -> std::result::Resul
     let peer = sh.peer;
     let mut moved = 0;
     let io_err = |e: io::Error, t: &Task| {
-        format!("NET/Socket: connection with {peer} failed on data socket {sock} after {} of {} bytes of a chunk: {e}", t.done, t.len)
+        format!(
+            "NET/Socket: connection with {peer} failed on data socket {sock} after {} of {} bytes of a chunk: {e}",
+            t.done, t.len
+        )
     };
-    let eof = |t: &Task| format!("NET/Socket: {peer} closed data socket {sock} mid-message ({} of {} bytes of a chunk received)", t.done, t.len);
+    let eof = |t: &Task| {
+        format!(
+            "NET/Socket: {peer} closed data socket {sock} mid-message ({} of {} bytes of a chunk received)",
+            t.done, t.len
+        )
+    };
     while t.hdr_done < HDR_BYTES {
         let r = if sh.send {
             send_some(fd, &t.hdr[t.hdr_done..])
@@ -903,7 +957,11 @@ impl SocketSend {
                 match res {
                     Ok(Some(n)) => r.written += n,
                     Ok(None) => return Ok(()),
-                    Err(e) => return Err(self.conn.fail(format!("NET/Socket: lost the connection to {peer} (control socket): {e}"))),
+                    Err(e) => {
+                        return Err(self
+                            .conn
+                            .fail(format!("NET/Socket: lost the connection to {peer} (control socket): {e}")))
+                    }
                 }
             }
             let (ptr, size, pending) = (r.ptr, r.size, r.pending.clone());
@@ -930,7 +988,13 @@ impl SendComm for SocketSend {
             return Err(Error::InvalidArgument(format!("isend: NULL buffer of {size} bytes")));
         }
         self.conn.shared.check()?;
-        let req = SendReq { ptr: data as usize, size, written: 0, hdr: msg_header(tag, size as u64), pending: Arc::new(AtomicUsize::new(0)) };
+        let req = SendReq {
+            ptr: data as usize,
+            size,
+            written: 0,
+            hdr: msg_header(tag, size as u64),
+            pending: Arc::new(AtomicUsize::new(0)),
+        };
         let Some(r) = self.reqs.insert(req) else { return Ok(None) };
         self.order.push_back(r.0 & 0xff);
         self.progress()?;
@@ -997,15 +1061,21 @@ impl SocketRecv {
                 while inl.done < inl.size {
                     // SAFETY: the irecv caller keeps the matched buffer valid, and its size was
                     // checked against the message size before this read was set up.
-                    let dst = unsafe { std::slice::from_raw_parts_mut((inl.ptr + inl.done) as *mut u8, inl.size - inl.done) };
+                    let dst =
+                        unsafe { std::slice::from_raw_parts_mut((inl.ptr + inl.done) as *mut u8, inl.size - inl.done) };
                     match recv_some(fd, dst) {
                         Ok(Some(0)) => {
-                            let m = format!("NET/Socket: {peer} closed the connection mid-message ({} of {} bytes received)", inl.done, inl.size);
+                            let m = format!(
+                                "NET/Socket: {peer} closed the connection mid-message ({} of {} bytes received)",
+                                inl.done, inl.size
+                            );
                             return Err(self.conn.fail(m));
                         }
                         Ok(Some(n)) => inl.done += n,
                         Ok(None) => return Ok(()),
-                        Err(e) => return Err(self.conn.fail(format!("NET/Socket: lost the connection to {peer}: {e}"))),
+                        Err(e) => {
+                            return Err(self.conn.fail(format!("NET/Socket: lost the connection to {peer}: {e}")))
+                        }
                     }
                 }
                 let req = inl.req;
@@ -1031,8 +1101,11 @@ impl SocketRecv {
             let size = u64::from_le_bytes(self.hdr[8..].try_into().expect("8"));
             let r = self.reqs.get(i);
             let Some(b) = (0..r.bufs.len()).find(|&b| r.bufs[b].tag == tag && r.got[b].is_none()) else {
-                let posted: Vec<i32> = (0..r.bufs.len()).filter(|&b| r.got[b].is_none()).map(|b| r.bufs[b].tag).collect();
-                let m = format!("NET/Socket: {peer} sent a message with tag {tag}, but the receive posted expects tags {posted:?}");
+                let posted: Vec<i32> =
+                    (0..r.bufs.len()).filter(|&b| r.got[b].is_none()).map(|b| r.bufs[b].tag).collect();
+                let m = format!(
+                    "NET/Socket: {peer} sent a message with tag {tag}, but the receive posted expects tags {posted:?}"
+                );
                 return Err(self.conn.fail(m));
             };
             let cap = r.bufs[b].size;
@@ -1114,8 +1187,14 @@ mod tests {
         list.iter().map(|(n, a)| (n.to_string(), a.parse().unwrap())).collect()
     }
 
-    const HOST: &[(&str, &str)] =
-        &[("lo", "127.0.0.1"), ("lo", "::1"), ("docker0", "172.17.0.1"), ("eth0", "192.0.2.2"), ("eth0", "fd00::2"), ("eth1", "10.0.0.2")];
+    const HOST: &[(&str, &str)] = &[
+        ("lo", "127.0.0.1"),
+        ("lo", "::1"),
+        ("docker0", "172.17.0.1"),
+        ("eth0", "192.0.2.2"),
+        ("eth0", "fd00::2"),
+        ("eth1", "10.0.0.2"),
+    ];
 
     #[test]
     fn interfaces_one_address_each_family_and_order() {
@@ -1125,7 +1204,8 @@ mod tests {
         assert_eq!(names(pick_interfaces(None, Some(true), &h).unwrap()), ["eth0/fd00::2"]);
         assert_eq!(names(pick_interfaces(Some("lo"), Some(true), &h).unwrap()), ["lo/::1"]);
         assert_eq!(names(pick_interfaces(Some("^eth"), None, &h).unwrap()), ["lo/127.0.0.1", "docker0/172.17.0.1"]);
-        let many: Vec<(String, IpAddr)> = (0..40).map(|i| (format!("eth{i}"), IpAddr::from([10, 0, 0, i as u8]))).collect();
+        let many: Vec<(String, IpAddr)> =
+            (0..40).map(|i| (format!("eth{i}"), IpAddr::from([10, 0, 0, i as u8]))).collect();
         assert_eq!(pick_interfaces(None, None, &many).unwrap().len(), MAX_IFS);
     }
 
@@ -1171,7 +1251,16 @@ mod tests {
     #[test]
     fn chunks_cover_the_message_once() {
         assert!(chunks(0, 8).is_empty() && chunks(MIN_CHUNK - 1, 8).is_empty());
-        for (size, nsocks) in [(MIN_CHUNK, 8), (MIN_CHUNK + 1, 8), (3 * MIN_CHUNK - 1, 64), (64 << 20, 64), (64 << 20, 1), (1000003, 7), (5 << 30, 1), ((3 << 30) + 1, 2)] {
+        for (size, nsocks) in [
+            (MIN_CHUNK, 8),
+            (MIN_CHUNK + 1, 8),
+            (3 * MIN_CHUNK - 1, 64),
+            (64 << 20, 64),
+            (64 << 20, 1),
+            (1000003, 7),
+            (5 << 30, 1),
+            ((3 << 30) + 1, 2),
+        ] {
             let c = chunks(size, nsocks);
             assert!(!c.is_empty() && c.len() <= nsocks.max(size.div_ceil(MAX_CHUNK)), "{size} over {nsocks}: {c:?}");
             assert!(c.iter().all(|x| x.1 <= MAX_CHUNK));
@@ -1273,10 +1362,14 @@ mod tests {
         let (handle, mut l) = net.listen(0).unwrap();
         let mut socks = fake_sender(&handle, 1);
         let mut r = accept_within(&mut *l, Duration::from_secs(10));
-        let (small, big): (Vec<u8>, Vec<u8>) = ((0..300).map(|i| i as u8).collect(), (0..MIN_CHUNK + 5).map(|i| (i * 7) as u8).collect());
+        let (small, big): (Vec<u8>, Vec<u8>) =
+            ((0..300).map(|i| i as u8).collect(), (0..MIN_CHUNK + 5).map(|i| (i * 7) as u8).collect());
         let (mut b1, mut b2) = (vec![0xA5u8; 400], vec![0xA5u8; MIN_CHUNK + 100]);
         let mr = r.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
-        let posted = [RecvBuf { data: b1.as_mut_ptr(), size: b1.len(), tag: 3 }, RecvBuf { data: b2.as_mut_ptr(), size: b2.len(), tag: 4 }];
+        let posted = [
+            RecvBuf { data: b1.as_mut_ptr(), size: b1.len(), tag: 3 },
+            RecvBuf { data: b2.as_mut_ptr(), size: b2.len(), tag: 4 },
+        ];
         // SAFETY: b1 and b2 outlive r.
         let req = unsafe { r.irecv(&posted, &[&mr, &mr]) }.unwrap().unwrap();
         // Tag 4 (chunked) first, then tag 3 (inline), every piece a few bytes apart in time.
@@ -1410,7 +1503,8 @@ mod tests {
         assert!(r.test(&Request(0x1234)).unwrap_err().to_string().contains("not in flight"));
         // 32 receives fit, the 33rd waits for a free slot.
         // SAFETY: empty buffers: nothing is ever written.
-        let reqs: Vec<_> = (0..MAX_REQUESTS).map(|_| unsafe { r.irecv(&[empty], &[&mr]) }.unwrap().expect("a slot")).collect();
+        let reqs: Vec<_> =
+            (0..MAX_REQUESTS).map(|_| unsafe { r.irecv(&[empty], &[&mr]) }.unwrap().expect("a slot")).collect();
         // SAFETY: as above.
         assert!(unsafe { r.irecv(&[empty], &[&mr]) }.unwrap().is_none());
         drop(reqs);
