@@ -127,6 +127,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let ops = Arc::new(Ops::default());
     let last = Arc::new(Event::new()?);
     let observer = Observer {
+        comm_id: bootstrap.magic(),
         names: peers.iter().map(PeerInfo::describe).collect(),
         rank,
         lost: lost.clone(),

@@ -39,6 +39,8 @@ pub(super) fn describe_works(works: &[abi::fnWork]) -> String {
 
 /// The communicator's side of its liveness watcher (bootstrap::liveness), on the watcher thread.
 pub(super) struct Observer {
+    /// The communicator's id in logs (its bootstrap magic, the same on every rank).
+    pub(super) comm_id: u64,
     pub(super) names: Vec<String>,
     pub(super) rank: usize,
     pub(super) lost: Arc<OnceLock<String>>,
@@ -83,6 +85,6 @@ impl liveness::Observer for Observer {
                 if s.finished { "finished" } else { "not finished" }
             );
         }
-        crate::nccl_warn!("{}", hang_report::summarize(self.names.len(), &states));
+        crate::nccl_warn!("comm {:#018x}: {}", self.comm_id, hang_report::summarize(self.names.len(), &states));
     }
 }

@@ -203,13 +203,10 @@ pub struct Stream(pub sys::CUstream);
 impl Stream {
     pub fn new() -> Result<Stream, String> {
         let mut s: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the caller has a context current. Non-blocking: no implicit
-        // ordering with the legacy default stream.
-        cuda::check(
-            unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) },
-            "cuStreamCreate",
-        )
-        .map_err(|e| e.to_string())?;
+        // Non-blocking: no implicit ordering with the legacy default stream.
+        // SAFETY: valid out-pointer; the caller has a context current.
+        let rc = unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) };
+        cuda::check(rc, "cuStreamCreate").map_err(|e| e.to_string())?;
         Ok(Stream(s))
     }
 

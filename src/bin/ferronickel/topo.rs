@@ -112,19 +112,13 @@ impl Dev {
         let _g = building.enter().map_err(err)?;
         let mut raw: CUmodule = std::ptr::null_mut();
         // SAFETY: COPY_PTX is a NUL-terminated PTX image; valid out-pointer.
-        cuda::check(
-            unsafe { sys::cuModuleLoadData(&mut raw, COPY_PTX.as_ptr() as *const c_void) },
-            "cuModuleLoadData (PTX)",
-        )
-        .map_err(err)?;
+        let rc = unsafe { sys::cuModuleLoadData(&mut raw, COPY_PTX.as_ptr() as *const c_void) };
+        cuda::check(rc, "cuModuleLoadData (PTX)").map_err(err)?;
         let module = Module(raw);
         let mut func: CUfunction = std::ptr::null_mut();
         // SAFETY: the module is loaded; the name is NUL-terminated.
-        cuda::check(
-            unsafe { sys::cuModuleGetFunction(&mut func, module.0, c"fn_copy".as_ptr()) },
-            "cuModuleGetFunction",
-        )
-        .map_err(err)?;
+        let rc = unsafe { sys::cuModuleGetFunction(&mut func, module.0, c"fn_copy".as_ptr()) };
+        cuda::check(rc, "cuModuleGetFunction").map_err(err)?;
         let mut sms = 0;
         let attr = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
         // SAFETY: valid out-pointer and device ordinal.
