@@ -316,7 +316,6 @@ __device__ __forceinline__ bool byProto(int proto, F f) {
 // (sends and copies) and a receive half that progress independently.
 template <typename T, typename Op>
 __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
-  using B = typename BitsOf<sizeof(T)>::type;
   const fnDevComm* comm = args.comm;
   const int nWorks = args.nWorks, b = blockIdx.x;
   bool collective = false, sends = false, recvs = false;
@@ -336,44 +335,50 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
   for (int i = 0; i < nWorks; i++) {
     const fnWork w = args.works[i];
     bool ok = true;
-    switch (w.type) {
-      case FN_WORK_SEND:
-      case FN_WORK_COPY:
-      case FN_WORK_RECV: {
-        fnWork part;
-        if (!p2pPart(w, b, part) || (split && recvHalf != (w.type == FN_WORK_RECV))) continue;
-        if (part.count == 0) continue;  // both ends skip the same empty part
-        if (w.type == FN_WORK_SEND) ok = p2pSend(g, comm, part);
-        else if (w.type == FN_WORK_RECV) ok = p2pRecv(g, comm, part);
-        else p2pCopy(g, part);
-        break;
+    if constexpr (Op::kReduce) {
+      // A reduction kernel gets AllReduce, Reduce and ReduceScatter works only: the host sends
+      // broadcast, all-gather and point-to-point works to fnCopy (src/plan/kernels.rs), so this
+      // kernel does not carry their code. Anything else is a host bug: stop loudly.
+      if (w.type != FN_WORK_ALLREDUCE && w.type != FN_WORK_REDUCE && w.type != FN_WORK_REDUCESCATTER) __trap();
+      if (b >= w.nChannels) continue;
+      const Op op(w, comm->nRanks);
+      if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_ONESHOT && comm->nRanks == 2) {
+        ok = byProto(w.proto, [&](auto P) { return allReduceOneShotPair<T, Op, decltype(P)::value>(g, comm, w, op); });
+      } else if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_ONESHOT) {
+        ok = allReduceOneShot<T, Op>(g, comm, w, op);
+      } else {
+        ok = byProto(w.proto, [&](auto P) {
+          if (w.type == FN_WORK_ALLREDUCE) return allReduce<T, Op, decltype(P)::value>(g, comm, w, op);
+          if (w.type == FN_WORK_REDUCE) return reduce<T, Op, decltype(P)::value>(g, comm, w, op);
+          return reduceScatter<T, Op, decltype(P)::value>(g, comm, w, op);
+        });
       }
-      // Pure movement: instantiated on same-width storage so kernels of one width share the code.
-      case FN_WORK_BROADCAST:
-        if (b >= w.nChannels) continue;
-        ok = byProto(w.proto, [&](auto P) { return broadcast<B, OpNone<B>, decltype(P)::value>(g, comm, w, OpNone<B>()); });
-        break;
-      case FN_WORK_ALLGATHER:
-        if (b >= w.nChannels) continue;
-        ok = byProto(w.proto, [&](auto P) { return allGather<B, OpNone<B>, decltype(P)::value>(g, comm, w, OpNone<B>()); });
-        break;
-      default:
-        if constexpr (Op::kReduce) {
-          if (b >= w.nChannels) continue;
-          const Op op(w, comm->nRanks);
-          if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_ONESHOT && comm->nRanks == 2) {
-            ok = byProto(w.proto, [&](auto P) { return allReduceOneShotPair<T, Op, decltype(P)::value>(g, comm, w, op); });
-          } else if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_ONESHOT) {
-            ok = allReduceOneShot<T, Op>(g, comm, w, op);
-          } else {
-            ok = byProto(w.proto, [&](auto P) {
-              if (w.type == FN_WORK_ALLREDUCE) return allReduce<T, Op, decltype(P)::value>(g, comm, w, op);
-              if (w.type == FN_WORK_REDUCE) return reduce<T, Op, decltype(P)::value>(g, comm, w, op);
-              return reduceScatter<T, Op, decltype(P)::value>(g, comm, w, op);
-            });
-          }
+    } else {
+      using B = typename BitsOf<sizeof(T)>::type;
+      switch (w.type) {
+        case FN_WORK_SEND:
+        case FN_WORK_COPY:
+        case FN_WORK_RECV: {
+          fnWork part;
+          if (!p2pPart(w, b, part) || (split && recvHalf != (w.type == FN_WORK_RECV))) continue;
+          if (part.count == 0) continue;  // both ends skip the same empty part
+          if (w.type == FN_WORK_SEND) ok = p2pSend(g, comm, part);
+          else if (w.type == FN_WORK_RECV) ok = p2pRecv(g, comm, part);
+          else p2pCopy(g, part);
+          break;
         }
-        break;
+        // Pure movement, in bytes.
+        case FN_WORK_BROADCAST:
+          if (b >= w.nChannels) continue;
+          ok = byProto(w.proto, [&](auto P) { return broadcast<B, OpNone<B>, decltype(P)::value>(g, comm, w, OpNone<B>()); });
+          break;
+        case FN_WORK_ALLGATHER:
+          if (b >= w.nChannels) continue;
+          ok = byProto(w.proto, [&](auto P) { return allGather<B, OpNone<B>, decltype(P)::value>(g, comm, w, OpNone<B>()); });
+          break;
+        default:
+          __trap();  // a reduction sent to fnCopy: a host bug
+      }
     }
     if (!ok) return;  // the whole group stops together: the decision came through a barrier
   }

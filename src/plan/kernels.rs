@@ -255,6 +255,42 @@ mod tests {
         assert_eq!(l[2].works[0].dtype as u32, abi::FN_UINT8);
     }
 
+    /// The kernels carry only the code of the works they are sent (kernels/collectives.cuh traps
+    /// on any other): reductions go to an fnColl kernel, movement and point to point to fnCopy.
+    #[test]
+    fn each_kernel_gets_only_the_works_it_carries() {
+        let s = std::ptr::null_mut();
+        let mut ops = Vec::new();
+        for kind in
+            [CollKind::AllReduce, CollKind::Reduce, CollKind::Broadcast, CollKind::AllGather, CollKind::ReduceScatter]
+        {
+            for (dtype, op) in [(types::ncclFloat32, abi::FN_OP_SUM), (types::ncclUint8, abi::FN_OP_PROD)] {
+                ops.push((s, coll(kind, dtype, op, 1000)));
+            }
+        }
+        ops.push((s, Task::Send { buf: 1, bytes: 64, peer: 1 }));
+        ops.push((s, Task::Recv { buf: 2, bytes: 64, peer: 2 }));
+        ops.push((s, Task::Send { buf: 3, bytes: 64, peer: 0 }));
+        ops.push((s, Task::Recv { buf: 4, bytes: 64, peer: 0 }));
+        let reduction = [abi::FN_WORK_ALLREDUCE, abi::FN_WORK_REDUCE, abi::FN_WORK_REDUCESCATTER];
+        let launches = plan0(&ops).unwrap();
+        assert!(
+            launches.iter().any(|l| l.kernel == KernelId::COPY) && launches.iter().any(|l| l.kernel != KernelId::COPY)
+        );
+        for l in &launches {
+            for w in &l.works {
+                let is_reduction = reduction.contains(&(w.type_ as u32));
+                assert_eq!(
+                    is_reduction,
+                    l.kernel != KernelId::COPY,
+                    "work type {} in a launch of {}",
+                    w.type_,
+                    l.kernel.name()
+                );
+            }
+        }
+    }
+
     #[test]
     fn p2p_gets_lanes_per_peer_and_direction() {
         let s = std::ptr::null_mut();
