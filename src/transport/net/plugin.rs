@@ -485,6 +485,26 @@ impl Net for PluginNet {
         let d = dev as c_int;
         let lib = &self.inner.lib;
         let clamp = |r: c_int| (r.max(1) as usize).min(MAX_RECVS);
+        // v9 to v11 share the fields we read (v11 adds others), so one conversion serves them.
+        macro_rules! from_v9_or_later {
+            ($p:expr) => {
+                Properties {
+                    name: c_str($p.name).unwrap_or_default(),
+                    pci_path: c_str($p.pciPath),
+                    guid: $p.guid,
+                    ptr_support: $p.ptrSupport,
+                    reg_is_global: $p.regIsGlobal != 0,
+                    force_flush: $p.forceFlush != 0,
+                    speed_mbps: $p.speed,
+                    port: $p.port,
+                    latency_us: $p.latency,
+                    max_comms: $p.maxComms,
+                    max_recvs: clamp($p.maxRecvs),
+                    max_p2p_bytes: $p.maxP2pBytes,
+                    max_coll_bytes: $p.maxCollBytes,
+                }
+            };
+        }
         // SAFETY: in each arm, getProperties fills the struct of its version; zeroed is a valid
         // starting value for these plain-data structs.
         let p = unsafe {
@@ -492,21 +512,7 @@ impl Net for PluginNet {
                 Table::V11(t) => {
                     let mut p: ncclNetProperties_v11_t = std::mem::zeroed();
                     check(lib, "getProperties", (*t).getProperties.unwrap()(d, &mut p))?;
-                    Properties {
-                        name: c_str(p.name).unwrap_or_default(),
-                        pci_path: c_str(p.pciPath),
-                        guid: p.guid,
-                        ptr_support: p.ptrSupport,
-                        reg_is_global: p.regIsGlobal != 0,
-                        force_flush: p.forceFlush != 0,
-                        speed_mbps: p.speed,
-                        port: p.port,
-                        latency_us: p.latency,
-                        max_comms: p.maxComms,
-                        max_recvs: clamp(p.maxRecvs),
-                        max_p2p_bytes: p.maxP2pBytes,
-                        max_coll_bytes: p.maxCollBytes,
-                    }
+                    from_v9_or_later!(p)
                 }
                 Table::V10(_) | Table::V9(_) => {
                     let mut p: ncclNetProperties_v9_t = std::mem::zeroed();
@@ -516,21 +522,7 @@ impl Net for PluginNet {
                         _ => unreachable!(),
                     };
                     check(lib, "getProperties", f.unwrap()(d, &mut p))?;
-                    Properties {
-                        name: c_str(p.name).unwrap_or_default(),
-                        pci_path: c_str(p.pciPath),
-                        guid: p.guid,
-                        ptr_support: p.ptrSupport,
-                        reg_is_global: p.regIsGlobal != 0,
-                        force_flush: p.forceFlush != 0,
-                        speed_mbps: p.speed,
-                        port: p.port,
-                        latency_us: p.latency,
-                        max_comms: p.maxComms,
-                        max_recvs: clamp(p.maxRecvs),
-                        max_p2p_bytes: p.maxP2pBytes,
-                        max_coll_bytes: p.maxCollBytes,
-                    }
+                    from_v9_or_later!(p)
                 }
                 Table::V8(t) => {
                     let mut p: ncclNetProperties_v8_t = std::mem::zeroed();
