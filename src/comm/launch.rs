@@ -128,7 +128,7 @@ unsafe fn run_copies(members: &[(&Arc<Comm>, CUstream)], copies: &[Copy]) -> Res
         comm.on_stream(*stream, || comm.record_mark(CopyMark::Ready, *stream))?;
     }
     for (i, (comm, stream)) in members.iter().enumerate() {
-        comm.ops.issue("copy-engine group".into());
+        comm.ops.issue(super::watch::Newest::CopyGroup);
         comm.on_stream(*stream, || {
             for (j, (peer, _)) in members.iter().enumerate() {
                 if writes(i, j) {
@@ -199,7 +199,7 @@ impl Comm {
                 l.grid,
                 l.works.len()
             );
-            self.ops.issue(super::watch::describe_works(&l.works));
+            self.ops.issue(super::watch::Newest::kernel(&l.works));
             // SAFETY: `kernel` was loaded for this launch; `args` points at our device comm and
             // works whose buffers are valid per this function's contract.
             unsafe { cuda::launch(kernel.0, l.grid, FN_NTHREADS, l.stream, &args) }?;

@@ -16,25 +16,52 @@ use std::sync::{Arc, OnceLock};
 #[derive(Default)]
 pub(super) struct Ops {
     issued: AtomicU64,
-    newest: Mutex<String>,
+    newest: Mutex<Newest>,
     /// A hang report was already asked for after the device watchdog fired.
     pub(super) reported: AtomicBool,
 }
 
-impl Ops {
-    pub(super) fn issue(&self, what: String) {
-        *self.newest.lock() = what;
-        self.issued.fetch_add(1, Ordering::Relaxed);
+/// What the newest operation is, kept as a few numbers on the launch path and put into words only
+/// when a hang report asks ([`Newest::describe`]).
+#[derive(Clone, Copy, Default)]
+pub(super) enum Newest {
+    #[default]
+    Nothing,
+    /// A kernel launch: the work types it holds (bit `fnWorkType`), how many works, their counts.
+    Kernel {
+        types: u32,
+        works: usize,
+        elems: u64,
+    },
+    CopyGroup,
+}
+
+impl Newest {
+    pub(super) fn kernel(works: &[abi::fnWork]) -> Newest {
+        let types = works.iter().fold(0u32, |m, w| m | 1u32.checked_shl(w.type_ as u32).unwrap_or(0));
+        Newest::Kernel { types, works: works.len(), elems: works.iter().map(|w| w.count).sum() }
+    }
+
+    /// "AllReduce+Send (3 works, 4096 elements)".
+    fn describe(self) -> String {
+        const NAMES: [&str; 8] =
+            ["AllReduce", "Reduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv", "Copy"];
+        match self {
+            Newest::Nothing => "nothing yet".into(),
+            Newest::CopyGroup => "copy-engine group".into(),
+            Newest::Kernel { types, works, elems } => {
+                let names: Vec<&str> = (0..NAMES.len()).filter(|t| types & (1 << t) != 0).map(|t| NAMES[t]).collect();
+                format!("{} ({works} works, {elems} elements)", names.join("+"))
+            }
+        }
     }
 }
 
-/// What a launch does, in a hang report: "AllReduce+Send 3 works".
-pub(super) fn describe_works(works: &[abi::fnWork]) -> String {
-    const NAMES: [&str; 8] = ["AllReduce", "Reduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv", "Copy"];
-    let mut names: Vec<&str> = works.iter().map(|w| NAMES.get(w.type_ as usize).copied().unwrap_or("?")).collect();
-    names.dedup();
-    let elems: u64 = works.iter().map(|w| w.count).sum();
-    format!("{} ({} works, {elems} elements)", names.join("+"), works.len())
+impl Ops {
+    pub(super) fn issue(&self, what: Newest) {
+        *self.newest.lock() = what;
+        self.issued.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The communicator's side of its liveness watcher (bootstrap::liveness), on the watcher thread.
@@ -67,7 +94,7 @@ impl liveness::Observer for Observer {
             who: self.describe(self.rank),
             issued: self.ops.issued.load(Ordering::Relaxed),
             finished,
-            what: self.ops.newest.lock().clone(),
+            what: self.ops.newest.lock().describe(),
             timed_out: self.flags.get(FLAG_ERROR) == abi::FN_DEV_TIMEOUT,
         }
         .encode()
@@ -86,5 +113,25 @@ impl liveness::Observer for Observer {
             );
         }
         crate::nccl_warn!("comm {:#018x}: {}", self.comm_id, hang_report::summarize(self.names.len(), &states));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newest_operation_in_words() {
+        let work = |ty: u32, count: u64| abi::fnWork { type_: ty as i32, count, ..Default::default() };
+        let w = [work(abi::FN_WORK_SEND, 10), work(abi::FN_WORK_RECV, 20), work(abi::FN_WORK_SEND, 30)];
+        assert_eq!(Newest::kernel(&w).describe(), "Send+Recv (3 works, 60 elements)");
+        assert_eq!(
+            Newest::kernel(&[work(abi::FN_WORK_ALLREDUCE, 1024)]).describe(),
+            "AllReduce (1 works, 1024 elements)"
+        );
+        assert_eq!(Newest::CopyGroup.describe(), "copy-engine group");
+        assert_eq!(Newest::default().describe(), "nothing yet");
+        // A type the host never sends is ignored, not a panic.
+        assert_eq!(Newest::kernel(&[work(40, 1)]).describe(), " (1 works, 1 elements)");
     }
 }

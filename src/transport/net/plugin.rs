@@ -385,78 +385,23 @@ impl PluginNet {
 }
 
 impl Inner {
+    /// Whether the plugin's table fills `field` (the functions every version has).
     fn has(&self, field: &str) -> bool {
         macro_rules! any {
-            ($t:expr, $($f:ident),*) => {
+            ($t:expr) => {
+                any!($t; getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, test,
+                     closeSend, closeRecv, closeListen, iflush)
+            };
+            ($t:expr; $($f:ident),*) => {
                 // SAFETY: the table is live (see `call!`).
                 unsafe { match field { $(stringify!($f) => (*$t).$f.is_some(),)* _ => false } }
             };
         }
         match self.lib.table {
-            Table::V11(t) => any!(
-                t,
-                getProperties,
-                listen,
-                connect,
-                accept,
-                regMr,
-                deregMr,
-                isend,
-                irecv,
-                test,
-                closeSend,
-                closeRecv,
-                closeListen,
-                iflush
-            ),
-            Table::V10(t) => any!(
-                t,
-                getProperties,
-                listen,
-                connect,
-                accept,
-                regMr,
-                deregMr,
-                isend,
-                irecv,
-                test,
-                closeSend,
-                closeRecv,
-                closeListen,
-                iflush
-            ),
-            Table::V9(t) => any!(
-                t,
-                getProperties,
-                listen,
-                connect,
-                accept,
-                regMr,
-                deregMr,
-                isend,
-                irecv,
-                test,
-                closeSend,
-                closeRecv,
-                closeListen,
-                iflush
-            ),
-            Table::V8(t) => any!(
-                t,
-                getProperties,
-                listen,
-                connect,
-                accept,
-                regMr,
-                deregMr,
-                isend,
-                irecv,
-                test,
-                closeSend,
-                closeRecv,
-                closeListen,
-                iflush
-            ),
+            Table::V11(t) => any!(t),
+            Table::V10(t) => any!(t),
+            Table::V9(t) => any!(t),
+            Table::V8(t) => any!(t),
         }
     }
 }
