@@ -79,11 +79,27 @@ enum fnDevError {
   FN_DEV_ABORTED = 2, /* the host set abortFlag */
 };
 
-/* Sender half of a connection: we write into the receiver's FIFO and tail, it writes our head. */
+/* fnConnSend.flags / fnConnRecv.flags: what the transport behind a connection needs from the
+ * kernels beyond P2P's contract (docs/ARCHITECTURE.md, "Transports"). */
+enum fnConnFlags {
+  /* The FIFO is in host memory (SHM, NET), where a 128-byte store does not arrive whole and a proxy
+   * may fill the slot: every protocol, not only Simple, publishes each step's tail after a system
+   * fence, and the receiver waits for the tail before it reads the slot. LL and LL128 flags are
+   * still written and checked. */
+  FN_CONN_TAIL_ALL = 1,
+};
+
+/* Sender half of a connection: we write into the receiver's FIFO and tail, it writes our head.
+ * Under NET, "the receiver's FIFO" is a host-memory staging FIFO a proxy drains (buffs, tail and
+ * sizes are then ours, and the proxy writes head when a slot is free again). */
 typedef struct fnConnSend {
   char* buffs[FN_NUM_PROTOS]; /* receiver's FIFO per protocol, FN_NSTEPS slots each (peer memory) */
   volatile uint64_t* tail;   /* receiver's count of posted steps (peer memory; we store step+1) */
   volatile uint64_t* head;   /* our memory: receiver's count of consumed steps */
+  volatile uint32_t* sizes;  /* NULL, or FN_NSTEPS entries: bytes of the FIFO slot the step at that
+                                slot filled (LL / LL128: whole lines), stored before the tail */
+  uint32_t flags;            /* fnConnFlags */
+  uint32_t pad;
   uint64_t step;             /* steps we have posted; persists across launches */
 } fnConnSend;
 
@@ -92,6 +108,8 @@ typedef struct fnConnRecv {
   char* buffs[FN_NUM_PROTOS]; /* our FIFO per protocol */
   volatile uint64_t* tail;   /* our memory: sender's count of posted steps */
   volatile uint64_t* head;   /* sender's memory: we store step+1 after consuming a slot */
+  uint32_t flags;            /* fnConnFlags */
+  uint32_t pad;
   uint64_t step;             /* steps we have consumed; persists across launches */
 } fnConnRecv;
 

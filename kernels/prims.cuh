@@ -66,13 +66,16 @@ struct Prims {
       if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
       reduceCopy<T, Op, F>(g, op, reinterpret_cast<const T*>(rslot), usrc, udst, reinterpret_cast<T*>(sslot), n);
       groupBarrier(g);
-      if (g.tid == 0 && S) {
-        __threadfence_system();  // the group's slot stores (ordered by the barrier) before the tail
-        *sendConn->tail = sendStep + 1;
-      }
+      if (g.tid == 0 && S) publish(n * sizeof(T));
     } else {
       // The data carries its own flag (step + 1): no tail. Every thread checks for itself that the
       // receiver has freed the slot, and the receiver frees it once the whole group has read it.
+      // A host-memory FIFO (FN_CONN_TAIL_ALL) adds Simple's tail in both directions.
+      const bool gated = R && (recvConn->flags & FN_CONN_TAIL_ALL);
+      if (gated) {
+        if (g.tid == 0) stop = waitCounter(comm, recvConn->tail, 0, recvStep);
+        if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
+      }
       if (S) stop = waitCounter(comm, sendConn->head, FN_NSTEPS, sendStep);
       if (stop == FN_DEV_OK) {
         if constexpr (P == FN_PROTO_LL) {
@@ -83,11 +86,23 @@ struct Prims {
         }
       }
       if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
+      if (g.tid == 0 && S && (sendConn->flags & FN_CONN_TAIL_ALL)) {
+        const uint64_t words = divUp(n * sizeof(T), 8);
+        publish(P == FN_PROTO_LL ? words * 16 : divUp(words, FN_LL128_LINE_WORDS) * 128);
+      }
     }
     if (g.tid == 0 && R) *recvConn->head = recvStep + 1;
     if (S) sendStep++;
     if (R) recvStep++;
     return true;
+  }
+
+  // Thread 0, after the group's slot stores (ordered by a barrier): the step's size for a proxy,
+  // then a system fence, then the tail.
+  __device__ __forceinline__ void publish(uint64_t bytes) {
+    if (sendConn->sizes) sendConn->sizes[sendStep % FN_NSTEPS] = uint32_t(bytes);
+    __threadfence_system();
+    *sendConn->tail = sendStep + 1;
   }
 
   // The ring primitives (PRE/POST are identities except for PreMulSum / SumPostDiv).

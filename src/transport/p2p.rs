@@ -196,13 +196,13 @@ impl P2pTransport {
                         buffs: peer_fifo.map(|o| (theirs + o as u64) as *mut _),
                         tail: (theirs + peer_tail as u64) as *mut _,
                         head: (mine + my_head as u64) as *mut _,
-                        step: 0,
+                        ..Default::default()
                     },
                     recv: fnConnRecv {
                         buffs: my_fifo.map(|o| (mine + o as u64) as *mut _),
                         tail: (mine + my_tail as u64) as *mut _,
                         head: (theirs + peer_head as u64) as *mut _,
-                        step: 0,
+                        ..Default::default()
                     },
                 };
             }
