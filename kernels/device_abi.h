@@ -89,6 +89,9 @@ enum fnConnFlags {
   FN_CONN_TAIL_ALL = 1,
 };
 
+/* fnConnSend.sizes entries: low bits the step's bytes (a slot is always smaller), top two its protocol. */
+#define FN_SIZE_PROTO_SHIFT 30
+
 /* Sender half of a connection: we write into the receiver's FIFO and tail, it writes our head.
  * Under NET, "the receiver's FIFO" is a host-memory staging FIFO a proxy drains (buffs, tail and
  * sizes are then ours, and the proxy writes head when a slot is free again). */
@@ -96,8 +99,9 @@ typedef struct fnConnSend {
   char* buffs[FN_NUM_PROTOS]; /* receiver's FIFO per protocol, FN_NSTEPS slots each (peer memory) */
   volatile uint64_t* tail;   /* receiver's count of posted steps (peer memory; we store step+1) */
   volatile uint64_t* head;   /* our memory: receiver's count of consumed steps */
-  volatile uint32_t* sizes;  /* NULL, or FN_NSTEPS entries: bytes of the FIFO slot the step at that
-                                slot filled (LL / LL128: whole lines), stored before the tail */
+  volatile uint32_t* sizes;  /* NULL, or FN_NSTEPS entries: for the step at that slot, the bytes of
+                                its FIFO slot it filled (LL / LL128: whole lines) | its fnProto <<
+                                FN_SIZE_PROTO_SHIFT, stored before the tail */
   uint32_t flags;            /* fnConnFlags */
   uint32_t pad;
   uint64_t step;             /* steps we have posted; persists across launches */

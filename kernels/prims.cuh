@@ -97,10 +97,10 @@ struct Prims {
     return true;
   }
 
-  // Thread 0, after the group's slot stores (ordered by a barrier): the step's size for a proxy,
+  // Thread 0, after the group's slot stores (ordered by a barrier): the step's size and protocol for a proxy,
   // then a system fence, then the tail.
   __device__ __forceinline__ void publish(uint64_t bytes) {
-    if (sendConn->sizes) sendConn->sizes[sendStep % FN_NSTEPS] = uint32_t(bytes);
+    if (sendConn->sizes) sendConn->sizes[sendStep % FN_NSTEPS] = uint32_t(bytes) | uint32_t(P) << FN_SIZE_PROTO_SHIFT;
     __threadfence_system();
     *sendConn->tail = sendStep + 1;
   }

@@ -221,10 +221,11 @@ crate::int_param!(
     p2p_nchannels, "NCCL_NCHANNELS_PER_PEER", 4
 );
 
-/// FIFO bytes rounded so each slot is a multiple of 16 bytes and at least 64 KiB in total.
+/// FIFO bytes rounded so each slot is a multiple of 16 bytes, at least 64 KiB in total and at most
+/// 4 GiB (a slot's size must fit below `FN_SIZE_PROTO_SHIFT` in a proxy's size word).
 pub fn fifo_bytes(requested: i64) -> usize {
     let steps = FN_NSTEPS as usize;
-    let req = usize::try_from(requested).unwrap_or(0).max(64 << 10);
+    let req = usize::try_from(requested).unwrap_or(0).clamp(64 << 10, 4 << 30);
     req / (steps * 16) * steps * 16
 }
 
@@ -293,5 +294,6 @@ mod tests {
         assert_eq!(fifo_bytes(4 << 20), 4 << 20);
         assert_eq!(fifo_bytes(1), 64 << 10);
         assert_eq!(fifo_bytes((4 << 20) + 5) % (8 * 16), 0);
+        assert!(fifo_bytes(i64::MAX) / (FN_NSTEPS as usize) < 1 << crate::abi::FN_SIZE_PROTO_SHIFT);
     }
 }
