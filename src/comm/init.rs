@@ -3,7 +3,7 @@
 //! from a parent.
 
 use super::launch::LaunchState;
-use super::watch::{Observer, Ops};
+use super::watch::{Observer, Ops, RingCounters};
 use super::{Comm, CommConfig, Gpu, Resources, FLAG_ABORT, FLAG_ERROR};
 use crate::abi::{self, fnDevComm, fnRing};
 use crate::bootstrap::{Bootstrap, BootstrapId};
@@ -135,6 +135,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         ops: ops.clone(),
         ctx: ctx.clone(),
         last: last.clone(),
+        counters: Mutex::new(RingCounters::new(&table, conns.ptr, ring.prev, ring.next, nchannels)?),
     };
     // One rank per host watches FERRONICKEL_HANG_REPORT_FILE, so one touch gives one report.
     let first_on_host =

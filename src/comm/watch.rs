@@ -1,15 +1,19 @@
 //! The communicator's side of its liveness watcher (`bootstrap::liveness`): what it does when a
 //! peer is lost (stop our kernels, remember who), and what it says of this rank in a hang report
-//! (its newest operation, whether it finished), with the summary logged where users look.
+//! (its newest operation, whether it finished, where its ring channels stand), with the summary
+//! logged where users look.
 
 use super::{FLAG_ABORT, FLAG_ERROR};
-use crate::abi;
+use crate::abi::{self, fnConn, fnConnRecv, fnConnSend};
 use crate::bootstrap::liveness::{self, Lost};
-use crate::cuda::{Context, Event, HostMapped};
-use crate::hang_report::{self, RankState};
+use crate::cuda::{self, Context, Event, HostMapped, Stream};
+use crate::error::Result;
+use crate::hang_report::{self, Channels, RankState};
 use parking_lot::Mutex;
+use std::mem::{offset_of, size_of, ManuallyDrop};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Our operations on the communicator so far, for hang reports: how many were issued and what
 /// the newest is (whether it finished, the observer asks the GPU).
@@ -27,11 +31,13 @@ pub(super) struct Ops {
 pub(super) enum Newest {
     #[default]
     Nothing,
-    /// A kernel launch: the work types it holds (bit `fnWorkType`), how many works, their counts.
+    /// A kernel launch: the work types it holds (bit `fnWorkType`), how many works, their counts,
+    /// and how many ring channels its ring collectives use (0: none).
     Kernel {
         types: u32,
         works: usize,
         elems: u64,
+        ring: usize,
     },
     CopyGroup,
 }
@@ -39,7 +45,13 @@ pub(super) enum Newest {
 impl Newest {
     pub(super) fn kernel(works: &[abi::fnWork]) -> Newest {
         let types = works.iter().fold(0u32, |m, w| m | 1u32.checked_shl(w.type_ as u32).unwrap_or(0));
-        Newest::Kernel { types, works: works.len(), elems: works.iter().map(|w| w.count).sum() }
+        let ring = works
+            .iter()
+            .filter(|w| (w.type_ as u32) <= abi::FN_WORK_REDUCESCATTER && w.algo as u32 == abi::FN_ALGO_RING)
+            .map(|w| usize::from(w.nChannels))
+            .max()
+            .unwrap_or(0);
+        Newest::Kernel { types, works: works.len(), elems: works.iter().map(|w| w.count).sum(), ring }
     }
 
     /// "AllReduce+Send (3 works, 4096 elements)".
@@ -49,7 +61,7 @@ impl Newest {
         match self {
             Newest::Nothing => "nothing yet".into(),
             Newest::CopyGroup => "copy-engine group".into(),
-            Newest::Kernel { types, works, elems } => {
+            Newest::Kernel { types, works, elems, .. } => {
                 let names: Vec<&str> = (0..NAMES.len()).filter(|t| types & (1 << t) != 0).map(|t| NAMES[t]).collect();
                 format!("{} ({works} works, {elems} elements)", names.join("+"))
             }
@@ -75,6 +87,111 @@ pub(super) struct Observer {
     pub(super) ops: Arc<Ops>,
     pub(super) ctx: Arc<Context>,
     pub(super) last: Arc<Event>,
+    pub(super) counters: Mutex<RingCounters>,
+}
+
+/// How long a hang report waits for the FIFO counters before it calls them unknown.
+const READ_WITHIN: Duration = Duration::from_secs(1);
+
+/// Reads the FIFO counters of our ring connections for hang reports: per channel, our receive
+/// head from `prev` (steps we took), our send head to `next` (steps it took of ours), and where
+/// each stood when the operation in flight began (the `step` fields the kernels save in the
+/// device connection table at each work's end). The counters live in device memory (P2P) or
+/// host memory (SHM, NET); their unified addresses are copied on a private non-blocking stream,
+/// waited for up to [`READ_WITHIN`], so a report never blocks behind a spinning kernel.
+pub(super) struct RingCounters {
+    prev: usize,
+    next: usize,
+    /// Per connected ring channel: the addresses of its receive head, send head, receive step
+    /// and send step.
+    addrs: Vec<[u64; 4]>,
+    stream: Stream,
+    copied: Event,
+    /// Pinned and device-mapped: four u64 per channel, in the order of `addrs`.
+    out: ManuallyDrop<HostMapped>,
+    /// A copy did not finish in time: it may still write into `out`.
+    busy: bool,
+}
+
+impl RingCounters {
+    /// From the host copy of our connection table (`table[peer * FN_MAX_CHANNELS + channel]`),
+    /// the device address of that table, and the ring neighbours. A context is current.
+    pub(super) fn new(table: &[fnConn], dev_table: u64, prev: usize, next: usize, nchannels: usize) -> Result<Self> {
+        let max = abi::FN_MAX_CHANNELS as usize;
+        let step_at = |i: usize, field: usize| dev_table + (i * size_of::<fnConn>() + field) as u64;
+        let recv_step = offset_of!(fnConn, recv) + offset_of!(fnConnRecv, step);
+        let send_step = offset_of!(fnConn, send) + offset_of!(fnConnSend, step);
+        let addrs: Vec<[u64; 4]> = (0..nchannels.min(max))
+            .map(|c| (prev * max + c, next * max + c))
+            .take_while(|&(p, n)| {
+                table.get(p).is_some_and(|t| !t.recv.buffs[0].is_null())
+                    && table.get(n).is_some_and(|t| !t.send.buffs[0].is_null())
+            })
+            .map(|(p, n)| {
+                [table[p].recv.head as u64, table[n].send.head as u64, step_at(p, recv_step), step_at(n, send_step)]
+            })
+            .collect();
+        Ok(RingCounters {
+            prev,
+            next,
+            out: ManuallyDrop::new(HostMapped::zeroed(8 * addrs.len().max(1))?),
+            addrs,
+            stream: Stream::non_blocking()?,
+            copied: Event::new()?,
+            busy: false,
+        })
+    }
+
+    /// Where the first `nchannels` ring channels stand in the operation in flight.
+    fn read(&mut self, ctx: &Context, nchannels: usize) -> Channels {
+        let n = nchannels.min(self.addrs.len());
+        if n == 0 {
+            return Channels::None;
+        }
+        self.try_read(ctx, n).unwrap_or(Channels::Unknown)
+    }
+
+    fn try_read(&mut self, ctx: &Context, n: usize) -> Result<Channels> {
+        let _g = ctx.enter()?;
+        if self.busy && !self.copied.is_done()? {
+            return Ok(Channels::Unknown);
+        }
+        self.busy = false;
+        for (c, a) in self.addrs[..n].iter().enumerate() {
+            for (k, &src) in a.iter().enumerate() {
+                let dst = self.out.dev + (8 * (4 * c + k)) as u64;
+                // SAFETY: `src` is a counter of a connection of this communicator (our arena, a
+                // peer's mapped arena or registered host memory, alive as long as the transport,
+                // which outlives the watcher) or a field of our device table; `dst` is 8 bytes of
+                // `out`, which is kept alive until the copy is known to be done (see Drop).
+                unsafe { cuda::memcpy_async(dst, src, 8, self.stream.0) }?;
+            }
+        }
+        self.copied.record(self.stream.0)?;
+        let deadline = Instant::now() + READ_WITHIN;
+        while !self.copied.is_done()? {
+            if Instant::now() >= deadline {
+                self.busy = true;
+                return Ok(Channels::Unknown);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let word = |i: usize| u64::from(self.out.get(2 * i)) | u64::from(self.out.get(2 * i + 1)) << 32;
+        let per: Vec<(u64, u64)> = (0..n)
+            .map(|c| (word(4 * c).saturating_sub(word(4 * c + 2)), word(4 * c + 1).saturating_sub(word(4 * c + 3))))
+            .collect();
+        Ok(Channels::Read { prev: self.prev, next: self.next, runs: hang_report::runs(&per), more: false })
+    }
+}
+
+impl Drop for RingCounters {
+    fn drop(&mut self) {
+        // A copy still queued would write into freed memory: leave `out` allocated then.
+        if !self.busy || self.copied.is_done().unwrap_or(false) {
+            // SAFETY: dropped once, here; nothing writes into it any more.
+            unsafe { ManuallyDrop::drop(&mut self.out) };
+        }
+    }
 }
 
 impl liveness::Observer for Observer {
@@ -89,13 +206,23 @@ impl liveness::Observer for Observer {
 
     fn state(&self) -> String {
         let finished = self.ctx.enter().and_then(|_g| self.last.is_done()).unwrap_or(false);
+        let newest = *self.ops.newest.lock();
+        let timed_out = self.flags.get(FLAG_ERROR) == abi::FN_DEV_TIMEOUT;
+        // The channels of an operation still waiting (or stopped by the watchdog while it waited).
+        let channels = match newest {
+            Newest::Kernel { ring, .. } if ring > 0 && (!finished || timed_out) => {
+                self.counters.lock().read(&self.ctx, ring)
+            }
+            _ => Channels::None,
+        };
         RankState {
             rank: self.rank,
             who: self.describe(self.rank),
             issued: self.ops.issued.load(Ordering::Relaxed),
             finished,
-            what: self.ops.newest.lock().describe(),
-            timed_out: self.flags.get(FLAG_ERROR) == abi::FN_DEV_TIMEOUT,
+            what: newest.describe(),
+            timed_out,
+            channels,
         }
         .encode()
     }
@@ -133,5 +260,23 @@ mod tests {
         assert_eq!(Newest::default().describe(), "nothing yet");
         // A type the host never sends is ignored, not a panic.
         assert_eq!(Newest::kernel(&[work(40, 1)]).describe(), " (1 works, 1 elements)");
+    }
+
+    #[test]
+    fn only_ring_collectives_have_ring_channels_to_report() {
+        let work = |ty: u32, algo: u32, ch: u16| abi::fnWork {
+            type_: ty as i32,
+            algo: algo as u8,
+            nChannels: ch,
+            ..Default::default()
+        };
+        let ring = |w: &[abi::fnWork]| match Newest::kernel(w) {
+            Newest::Kernel { ring, .. } => ring,
+            _ => unreachable!(),
+        };
+        let (r, one) = (abi::FN_ALGO_RING, abi::FN_ALGO_ONESHOT);
+        assert_eq!(ring(&[work(abi::FN_WORK_ALLREDUCE, r, 32), work(abi::FN_WORK_ALLGATHER, r, 64)]), 64);
+        assert_eq!(ring(&[work(abi::FN_WORK_ALLREDUCE, one, 16)]), 0);
+        assert_eq!(ring(&[work(abi::FN_WORK_SEND, r, 4), work(abi::FN_WORK_COPY, r, 4)]), 0);
     }
 }

@@ -360,6 +360,33 @@ impl Drop for Event {
     }
 }
 
+/// A stream of our own that never waits for the legacy default stream (`CU_STREAM_NON_BLOCKING`):
+/// small copies queued on it finish while users' kernels spin (hang reports read FIFO counters).
+#[derive(Debug)]
+pub struct Stream(pub CUstream);
+
+// SAFETY: stream handles may be used from any thread.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    pub fn non_blocking() -> Result<Stream> {
+        let mut s: CUstream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: valid out-pointer; a context is current.
+        check(unsafe { sys::cuStreamCreate(&mut s, flags) }, "cuStreamCreate")?;
+        Ok(Stream(s))
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: created by cuStreamCreate, destroyed once (queued work still completes).
+        unsafe { sys::cuStreamDestroy_v2(self.0) };
+    }
+}
+
 /// Whether a pointer is device-accessible memory (device, managed or mapped host memory).
 pub fn is_device_pointer(p: *const c_void) -> bool {
     if init().is_err() {
