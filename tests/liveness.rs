@@ -1,7 +1,9 @@
 //! Dead-peer detection (bootstrap::liveness) with real processes: a rank killed with SIGKILL, a
 //! rank frozen with SIGSTOP (its host "vanished": no close, only silence), a rank that leaves in
-//! order; and hang reports pooled round the ring, asked for by a call and by a touched file. Every
-//! scenario runs at once and each is bounded in time.
+//! order; bootstrap waits that a killed rank makes hopeless (a receive from it, a barrier among
+//! ranks that are not its neighbours) ending at once; and hang reports pooled round the ring,
+//! asked for by a call and by a touched file. Every scenario runs at once and each is bounded in
+//! time.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -21,6 +23,12 @@ const KILL_BOUND: Duration = Duration::from_secs(2);
 /// machine.
 const HEARTBEAT_MS: u64 = 1500;
 const FREEZE_BOUND: Duration = Duration::from_millis(HEARTBEAT_MS + 1000 + 2000);
+
+/// A bootstrap wait on a killed rank must end this fast (the brief's bound for issue 14: news
+/// travels the liveness ring in milliseconds; the bootstrap timeout is [`HONEST`]).
+const WAIT_BOUND: Duration = Duration::from_secs(3);
+/// The tag of the receive that waits for a killed rank.
+const TAG_NEVER: u32 = 77;
 
 /// What a child's watcher told it.
 enum Heard {
@@ -51,7 +59,9 @@ impl Observer for TestObserver {
 /// In a child: one rank that watches its neighbours and prints what it hears. Its mode says what
 /// it does: "stay" (until it hears something, or 20 s), "leave" (in order, 1 s after ready),
 /// "ask" (asks for a hang report), "file" (watches FERRONICKEL_HANG_REPORT_FILE), "hold" (like
-/// leave, but only once the asking rank has its report).
+/// leave, but only once the asking rank has its report), "recvN" (receives from rank N, which
+/// never sends), "barrier" (enters a barrier the others never enter), "watch" (like stay, but
+/// lingers after what it heard, so that its exit is no news to the others).
 fn child() {
     let var = |k: &str| std::env::var(k).unwrap();
     let id_bytes = std::fs::read(var("FNL_ID_FILE")).unwrap();
@@ -66,11 +76,28 @@ fn child() {
     if mode == "ask" {
         w.request_report();
     }
+    let waited = match mode.strip_prefix("recv") {
+        Some(peer) => Some(("RECV", b.recv(peer.parse().unwrap(), TAG_NEVER).map(drop))),
+        None if mode == "barrier" => Some(("BARRIER", b.barrier())),
+        None => None,
+    };
+    if let Some((what, r)) = waited {
+        match r {
+            Ok(()) => println!("{what} OK"),
+            Err(e) => println!("{what} ERR {e}"),
+        }
+        std::thread::sleep(HONEST); // until killed: our exit must not be news to the others
+        return;
+    }
     let stay = if mode == "leave" || mode == "hold" { Duration::from_secs(1) } else { Duration::from_secs(20) };
     match rx.recv_timeout(stay) {
         Ok(Heard::Lost(lost)) => println!("LOST {} {}", lost.rank, lost.text),
         Ok(Heard::Report(lines)) => println!("REPORT {}", lines.join(";")),
         Err(_) => println!("QUIET {rank}"),
+    }
+    if mode == "watch" {
+        std::thread::sleep(HONEST);
+        return;
     }
     if ["ask", "file", "hold"].contains(&mode.as_str()) {
         b.barrier().unwrap(); // nobody leaves while the asking rank still waits for its report
@@ -221,6 +248,19 @@ fn killed() {
     }
 }
 
+/// Rank 3 of 5 is killed while rank 0 waits for a message from it and rank 1 sits in a barrier
+/// whose neighbours (ranks 0 and 2) never join it: both waits end within the bound, naming rank 3,
+/// instead of lasting the bootstrap timeout.
+fn waits_on_the_killed() {
+    let (children, lines) = spawn(&["recv3", "barrier", "watch", "watch", "watch"], &[]);
+    ready(&lines, 5);
+    signal(&children[3], libc::SIGKILL);
+    let (_, line, _) = expect(&lines, Some(0), "RECV", WAIT_BOUND);
+    assert!(line.starts_with("RECV ERR") && line.contains("rank 3 was lost") && line.contains("killed"), "{line}");
+    let (_, line, _) = expect(&lines, Some(1), "BARRIER", WAIT_BOUND);
+    assert!(line.starts_with("BARRIER ERR") && line.contains("rank 3 (") && line.contains("killed"), "{line}");
+}
+
 /// Rank 1 of 2 freezes (no close, no heartbeats): rank 0 reports it after the heartbeat timeout.
 fn frozen() {
     let (children, lines) = spawn(&["stay"; 2], &[("FERRONICKEL_HEARTBEAT_TIMEOUT_MS", HEARTBEAT_MS.to_string())]);
@@ -280,6 +320,7 @@ fn dead_and_departed_peers() {
         std::thread::spawn(departed),
         std::thread::spawn(report_on_request),
         std::thread::spawn(report_on_touch),
+        std::thread::spawn(waits_on_the_killed),
     ];
     for (i, r) in runs.into_iter().enumerate() {
         if let Err(p) = r.join() {

@@ -11,7 +11,9 @@
 //! Every connection, to the root and to a rank's listener, first proves that it holds the
 //! unique id's secret ([`auth`]); nothing else is read from it before. A rank whose connection
 //! closes is named to the others within milliseconds: by the root during init, by `Lost`
-//! frames passed around the ring during collectives.
+//! frames passed around the ring during collectives. Once a communicator watches its
+//! neighbours ([`Bootstrap::watch`]), a rank lost anywhere also ends at once every wait that
+//! can no longer complete: ring collectives, and receives from that rank.
 //!
 //! Protocol logic is pure and tested without sockets ([`id`], [`wire`], [`root::RootState`],
 //! `mailbox`); the sockets live in [`net`] and the thin edges here and in [`root::spawn`].
@@ -25,6 +27,7 @@ pub mod root;
 pub mod wire;
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -166,6 +169,8 @@ struct Inbox {
     prev_links: [Option<FrameStream>; 2],
     /// Init took them: any later one is unexpected.
     prev_taken: bool,
+    /// The first rank the liveness watcher found lost: receives from it fail at once.
+    lost: Option<liveness::Lost>,
 }
 
 /// Where [`Inbox::prev_links`] keeps a link of this kind.
@@ -239,7 +244,40 @@ pub struct Bootstrap {
     shared: Arc<Shared>,
     /// Next p2p sequence number per (peer, tag).
     send_seq: Mutex<HashMap<(usize, u32), u64>>,
+    /// Readable once the liveness watcher has found a rank lost ([`Relay`] writes the other
+    /// end): ring collectives poll it, so none waits for a ring that can no longer complete.
+    lost_rx: UnixStream,
+    lost_tx: UnixStream,
     _listener: Listener,
+}
+
+/// Passes the liveness watcher's news to the communicator's observer and to this bootstrap's
+/// own waits (a receive from the lost rank, a ring collective), which then fail at once.
+struct Relay<O> {
+    inner: O,
+    shared: Arc<Shared>,
+    lost_tx: UnixStream,
+}
+
+impl<O: liveness::Observer> liveness::Observer for Relay<O> {
+    fn describe(&self, rank: usize) -> String {
+        self.inner.describe(rank)
+    }
+
+    fn lost(&self, lost: liveness::Lost) {
+        self.shared.inbox.lock().lost.get_or_insert_with(|| lost.clone());
+        self.shared.arrived.notify_all();
+        let _ = (&self.lost_tx).write(&[1]);
+        self.inner.lost(lost);
+    }
+
+    fn state(&self) -> String {
+        self.inner.state()
+    }
+
+    fn report(&self, lines: Vec<String>) {
+        self.inner.report(lines)
+    }
 }
 
 impl Bootstrap {
@@ -274,6 +312,7 @@ impl Bootstrap {
             None => (None, None),
         };
         wait_ready(me, &mut root_conn, id.root, timeout)?;
+        let (lost_rx, lost_tx) = UnixStream::pair()?;
         crate::nccl_info!(
             Subsys::BOOTSTRAP,
             "Bootstrap rank {rank}/{nranks} ready in {:?}: listening on {listen}, root {}",
@@ -289,6 +328,8 @@ impl Bootstrap {
             liveness: Mutex::new(liveness),
             shared,
             send_seq: Mutex::new(HashMap::new()),
+            lost_rx,
+            lost_tx,
             _listener: listener,
         })
     }
@@ -318,10 +359,17 @@ impl Bootstrap {
     }
 
     /// Starts watching the ring neighbours for the rest of this bootstrap's life ([`liveness`]),
-    /// on behalf of `observer`. `None` for a single rank, or when called a second time.
+    /// on behalf of `observer`. `None` for a single rank, or when called a second time. From
+    /// then on a lost rank also ends this bootstrap's waits that it makes hopeless.
     pub fn watch(&self, observer: impl liveness::Observer, watch_file: bool) -> Result<Option<liveness::Watcher>> {
         let Some(links) = self.liveness.lock().take() else { return Ok(None) };
-        liveness::Watcher::start(self.me.rank, self.me.nranks, links, observer, watch_file).map(Some)
+        let relay = Relay { inner: observer, shared: self.shared.clone(), lost_tx: self.lost_tx.try_clone()? };
+        liveness::Watcher::start(self.me.rank, self.me.nranks, links, relay, watch_file).map(Some)
+    }
+
+    /// The rank the liveness watcher found lost, if any.
+    fn lost(&self) -> Option<liveness::Lost> {
+        self.shared.inbox.lock().lost.clone()
     }
 
     /// Every rank's bytes, indexed by rank (lengths may differ between ranks). Ring-based: in
@@ -419,6 +467,13 @@ impl Bootstrap {
             if let Some(m) = inbox.mailbox.take(peer, tag) {
                 return Ok(m);
             }
+            if let Some(lost) = inbox.lost.as_ref().filter(|l| l.rank == peer) {
+                return Err(Error::Remote(format!(
+                    "bootstrap: rank {rank} was waiting for rank {peer}'s message with tag {tag}, but rank {peer} was \
+                     lost: {}",
+                    lost.text
+                )));
+            }
             if Instant::now() >= deadline {
                 return Err(Error::System(format!(
                     "bootstrap: rank {rank} got no message from rank {peer} with tag {tag} within {:?}; \
@@ -434,11 +489,22 @@ impl Bootstrap {
 
     fn lock_ring<'a>(&self, ring: &'a Mutex<Ring>) -> Result<(parking_lot::MutexGuard<'a, Ring>, Instant)> {
         let deadline = Instant::now() + self.timeout;
-        let ring = ring.try_lock_until(deadline).ok_or_else(|| self.busy("collective"))?;
+        let mut ring = ring.try_lock_until(deadline).ok_or_else(|| self.busy("collective"))?;
+        if let (None, Some(lost)) = (&ring.broken, self.lost()) {
+            ring.broken = Some(self.lost_error(&lost, "collective"));
+        }
         match &ring.broken {
             Some(e) => Err(e.clone()),
             None => Ok((ring, deadline)),
         }
+    }
+
+    /// A ring collective cannot complete without every rank.
+    fn lost_error(&self, lost: &liveness::Lost, what: &str) -> Error {
+        Error::Remote(format!(
+            "bootstrap {what}: rank {} cannot complete it: rank {} was lost: {}",
+            self.me.rank, lost.rank, lost.text
+        ))
     }
 
     fn busy(&self, what: &str) -> Error {
@@ -462,10 +528,14 @@ impl Bootstrap {
     ) -> Result<Option<Msg>> {
         let Me { rank, .. } = self.me;
         let (next, prev) = (self.me.next(), self.me.prev());
-        let r = FrameStream::ring_step(&mut ring.next, bytes, recv.then_some(&mut ring.prev), deadline);
+        let r = FrameStream::ring_step(&mut ring.next, bytes, recv.then_some(&mut ring.prev), Some(&self.lost_rx), deadline);
         let (lost, text) = match r {
             Ok(Some(Msg::Lost { rank: lost, text })) => (lost as usize, text),
             Ok(msg) => return Ok(msg),
+            Err((_, NetError::Stopped)) => match self.lost() {
+                Some(l) => (l.rank, l.text),
+                None => (rank, "the liveness watcher stopped the collective".into()),
+            },
             Err((link, NetError::Timeout)) => {
                 let waited = match link {
                     Link::Prev => format!("rank {prev} (ring prev) to send"),

@@ -244,6 +244,9 @@ pub enum NetError {
     Io(#[from] io::Error),
     #[error("{0}")]
     Wire(#[from] WireError),
+    /// The caller's stop descriptor became readable: a rank was lost, the wait is pointless.
+    #[error("called off: a rank was lost")]
+    Stopped,
 }
 
 impl NetError {
@@ -251,7 +254,9 @@ impl NetError {
     pub fn context(self, what: &str) -> Error {
         match self {
             NetError::Timeout | NetError::Io(_) => Error::System(format!("{what}: {self}")),
-            NetError::Closed | NetError::Refused(_) | NetError::Wire(_) => Error::Remote(format!("{what}: {self}")),
+            NetError::Closed | NetError::Refused(_) | NetError::Wire(_) | NetError::Stopped => {
+                Error::Remote(format!("{what}: {self}"))
+            }
         }
     }
 }
@@ -424,28 +429,30 @@ impl FrameStream {
     /// Writes already-encoded frames (after any left over from a failed send).
     pub fn send_bytes(&mut self, bytes: &[u8], deadline: Instant) -> std::result::Result<(), NetError> {
         self.outbox.extend_from_slice(bytes);
-        pump(Some(self), None, false, deadline).map(drop).map_err(|(_, e)| e)
+        pump(Some(self), None, false, None, deadline).map(drop).map_err(|(_, e)| e)
     }
 
     /// The next frame, with bodies up to `max_body`.
     pub fn recv(&mut self, max_body: usize, deadline: Instant) -> std::result::Result<Msg, NetError> {
-        pump(None, Some((self, max_body)), false, deadline).map_err(|(_, e)| e)?.ok_or(NetError::Timeout)
+        pump(None, Some((self, max_body)), false, None, deadline).map_err(|(_, e)| e)?.ok_or(NetError::Timeout)
     }
 
     /// One step of a ring collective: writes `bytes` to `next` while reading one frame from
     /// `prev` (if given), so that a ring of ranks all sending large blocks at once cannot
     /// deadlock on full socket buffers. `next` is watched too: a [`Msg::Lost`] sent back on it
     /// ends the step at once, as does its closing while we still write to it. A `Lost` read
-    /// from `prev` also ends the step, even with our write unfinished. Errors say which link
-    /// failed.
+    /// from `prev` also ends the step, even with our write unfinished, and so does `stop`
+    /// becoming readable ([`NetError::Stopped`]: news of a lost rank from elsewhere). Errors say
+    /// which link failed.
     pub fn ring_step(
         next: &mut FrameStream,
         bytes: &[u8],
         prev: Option<&mut FrameStream>,
+        stop: Option<&dyn AsRawFd>,
         deadline: Instant,
     ) -> std::result::Result<Option<Msg>, (Link, NetError)> {
         next.outbox.extend_from_slice(bytes);
-        pump(Some(next), prev.map(|p| (p, wire::MAX_DATA_BODY)), true, deadline)
+        pump(Some(next), prev.map(|p| (p, wire::MAX_DATA_BODY)), true, stop, deadline)
     }
 }
 
@@ -457,12 +464,13 @@ pub enum Link {
 }
 
 /// The one I/O loop behind send, recv and ring_step: flushes `out`'s outbox while reading one
-/// frame from `inp`; with `watch_out`, also reads what comes back on `out` (see
-/// [`FrameStream::ring_step`]).
+/// frame from `inp`; with `watch_out`, also reads what comes back on `out`; gives up when `stop`
+/// is readable (see [`FrameStream::ring_step`]).
 fn pump(
     mut out: Option<&mut FrameStream>,
     mut inp: Option<(&mut FrameStream, usize)>,
     mut watch_out: bool,
+    stop: Option<&dyn AsRawFd>,
     deadline: Instant,
 ) -> std::result::Result<Option<Msg>, (Link, NetError)> {
     let next = |e: NetError| (Link::Next, e);
@@ -548,7 +556,13 @@ fn pump(
             };
             Progress::new(move || label.clone())
         });
+        if let Some(stop) = stop {
+            fds.push(pollfd(&stop.as_raw_fd(), libc::POLLIN));
+        }
         poll(&mut fds, note.nap(Some(deadline))).map_err(|e| prev(e.into()))?;
+        if stop.is_some() && fds.last().is_some_and(|f| f.revents != 0) {
+            return Err(if want_read { prev(NetError::Stopped) } else { next(NetError::Stopped) });
+        }
         note.tick(Some(deadline));
     }
 }
