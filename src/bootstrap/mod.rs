@@ -90,7 +90,7 @@ pub fn new_unique_id() -> Result<BootstrapId> {
         );
         return Ok(BootstrapId::from_comm_id(root, shared.as_deref()));
     }
-    let listener = net::listen(net::local_ip())?;
+    let listener = net::listen(net::local_ip()?)?;
     let root = listener.local_addr()?;
     let magic = u64::from_le_bytes(auth::random_bytes()?).max(1);
     let id = BootstrapId { magic, secret: Secret::random()?, root, root_by_rank0: false };
@@ -299,7 +299,7 @@ impl Bootstrap {
         let start = Instant::now();
         let cred = id.credentials();
         let me = Me { cred, rank, nranks };
-        let acceptor = Acceptor::new(net::listen(net::local_ip())?, cred)?;
+        let acceptor = Acceptor::new(net::listen(net::local_ip()?)?, cred)?;
         let listen = acceptor.local_addr()?;
         let shared = Arc::new(Shared::default());
         let listener = Listener::spawn(acceptor, me, shared.clone(), timeout)?;

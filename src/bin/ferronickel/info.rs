@@ -143,12 +143,9 @@ fn gpu_section(text: &mut String, probe: &Result<Vec<Gpu>, String>, driver: Opti
 fn interfaces_section(text: &mut String) -> Value {
     let all = bootnet::interfaces();
     let spec = env::socket_ifname();
-    let chosen = bootnet::select_addrs(spec, &all);
-    let why = match spec {
-        Some(s) => format!("NCCL_SOCKET_IFNAME={s} selects them"),
-        None => "NCCL_SOCKET_IFNAME is unset: the first of these that exists wins: ib*, then any but docker* and lo*, \
-                 then docker*, then lo; IPv4 before IPv6"
-            .into(),
+    let (chosen, why) = match bootnet::IfRule::from_env() {
+        Ok(rule) => (rule.select(&all), rule.describe()),
+        Err(e) => (Vec::new(), e.to_string()),
     };
     let first = chosen.first().map(|(n, ip)| format!("{n} ({ip})"));
     writeln!(text, "\nBootstrap interfaces ({why}):").unwrap();

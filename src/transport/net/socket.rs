@@ -30,7 +30,7 @@ use super::{
     SendComm, MAX_RECVS, MAX_REQUESTS,
 };
 use crate::bootstrap::auth::random_bytes;
-use crate::bootstrap::net::{interfaces, select_addrs};
+use crate::bootstrap::net::{interfaces, IfRule};
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
 
@@ -44,10 +44,6 @@ crate::int_param!(
 crate::int_param!(
     /// Data sockets per helper thread (NCCL_NSOCKS_PERTHREAD); at most 64 sockets in all.
     nsocks_perthread, "NCCL_NSOCKS_PERTHREAD", 1
-);
-crate::str_param!(
-    /// `AF_INET` or `AF_INET6`: use only addresses of that family.
-    socket_family, "NCCL_SOCKET_FAMILY"
 );
 
 /// At most this many data sockets per connection, as NCCL.
@@ -82,30 +78,18 @@ const HDR_BYTES: usize = 16;
 // ---------------------------------------------------------------------------------------------
 // Interfaces
 
-fn family() -> Result<Option<bool>> {
-    match socket_family().map(str::trim) {
-        None => Ok(None),
-        Some(f) if f.eq_ignore_ascii_case("AF_INET") => Ok(Some(false)),
-        Some(f) if f.eq_ignore_ascii_case("AF_INET6") => Ok(Some(true)),
-        Some(f) => Err(Error::InvalidArgument(format!("NCCL_SOCKET_FAMILY={f}: expected AF_INET or AF_INET6"))),
-    }
-}
-
-/// The devices of the Socket net: one address per interface, in NCCL's order of preference.
+/// The devices of the Socket net: one address per interface, in NCCL's order of preference
+/// (the bootstrap's [`IfRule`]).
 pub fn select_interfaces() -> Result<Vec<(String, IpAddr)>> {
-    pick_interfaces(crate::env::socket_ifname(), family()?, &interfaces())
+    pick_interfaces(&IfRule::from_env()?, &interfaces())
 }
 
-/// The pure part of [`select_interfaces`]: `v6` keeps one address family; an empty result is
-/// an error that names the spec and lists every interface there is (NCCL says nothing there).
-pub fn pick_interfaces(
-    spec: Option<&str>,
-    v6: Option<bool>,
-    all: &[(String, IpAddr)],
-) -> Result<Vec<(String, IpAddr)>> {
-    let of_family: Vec<_> = all.iter().filter(|(_, ip)| v6.is_none_or(|v6| ip.is_ipv6() == v6)).cloned().collect();
+/// The pure part of [`select_interfaces`]: an empty result is an error that names the spec and
+/// lists every interface there is (NCCL says nothing there).
+pub fn pick_interfaces(rule: &IfRule, all: &[(String, IpAddr)]) -> Result<Vec<(String, IpAddr)>> {
+    let (spec, v6) = (rule.spec.as_deref(), rule.v6);
     let mut picked: Vec<(String, IpAddr)> = Vec::new();
-    for (name, ip) in select_addrs(spec, &of_family) {
+    for (name, ip) in rule.select(all) {
         if picked.len() < MAX_IFS && !picked.iter().any(|(n, _)| *n == name) {
             picked.push((name, ip));
         }
@@ -1196,27 +1180,31 @@ mod tests {
         ("eth1", "10.0.0.2"),
     ];
 
+    fn rule(spec: Option<&str>, v6: Option<bool>) -> IfRule {
+        IfRule { spec: spec.map(String::from), v6, near: Vec::new() }
+    }
+
     #[test]
     fn interfaces_one_address_each_family_and_order() {
         let h = ifs(HOST);
         let names = |v: Vec<(String, IpAddr)>| v.into_iter().map(|(n, ip)| format!("{n}/{ip}")).collect::<Vec<_>>();
-        assert_eq!(names(pick_interfaces(None, None, &h).unwrap()), ["eth0/192.0.2.2", "eth1/10.0.0.2"]);
-        assert_eq!(names(pick_interfaces(None, Some(true), &h).unwrap()), ["eth0/fd00::2"]);
-        assert_eq!(names(pick_interfaces(Some("lo"), Some(true), &h).unwrap()), ["lo/::1"]);
-        assert_eq!(names(pick_interfaces(Some("^eth"), None, &h).unwrap()), ["lo/127.0.0.1", "docker0/172.17.0.1"]);
+        assert_eq!(names(pick_interfaces(&rule(None, None), &h).unwrap()), ["eth0/192.0.2.2", "eth1/10.0.0.2"]);
+        assert_eq!(names(pick_interfaces(&rule(None, Some(true)), &h).unwrap()), ["eth0/fd00::2"]);
+        assert_eq!(names(pick_interfaces(&rule(Some("lo"), Some(true)), &h).unwrap()), ["lo/::1"]);
+        assert_eq!(names(pick_interfaces(&rule(Some("^eth"), None), &h).unwrap()), ["lo/127.0.0.1", "docker0/172.17.0.1"]);
         let many: Vec<(String, IpAddr)> =
             (0..40).map(|i| (format!("eth{i}"), IpAddr::from([10, 0, 0, i as u8]))).collect();
-        assert_eq!(pick_interfaces(None, None, &many).unwrap().len(), MAX_IFS);
+        assert_eq!(pick_interfaces(&rule(None, None), &many).unwrap().len(), MAX_IFS);
     }
 
     #[test]
     fn an_ifname_matching_nothing_names_the_spec_and_the_interfaces() {
-        let e = pick_interfaces(Some("=eth"), None, &ifs(HOST)).unwrap_err().to_string();
+        let e = pick_interfaces(&rule(Some("=eth"), None), &ifs(HOST)).unwrap_err().to_string();
         assert!(e.contains("NCCL_SOCKET_IFNAME==eth matches no usable interface"), "{e}");
         assert!(e.contains("lo (127.0.0.1), lo (::1), docker0 (172.17.0.1), eth0 (192.0.2.2)"), "{e}");
-        let e = pick_interfaces(Some("docker"), Some(true), &ifs(HOST)).unwrap_err().to_string();
+        let e = pick_interfaces(&rule(Some("docker"), Some(true)), &ifs(HOST)).unwrap_err().to_string();
         assert!(e.contains("with NCCL_SOCKET_FAMILY=AF_INET6"), "{e}");
-        let e = pick_interfaces(None, None, &[]).unwrap_err().to_string();
+        let e = pick_interfaces(&rule(None, None), &[]).unwrap_err().to_string();
         assert!(e.contains("no usable network interface") && e.contains("up: none"), "{e}");
     }
 
