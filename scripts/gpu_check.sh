@@ -206,12 +206,16 @@ else
 fi
 # A rank killed mid-collective: survivors see ncclRemoteError naming it within 2 s, shrink without
 # it and all-reduce, and abort within 1 s; and revoke then shrink around a rank that never joins
-# (tests/gpu/faults.cu). One process per rank.
+# (tests/gpu/faults.cu). One process per rank; over P2P, then SHM (NCCL_P2P_DISABLE=1), then NET
+# (--hosts-per-rank: each rank its own NCCL_HOSTID, over the Socket net on lo).
 if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
   DEVS4=0,0,0,0; [ "$NG" -ge 4 ] && DEVS4=0,1,2,3
   step faults_2 faults 90 "$BUILD/faults" --devs $DEVS2
   step faults_4 faults 90 "$BUILD/faults" --devs $DEVS4
   step revoke_4 faults 90 "$BUILD/faults" --devs $DEVS4 --revoke
+  step faults_shm_2 faults 90 env NCCL_P2P_DISABLE=1 "$BUILD/faults" --devs $DEVS2
+  step faults_net_2 faults 90 env NCCL_SOCKET_IFNAME=lo "$BUILD/faults" --devs $DEVS2 --hosts-per-rank
+  step faults_net_4 faults 90 env NCCL_SOCKET_IFNAME=lo "$BUILD/faults" --devs $DEVS4 --hosts-per-rank
 fi
 # examples
 if [ "$NG" -ge 1 ]; then

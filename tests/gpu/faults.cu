@@ -13,9 +13,12 @@
 // ncclCommRevoke instead (it must return within 1 s and stop the stuck all-reduce; the revoked comm
 // must refuse new work with ncclInvalidUsage and report no async error); then the others shrink
 // without the last rank and all-reduce, as above, and the last rank destroys its communicator.
+// With --hosts-per-rank each rank process sets NCCL_HOSTID=fnhost<rank> before its first NCCL call,
+// so every rank looks like a host of its own and the ranks connect over the network transport (NET);
+// with NCCL_P2P_DISABLE=1 in the environment ranks of one host connect over shared memory (SHM).
 // Prints "r<R> FAULT: PASS|FAIL ..." per survivor and "FAULTS: PASS|FAIL" last. Exit 0 on PASS.
 //
-// usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke]
+// usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke] [--hosts-per-rank]
 #include "common.cuh"
 
 #include <signal.h>
@@ -41,6 +44,7 @@ struct Shared {
 };
 
 static bool gRevoke = false;
+static bool gHostPerRank = false;
 
 static __global__ void fill(float* p, size_t n, float v) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
@@ -69,6 +73,10 @@ static int shrinkAndFinish(ncclComm_t comm, int rank, int nranks, cudaStream_t s
 
 static int rankMain(int rank, int nranks, int dev, ncclUniqueId id, Shared* sh, double bound) {
   const int victim = nranks - 1;
+  if (gHostPerRank) {
+    const std::string host = "fnhost" + std::to_string(rank);
+    setenv("NCCL_HOSTID", host.c_str(), 1);
+  }
   CUDACHECK(cudaSetDevice(dev));
   cudaStream_t s;
   CUDACHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -170,8 +178,10 @@ int main(int argc, char** argv) {
       bound = atof(argv[++i]);
     } else if (a == "--revoke") {
       gRevoke = true;
+    } else if (a == "--hosts-per-rank") {
+      gHostPerRank = true;
     } else {
-      fprintf(stderr, "usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke]\n");
+      fprintf(stderr, "usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke] [--hosts-per-rank]\n");
       return 2;
     }
   }
@@ -184,6 +194,7 @@ int main(int argc, char** argv) {
   Shared* sh = new (m) Shared();
   printf("# faults: %d ranks on devices", n);
   for (int d : devs) printf(" %d", d);
+  if (gHostPerRank) printf(" (NCCL_HOSTID=fnhost<rank>: a host per rank)");
   if (gRevoke) printf("; rank %d never joins an all-reduce, every rank revokes\n", n - 1);
   else printf("; rank %d is killed during an all-reduce; bound %.1f s\n", n - 1, bound);
   fflush(stdout);
