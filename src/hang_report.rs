@@ -124,7 +124,12 @@ impl Channels {
             let (span, counts) = part.split_once(':')?;
             let (first, last) = span.split_once('-')?;
             let (took, gave) = counts.split_once(':')?;
-            let r = Run { first: first.parse().ok()?, last: last.parse().ok()?, took: took.parse().ok()?, gave: gave.parse().ok()? };
+            let r = Run {
+                first: first.parse().ok()?,
+                last: last.parse().ok()?,
+                took: took.parse().ok()?,
+                gave: gave.parse().ok()?,
+            };
             let after = runs.last().map_or(0, |p: &Run| p.last + 1);
             if r.first < after || r.last < r.first || r.last >= max {
                 return None;
@@ -363,12 +368,12 @@ mod tests {
         let junk = [
             "",
             "0,2;",
-            "0,2;0-64:1:1",              // past the last channel
-            "0,2;5-3:1:1",               // backwards
-            "0,2;0-9:1:1;5-12:1:1",      // overlapping
-            "0,2;0-9:1:1;+;10-12:1:1",   // a run after the end mark
-            "0,2;0-9:1",                 // a count missing
-            "0,2;0-9:-1:1",              // negative
+            "0,2;0-64:1:1",                      // past the last channel
+            "0,2;5-3:1:1",                       // backwards
+            "0,2;0-9:1:1;5-12:1:1",              // overlapping
+            "0,2;0-9:1:1;+;10-12:1:1",           // a run after the end mark
+            "0,2;0-9:1",                         // a count missing
+            "0,2;0-9:-1:1",                      // negative
             "0,2;0-9:1:99999999999999999999999", // overflows u64
             "x,2;0-9:1:1",
             "0;0-9:1:1",

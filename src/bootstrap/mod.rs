@@ -528,7 +528,13 @@ impl Bootstrap {
     ) -> Result<Option<Msg>> {
         let Me { rank, .. } = self.me;
         let (next, prev) = (self.me.next(), self.me.prev());
-        let r = FrameStream::ring_step(&mut ring.next, bytes, recv.then_some(&mut ring.prev), Some(&self.lost_rx), deadline);
+        let r = FrameStream::ring_step(
+            &mut ring.next,
+            bytes,
+            recv.then_some(&mut ring.prev),
+            Some(&self.lost_rx),
+            deadline,
+        );
         let (lost, text) = match r {
             Ok(Some(Msg::Lost { rank: lost, text })) => (lost as usize, text),
             Ok(msg) => return Ok(msg),

@@ -121,7 +121,9 @@ impl IfRule {
     pub fn describe(&self) -> String {
         let only = self.v6.map(|v6| format!("NCCL_SOCKET_FAMILY keeps {} only", if v6 { "IPv6" } else { "IPv4" }));
         match &self.spec {
-            Some(s) => format!("NCCL_SOCKET_IFNAME={s} selects them{}", only.map(|o| format!("; {o}")).unwrap_or_default()),
+            Some(s) => {
+                format!("NCCL_SOCKET_IFNAME={s} selects them{}", only.map(|o| format!("; {o}")).unwrap_or_default())
+            }
             None => {
                 let near = match self.near.is_empty() {
                     true => String::new(),
@@ -216,9 +218,8 @@ pub fn interface_nets() -> Vec<(String, IpAddr, u8)> {
         }
         // SAFETY: the list's sockaddrs are null or valid with a family; ifa_name is a
         // NUL-terminated string owned by the list.
-        let (ip, mask, name) = unsafe {
-            (sockaddr_ip(ifa.ifa_addr), sockaddr_ip(ifa.ifa_netmask), CStr::from_ptr(ifa.ifa_name))
-        };
+        let (ip, mask, name) =
+            unsafe { (sockaddr_ip(ifa.ifa_addr), sockaddr_ip(ifa.ifa_netmask), CStr::from_ptr(ifa.ifa_name)) };
         let Some(ip) = ip else { continue };
         let full = if ip.is_ipv4() { 32 } else { 128 };
         out.push((name.to_string_lossy().into_owned(), ip, mask.map_or(full, prefix_len)));

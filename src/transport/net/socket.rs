@@ -1191,7 +1191,10 @@ mod tests {
         assert_eq!(names(pick_interfaces(&rule(None, None), &h).unwrap()), ["eth0/192.0.2.2", "eth1/10.0.0.2"]);
         assert_eq!(names(pick_interfaces(&rule(None, Some(true)), &h).unwrap()), ["eth0/fd00::2"]);
         assert_eq!(names(pick_interfaces(&rule(Some("lo"), Some(true)), &h).unwrap()), ["lo/::1"]);
-        assert_eq!(names(pick_interfaces(&rule(Some("^eth"), None), &h).unwrap()), ["lo/127.0.0.1", "docker0/172.17.0.1"]);
+        assert_eq!(
+            names(pick_interfaces(&rule(Some("^eth"), None), &h).unwrap()),
+            ["lo/127.0.0.1", "docker0/172.17.0.1"]
+        );
         let many: Vec<(String, IpAddr)> =
             (0..40).map(|i| (format!("eth{i}"), IpAddr::from([10, 0, 0, i as u8]))).collect();
         assert_eq!(pick_interfaces(&rule(None, None), &many).unwrap().len(), MAX_IFS);
