@@ -117,20 +117,7 @@ impl RingCounters {
     /// From the host copy of our connection table (`table[peer * FN_MAX_CHANNELS + channel]`),
     /// the device address of that table, and the ring neighbours. A context is current.
     pub(super) fn new(table: &[fnConn], dev_table: u64, prev: usize, next: usize, nchannels: usize) -> Result<Self> {
-        let max = abi::FN_MAX_CHANNELS as usize;
-        let step_at = |i: usize, field: usize| dev_table + (i * size_of::<fnConn>() + field) as u64;
-        let recv_step = offset_of!(fnConn, recv) + offset_of!(fnConnRecv, step);
-        let send_step = offset_of!(fnConn, send) + offset_of!(fnConnSend, step);
-        let addrs: Vec<[u64; 4]> = (0..nchannels.min(max))
-            .map(|c| (prev * max + c, next * max + c))
-            .take_while(|&(p, n)| {
-                table.get(p).is_some_and(|t| !t.recv.buffs[0].is_null())
-                    && table.get(n).is_some_and(|t| !t.send.buffs[0].is_null())
-            })
-            .map(|(p, n)| {
-                [table[p].recv.head as u64, table[n].send.head as u64, step_at(p, recv_step), step_at(n, send_step)]
-            })
-            .collect();
+        let addrs = ring_addrs(table, dev_table, prev, next, nchannels);
         Ok(RingCounters {
             prev,
             next,
@@ -176,12 +163,39 @@ impl RingCounters {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        let word = |i: usize| u64::from(self.out.get(2 * i)) | u64::from(self.out.get(2 * i + 1)) << 32;
-        let per: Vec<(u64, u64)> = (0..n)
-            .map(|c| (word(4 * c).saturating_sub(word(4 * c + 2)), word(4 * c + 1).saturating_sub(word(4 * c + 3))))
-            .collect();
-        Ok(Channels::Read { prev: self.prev, next: self.next, runs: hang_report::runs(&per), more: false })
+        let words: Vec<u64> =
+            (0..4 * n).map(|i| u64::from(self.out.get(2 * i)) | u64::from(self.out.get(2 * i + 1)) << 32).collect();
+        Ok(Channels::Read { prev: self.prev, next: self.next, runs: hang_report::runs(&progress(&words)), more: false })
     }
+}
+
+/// Per connected ring channel (from channel 0 up to the first that is not), the addresses
+/// [`RingCounters`] reads: the receive head of our connection from `prev` (in its memory: we
+/// store how many steps we took), the send head of ours to `next` (in our memory: it stores how
+/// many it took), and both connections' `step` fields in the device table at `dev_table`.
+/// Heads, not tails: every protocol moves them, while LL and LL128 over P2P leave tails alone.
+fn ring_addrs(table: &[fnConn], dev_table: u64, prev: usize, next: usize, nchannels: usize) -> Vec<[u64; 4]> {
+    let max = abi::FN_MAX_CHANNELS as usize;
+    let step_at = |i: usize, field: usize| dev_table + (i * size_of::<fnConn>() + field) as u64;
+    let recv_step = offset_of!(fnConn, recv) + offset_of!(fnConnRecv, step);
+    let send_step = offset_of!(fnConn, send) + offset_of!(fnConnSend, step);
+    (0..nchannels.min(max))
+        .map(|c| (prev * max + c, next * max + c))
+        .take_while(|&(p, n)| {
+            table.get(p).is_some_and(|t| !t.recv.buffs[0].is_null())
+                && table.get(n).is_some_and(|t| !t.send.buffs[0].is_null())
+        })
+        .map(|(p, n)| {
+            [table[p].recv.head as u64, table[n].send.head as u64, step_at(p, recv_step), step_at(n, send_step)]
+        })
+        .collect()
+}
+
+/// Per channel, (steps taken from prev, steps next took) in this operation, from the four words
+/// read per channel in the order of [`ring_addrs`]. A head behind its saved step (a counter
+/// not reached yet, or a torn view) counts as 0.
+fn progress(words: &[u64]) -> Vec<(u64, u64)> {
+    words.chunks_exact(4).map(|w| (w[0].saturating_sub(w[2]), w[1].saturating_sub(w[3]))).collect()
 }
 
 impl Drop for RingCounters {
@@ -260,6 +274,49 @@ mod tests {
         assert_eq!(Newest::default().describe(), "nothing yet");
         // A type the host never sends is ignored, not a panic.
         assert_eq!(Newest::kernel(&[work(40, 1)]).describe(), " (1 works, 1 elements)");
+    }
+
+    #[test]
+    fn ring_counters_are_read_from_the_neighbours_connections() {
+        let max = abi::FN_MAX_CHANNELS as usize;
+        let (prev, next, dev_table) = (2usize, 1usize, 0x7f00_0000_0000u64);
+        let mut table = vec![fnConn::default(); 3 * max];
+        // Channels 0-2 connected both ways, channel 3 only towards prev: reading stops at 3.
+        for c in 0..4 {
+            let t = &mut table[prev * max + c];
+            t.recv.buffs[0] = 0x1000 as *mut _;
+            t.recv.head = (0x2000 + 8 * c) as *mut _;
+            if c < 3 {
+                let t = &mut table[next * max + c];
+                t.send.buffs[0] = 0x3000 as *mut _;
+                t.send.head = (0x4000 + 8 * c) as *mut _;
+            }
+        }
+        let addrs = ring_addrs(&table, dev_table, prev, next, 64);
+        assert_eq!(addrs.len(), 3);
+        let conn = size_of::<fnConn>() as u64;
+        let recv_step = (offset_of!(fnConn, recv) + offset_of!(fnConnRecv, step)) as u64;
+        let send_step = (offset_of!(fnConn, send) + offset_of!(fnConnSend, step)) as u64;
+        assert_eq!(
+            addrs[1],
+            [
+                0x2008,
+                0x4008,
+                dev_table + (prev * max + 1) as u64 * conn + recv_step,
+                dev_table + (next * max + 1) as u64 * conn + send_step
+            ]
+        );
+        assert_eq!(ring_addrs(&table, dev_table, prev, next, 2).len(), 2);
+        // A neighbour outside the table (a one-rank ring has no connections) reads nothing.
+        assert!(ring_addrs(&table, dev_table, 5, next, 64).is_empty());
+        assert!(ring_addrs(&[], dev_table, 0, 0, 64).is_empty());
+    }
+
+    #[test]
+    fn progress_counts_this_operations_steps() {
+        // (recv head, send head, recv step at the start, send step at the start) per channel.
+        assert_eq!(progress(&[50, 41, 10, 10, 7, 7, 7, 7, 3, 9, 5, 2]), [(40, 31), (0, 0), (0, 7)]);
+        assert!(progress(&[1, 2, 3]).is_empty());
     }
 
     #[test]
