@@ -201,6 +201,16 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   [ "$LIB" = ours ] && step watchdog watchdog 90 bash -c '"${@:2}"; rc=$?; r=$(grep -h "hang report:" "$1" | tail -n 2); echo "$r"
     [ $rc = 0 ] && grep -q "hang report: .*rank 1 (host .*never entered it" "$1"' _ "$LOG/watchdog.log" \
     env NCCL_DEBUG=WARN NCCL_WATCHDOG_TIMEOUT_MS=2000 "$CHK" --watchdog --devs $PAIR
+  # Over the ring (no one-shot), the report also says which neighbour rank 0's channels wait for.
+  [ "$LIB" = ours ] && step watchdog_ring watchdog 90 bash -c '"${@:2}"; rc=$?; grep -h "hang report:" "$1" | tail -n 1 | cut -c1-300
+    [ $rc = 0 ] && grep -q "hang report: .*rank 0 waits for rank 1 (" "$1"' _ "$LOG/watchdog_ring.log" \
+    env NCCL_DEBUG=WARN NCCL_ALGO=Ring NCCL_WATCHDOG_TIMEOUT_MS=2000 "$CHK" --watchdog --devs $PAIR
+  # A report asked for (FERRONICKEL_HANG_REPORT_FILE touched) while rank 0's kernel still spins: its
+  # FIFO counters are read without waiting behind the kernel, before the 10 s watchdog fires.
+  [ "$LIB" = ours ] && step hang_report_touch watchdog 90 bash -c 'f=$(mktemp -u); FERRONICKEL_HANG_REPORT_FILE=$f "${@:2}" &
+    p=$!; sleep 5; touch "$f"; wait $p; rc=$?; rm -f "$f"; grep -h "hang report:" "$1" | head -n 1 | cut -c1-300
+    [ $rc = 0 ] && grep -q "hang report: .*rank(s) 0 wait in it.*rank 0 waits for rank 1 (" "$1"' _ "$LOG/hang_report_touch.log" \
+    env NCCL_DEBUG=WARN NCCL_ALGO=Ring NCCL_WATCHDOG_TIMEOUT_MS=10000 "$CHK" --watchdog --devs $PAIR
 else
   skip watchdog watchdog "reference NCCL has no device-side timeout"
 fi
