@@ -135,7 +135,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         ops: ops.clone(),
         ctx: ctx.clone(),
         last: last.clone(),
-        counters: Mutex::new(RingCounters::new(&table, conns.ptr, ring.prev, ring.next, nchannels)?),
+        counters: Mutex::new(RingCounters::new(ctx.clone(), &table, conns.ptr, (ring.prev, ring.next), nchannels)?),
     };
     // One rank per host watches FERRONICKEL_HANG_REPORT_FILE, so one touch gives one report.
     let first_on_host =

@@ -105,8 +105,10 @@ pub(super) struct RingCounters {
     /// Per connected ring channel: the addresses of its receive head, send head, receive step
     /// and send step.
     addrs: Vec<[u64; 4]>,
-    stream: Stream,
-    copied: Event,
+    /// Current while the CUDA objects below are used and freed.
+    ctx: Arc<Context>,
+    stream: ManuallyDrop<Stream>,
+    copied: ManuallyDrop<Event>,
     /// Pinned and device-mapped: four u64 per channel, in the order of `addrs`.
     out: ManuallyDrop<HostMapped>,
     /// A copy did not finish in time: it may still write into `out`.
@@ -115,30 +117,41 @@ pub(super) struct RingCounters {
 
 impl RingCounters {
     /// From the host copy of our connection table (`table[peer * FN_MAX_CHANNELS + channel]`),
-    /// the device address of that table, and the ring neighbours. A context is current.
-    pub(super) fn new(table: &[fnConn], dev_table: u64, prev: usize, next: usize, nchannels: usize) -> Result<Self> {
+    /// the device address of that table, and the ring neighbours.
+    pub(super) fn new(
+        ctx: Arc<Context>,
+        table: &[fnConn],
+        dev_table: u64,
+        (prev, next): (usize, usize),
+        nchannels: usize,
+    ) -> Result<Self> {
         let addrs = ring_addrs(table, dev_table, prev, next, nchannels);
+        let _g = ctx.enter()?;
+        let (stream, copied) = (Stream::non_blocking()?, Event::new()?);
+        let out = HostMapped::zeroed(8 * addrs.len().max(1))?;
         Ok(RingCounters {
             prev,
             next,
-            out: ManuallyDrop::new(HostMapped::zeroed(8 * addrs.len().max(1))?),
             addrs,
-            stream: Stream::non_blocking()?,
-            copied: Event::new()?,
+            stream: ManuallyDrop::new(stream),
+            copied: ManuallyDrop::new(copied),
+            out: ManuallyDrop::new(out),
+            ctx,
             busy: false,
         })
     }
 
     /// Where the first `nchannels` ring channels stand in the operation in flight.
-    fn read(&mut self, ctx: &Context, nchannels: usize) -> Channels {
+    fn read(&mut self, nchannels: usize) -> Channels {
         let n = nchannels.min(self.addrs.len());
         if n == 0 {
             return Channels::None;
         }
-        self.try_read(ctx, n).unwrap_or(Channels::Unknown)
+        self.try_read(n).unwrap_or(Channels::Unknown)
     }
 
-    fn try_read(&mut self, ctx: &Context, n: usize) -> Result<Channels> {
+    fn try_read(&mut self, n: usize) -> Result<Channels> {
+        let ctx = self.ctx.clone();
         let _g = ctx.enter()?;
         if self.busy && !self.copied.is_done()? {
             return Ok(Channels::Unknown);
@@ -200,10 +213,16 @@ fn progress(words: &[u64]) -> Vec<(u64, u64)> {
 
 impl Drop for RingCounters {
     fn drop(&mut self) {
+        let _g = self.ctx.enter();
         // A copy still queued would write into freed memory: leave `out` allocated then.
         if !self.busy || self.copied.is_done().unwrap_or(false) {
             // SAFETY: dropped once, here; nothing writes into it any more.
             unsafe { ManuallyDrop::drop(&mut self.out) };
+        }
+        // SAFETY: each dropped once, here, with their context current; never used again.
+        unsafe {
+            ManuallyDrop::drop(&mut self.copied);
+            ManuallyDrop::drop(&mut self.stream);
         }
     }
 }
@@ -224,9 +243,7 @@ impl liveness::Observer for Observer {
         let timed_out = self.flags.get(FLAG_ERROR) == abi::FN_DEV_TIMEOUT;
         // The channels of an operation still waiting (or stopped by the watchdog while it waited).
         let channels = match newest {
-            Newest::Kernel { ring, .. } if ring > 0 && (!finished || timed_out) => {
-                self.counters.lock().read(&self.ctx, ring)
-            }
+            Newest::Kernel { ring, .. } if ring > 0 && (!finished || timed_out) => self.counters.lock().read(ring),
             _ => Channels::None,
         };
         RankState {
