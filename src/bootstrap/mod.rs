@@ -538,10 +538,16 @@ impl Bootstrap {
         let (lost, text) = match r {
             Ok(Some(Msg::Lost { rank: lost, text })) => (lost as usize, text),
             Ok(msg) => return Ok(msg),
-            Err((_, NetError::Stopped)) => match self.lost() {
-                Some(l) => (l.rank, l.text),
-                None => (rank, "the liveness watcher stopped the collective".into()),
-            },
+            // The liveness watcher found a rank lost (it records which before it wakes us); its
+            // neighbours learn it from their own watchers.
+            Err((_, NetError::Stopped)) => {
+                let e = match self.lost() {
+                    Some(l) => self.lost_error(&l, &what()),
+                    None => Error::Internal(format!("bootstrap {}: called off with no rank lost", what())),
+                };
+                ring.broken = Some(e.clone());
+                return Err(e);
+            }
             Err((link, NetError::Timeout)) => {
                 let waited = match link {
                     Link::Prev => format!("rank {prev} (ring prev) to send"),
