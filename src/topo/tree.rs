@@ -259,7 +259,7 @@ mod tests {
         let shape = trees.shape();
         assert_eq!(shape.nhosts, nh);
         // ⌈log2(1025)⌉ - 1 = 10 hops between hosts at most, then 7 down a chain.
-        assert!(shape.depth <= 10 + g - 1, "{shape:?}");
+        assert!(shape.depth < 10 + g, "{shape:?}");
         assert_eq!(shape.max_children, 3, "a chain link and two hosts below");
         // Each host's head is interior (two hosts below it) in at most one of the two trees.
         for h in 0..nh {
@@ -274,11 +274,12 @@ mod tests {
         let order = [2, 0, 3, 1];
         let trees = Trees::new(&order, &[7u64; 4]);
         let all = check_rank_trees(&trees, 4);
-        for which in 0..2 {
-            assert_eq!(all[2][which], RankTree { up: None, down: vec![0] });
-            assert_eq!(all[0][which], RankTree { up: Some(2), down: vec![3] });
-            assert_eq!(all[1][which], RankTree { up: Some(3), down: vec![] });
+        for t in [&all[2], &all[0], &all[1]] {
+            assert_eq!(t[0], t[1], "one host: both trees are the chain");
         }
+        assert_eq!(all[2][0], RankTree { up: None, down: vec![0] });
+        assert_eq!(all[0][0], RankTree { up: Some(2), down: vec![3] });
+        assert_eq!(all[1][0], RankTree { up: Some(3), down: vec![] });
         assert_eq!(trees.shape(), TreeShape::chain(4));
         assert_eq!(Trees::new(&[0], &[1u64]).shape(), TreeShape::chain(1));
         // Device form: channel c runs tree c % 2, unused children are -1.
@@ -296,21 +297,19 @@ mod tests {
         let shape = trees.shape();
         assert_eq!(shape.nhosts, 3);
         // Inside a host, the second rank hangs below the first.
-        for which in 0..2 {
-            assert_eq!(all[2][which].up, Some(0));
-            assert_eq!(all[3][which].up, Some(1));
-            assert_eq!(all[5][which].up, Some(4));
+        for (rank, head) in [(2, 0), (3, 1), (5, 4)] {
+            assert!(all[rank].iter().all(|t| t.up == Some(head)), "rank {rank} hangs below {head}");
         }
         // Three hosts: tree 0 rooted at host B (the middle), tree 1 at host C.
         assert_eq!(all[1][0].up, None);
         assert_eq!(all[4][1].up, None);
         assert_eq!(shape.depth, 2);
-        for (r, t) in all.iter().enumerate() {
-            for which in 0..2 {
+        for (r, trees_of_r) in all.iter().enumerate() {
+            for (which, t) in trees_of_r.iter().enumerate() {
                 let dt = trees.dev_tree(which, r);
-                assert_eq!(dt.up, t[which].up.map_or(-1, |u| u as i32));
+                assert_eq!(dt.up, t.up.map_or(-1, |u| u as i32));
                 let used: Vec<usize> = dt.down.iter().filter(|&&d| d >= 0).map(|&d| d as usize).collect();
-                assert_eq!(used, t[which].down);
+                assert_eq!(used, t.down);
                 assert!(dt.down.iter().skip(used.len()).all(|&d| d == -1));
             }
         }
