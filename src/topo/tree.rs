@@ -314,4 +314,108 @@ mod tests {
             }
         }
     }
+
+    /// The schedule of kernels/collectives.cuh's allReduceTree, run on FIFOs of FN_NSTEPS slots for
+    /// trees with several children per rank (the GPU checks on one host only see chains): every
+    /// rank finishes (no deadlock), every connection's sends and receives match, and every rank
+    /// ends with each chunk reduced over every rank's input exactly once. Values are bit sets of
+    /// the ranks whose input they contain, so counting an input twice shows as an overlap.
+    fn simulate_tree_all_reduce(trees: &Trees, n: usize, which: usize, chunks: usize) {
+        use std::collections::{HashMap, VecDeque};
+        #[derive(Clone, Copy)]
+        enum Acc {
+            Input,
+            Partial,
+        }
+        // One step: receive from a peer (reduced with `Acc`, or kept as the result), send to a peer.
+        type Step = (usize, Option<usize>, Option<usize>, Option<Acc>);
+        let all: Vec<RankTree> = (0..n).map(|r| trees.rank_tree(which, r)).collect();
+        let mut steps: Vec<VecDeque<Step>> = vec![VecDeque::new(); n];
+        for (r, t) in all.iter().enumerate() {
+            let q = &mut steps[r];
+            for c in 0..chunks {
+                if t.down.is_empty() {
+                    q.push_back((c, None, t.up, Some(Acc::Input)));
+                }
+                for (j, &d) in t.down.iter().enumerate() {
+                    let acc = if j == 0 { Acc::Input } else { Acc::Partial };
+                    let to = if j + 1 == t.down.len() { t.up } else { None };
+                    q.push_back((c, Some(d), to, Some(acc)));
+                }
+            }
+            for c in 0..chunks {
+                let mut rest = &t.down[..];
+                if let Some(u) = t.up {
+                    q.push_back((c, Some(u), t.down.first().copied(), None));
+                    rest = t.down.get(1..).unwrap_or(&[]);
+                }
+                for &d in rest {
+                    q.push_back((c, None, Some(d), None));
+                }
+            }
+        }
+        let nsteps = crate::abi::FN_NSTEPS as usize;
+        let mut fifo: HashMap<(usize, usize), VecDeque<(usize, u128)>> = HashMap::new();
+        let mut buf = vec![vec![0u128; chunks]; n];
+        let mut done = 0;
+        while done < n {
+            let mut progressed = false;
+            done = 0;
+            for r in 0..n {
+                let Some(&(c, from, to, acc)) = steps[r].front() else {
+                    done += 1;
+                    continue;
+                };
+                let ready = from.is_none_or(|f| fifo.get(&(f, r)).is_some_and(|q| !q.is_empty()))
+                    && to.is_none_or(|t| fifo.get(&(r, t)).is_none_or(|q| q.len() < nsteps));
+                if !ready {
+                    continue;
+                }
+                steps[r].pop_front();
+                progressed = true;
+                let got = from.map(|f| fifo.get_mut(&(f, r)).unwrap().pop_front().unwrap());
+                if let Some((gc, _)) = got {
+                    assert_eq!(gc, c, "rank {r} received chunk {gc} in place of {c}");
+                }
+                let value = match (got, acc) {
+                    (Some((_, v)), Some(a)) => {
+                        let mine = match a {
+                            Acc::Input => 1u128 << r,
+                            Acc::Partial => buf[r][c],
+                        };
+                        assert_eq!(v & mine, 0, "rank {r} chunk {c}: an input counted twice");
+                        v | mine
+                    }
+                    (Some((_, v)), None) => v,
+                    (None, Some(_)) => 1u128 << r,
+                    (None, None) => buf[r][c],
+                };
+                buf[r][c] = value;
+                if let Some(t) = to {
+                    fifo.entry((r, t)).or_default().push_back((c, value));
+                }
+            }
+            assert!(progressed || done == n, "deadlock: {} ranks left", n - done);
+        }
+        assert!(fifo.values().all(VecDeque::is_empty), "a step sent and never received");
+        let full = if n == 128 { u128::MAX } else { (1u128 << n) - 1 };
+        assert!(buf.iter().all(|b| b.iter().all(|&v| v == full)), "every rank holds every input, once");
+    }
+
+    #[test]
+    fn tree_schedule_completes_with_several_children() {
+        for (hosts, per_host) in [(1, 6), (2, 2), (4, 1), (5, 3), (7, 2), (16, 8), (100, 1)] {
+            let n = hosts * per_host;
+            let host_of: Vec<usize> = (0..n).map(|r| r % hosts).collect();
+            let order = {
+                let mut o: Vec<usize> = (0..n).collect();
+                o.sort_by_key(|&r| (host_of[r], std::cmp::Reverse(r)));
+                o
+            };
+            let trees = Trees::new(&order, &host_of);
+            for which in 0..2 {
+                simulate_tree_all_reduce(&trees, n, which, 3 * crate::abi::FN_NSTEPS as usize);
+            }
+        }
+    }
 }
