@@ -138,8 +138,11 @@ pub fn run(mut args: Args) -> CmdResult {
         )
         .unwrap();
     } else {
-        writeln!(text, "trees: one host, so both are the ring order as a chain (Tree runs only when NCCL_ALGO forces it)")
-            .unwrap();
+        writeln!(
+            text,
+            "trees: one host, so both are the ring order as a chain (Tree runs only when NCCL_ALGO forces it)"
+        )
+        .unwrap();
     }
 
     writeln!(text, "\nPer message size (float): the tuner's algorithm/protocol, channels and modelled kernel time:")
