@@ -266,6 +266,7 @@ pub fn allowed<'a>(setting: &str, all: &[&'a str], var: &str) -> Result<Vec<&'a 
 /// its entry was an inclusion list. `allreduce:tree;allgather:ring`, or a bare list for every
 /// collective; later entries override earlier ones. `SendRecv` is accepted and has no algorithm.
 fn parse_algo(setting: &str) -> Result<[(Vec<&'static str>, bool); 5]> {
+    // NCCL's function names, the first five in the order of KINDS.
     const FUNCS: [&str; 6] = ["AllReduce", "Reduce", "Broadcast", "AllGather", "ReduceScatter", "SendRecv"];
     let mut out: [(Vec<&'static str>, bool); 5] = std::array::from_fn(|_| (ALGOS.to_vec(), false));
     for entry in setting.split(';').map(str::trim).filter(|e| !e.is_empty()) {
