@@ -1,8 +1,8 @@
 // collectives.cuh: ring algorithms over any protocol for every work type, the one-shot LL
-// all-reduce, and the macros that define the extern "C" kernels. It instantiates nothing itself:
-// build.rs generates the translation units from its one kernel list (one unit per data type, plus
-// fnCopy's), which include this header and define their kernels with FN_COLL_KERNEL /
-// FN_COPY_KERNEL. See kernels/README.md for the contract.
+// all-reduce, the tree all-reduce, and the macros that define the extern "C" kernels. It
+// instantiates nothing itself: build.rs generates the translation units from its one kernel list
+// (one unit per data type, plus fnCopy's), which include this header and define their kernels
+// with FN_COLL_KERNEL / FN_COPY_KERNEL. See kernels/README.md for the contract.
 #pragma once
 #include <type_traits>
 #include "prims.cuh"
@@ -156,6 +156,82 @@ __device__ __noinline__ bool allReduceOneShot(const Group g, const fnDevComm* co
   }
   groupBarrier(g);
   return true;
+}
+
+// Tree all-reduce (FN_ALGO_TREE): channel c's part is reduced up comm->trees[c] to its root, then
+// broadcast down it, chunk by chunk, all chunks up before any comes down. Each phase moves data one
+// way along tree edges, and every rank handles chunks (and, within a chunk, children) in the same
+// order, so bounded FIFOs cannot deadlock. A rank with k children accumulates them one by one into
+// recvbuff (the first with its own input, pre applied once); the last child's step sends straight
+// up, or at the root applies post and leaves the final value. Every rank then holds the root's bits.
+//
+// Prims holds one send and one receive connection; a tree step pairs the receive half of one edge
+// with the send half of another, so each step builds its Prims from the two connections and saves
+// their counters after it.
+template <typename T, typename Op, int P, int F>
+__device__ __forceinline__ bool treeStep(const Group& g, const fnDevComm* comm, const Op& op, fnConn* from,
+                                         fnConn* to, const T* usrc, T* udst, size_t n) {
+  Prims<T, Op, P> p(g, comm, op, to ? &to->send : nullptr, from ? &from->recv : nullptr);
+  if (!p.template step<F>(usrc, udst, n)) return false;
+  p.save();
+  return true;
+}
+
+template <typename T, typename Op, int P>
+__device__ __noinline__ bool allReduceTree(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
+  const int c = blockIdx.x;
+  const Part pt = channelPart<T>(w.count, w.nChannels, c);
+  const T* src = static_cast<const T*>(w.sendbuff) + pt.off;
+  T* dst = static_cast<T*>(w.recvbuff) + pt.off;
+  const fnTree t = comm->trees[c];
+  fnConn* const conns = comm->conns + c;  // conns[peer * FN_MAX_CHANNELS] is peer's connection on channel c
+  fnConn* up = t.up >= 0 ? &conns[t.up * FN_MAX_CHANNELS] : nullptr;
+  fnConn* down[FN_TREE_ARITY];
+  int nd = 0;
+  for (int j = 0; j < FN_TREE_ARITY; j++) {
+    if (t.down[j] >= 0) down[nd++] = &conns[t.down[j] * FN_MAX_CHANNELS];
+  }
+  if (!up && nd == 0) {
+    reduceCopy<T, Op, F_USRC | F_UDST | F_PRE | F_POST>(g, op, nullptr, src, dst, nullptr, pt.len);
+    return true;
+  }
+  constexpr int RU = F_RECV | F_USRC;
+  const uint64_t slotElems = slotPayload<P>(comm) / sizeof(T);
+  const bool reduced = forEachChunk<T>(pt.len, slotElems, [&](uint64_t base, uint64_t len) {
+    const T* s = src + base;
+    T* d = dst + base;
+    if (nd == 0) return treeStep<T, Op, P, F_SEND | F_USRC | F_PRE>(g, comm, op, nullptr, up, s, nullptr, len);
+    for (int j = 0; j < nd; j++) {
+      const bool first = j == 0, last = j == nd - 1;
+      bool ok;
+      if (!last) {
+        ok = first ? treeStep<T, Op, P, RU | F_UDST | F_PRE>(g, comm, op, down[j], nullptr, s, d, len)
+                   : treeStep<T, Op, P, RU | F_UDST>(g, comm, op, down[j], nullptr, d, d, len);
+      } else if (up) {
+        ok = first ? treeStep<T, Op, P, RU | F_SEND | F_PRE>(g, comm, op, down[j], up, s, nullptr, len)
+                   : treeStep<T, Op, P, RU | F_SEND>(g, comm, op, down[j], up, d, nullptr, len);
+      } else {
+        ok = first ? treeStep<T, Op, P, RU | F_UDST | F_PRE | F_POST>(g, comm, op, down[j], nullptr, s, d, len)
+                   : treeStep<T, Op, P, RU | F_UDST | F_POST>(g, comm, op, down[j], nullptr, d, d, len);
+      }
+      if (!ok) return false;
+    }
+    return true;
+  });
+  if (!reduced) return false;
+  return forEachChunk<T>(pt.len, slotElems, [&](uint64_t base, uint64_t len) {
+    T* d = dst + base;
+    int j = 0;
+    if (up) {
+      if (nd == 0) return treeStep<T, Op, P, F_RECV | F_UDST>(g, comm, op, up, nullptr, nullptr, d, len);
+      if (!treeStep<T, Op, P, F_RECV | F_UDST | F_SEND>(g, comm, op, up, down[0], nullptr, d, len)) return false;
+      j = 1;
+    }
+    for (; j < nd; j++) {
+      if (!treeStep<T, Op, P, F_SEND | F_USRC>(g, comm, op, nullptr, down[j], d, nullptr, len)) return false;
+    }
+    return true;
+  });
 }
 
 // Chain from the rank after the root around to the root.
@@ -346,6 +422,8 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
         ok = byProto(w.proto, [&](auto P) { return allReduceOneShotPair<T, Op, decltype(P)::value>(g, comm, w, op); });
       } else if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_ONESHOT) {
         ok = allReduceOneShot<T, Op>(g, comm, w, op);
+      } else if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_TREE) {
+        ok = byProto(w.proto, [&](auto P) { return allReduceTree<T, Op, decltype(P)::value>(g, comm, w, op); });
       } else {
         ok = byProto(w.proto, [&](auto P) {
           if (w.type == FN_WORK_ALLREDUCE) return allReduce<T, Op, decltype(P)::value>(g, comm, w, op);

@@ -40,6 +40,8 @@ enum fnAlgo {
   FN_ALGO_ONESHOT = 1, /* AllReduce: every rank pushes its input to every peer, then reduces all
                           inputs locally; one hop. Two ranks: any protocol, any size; more: LL
                           only, one LL slot per channel */
+  FN_ALGO_TREE = 2,    /* AllReduce: reduce up the channel's tree (fnDevComm.trees), then
+                          broadcast down it; any protocol */
 };
 
 /* What one work item does. */
@@ -133,11 +135,22 @@ typedef struct fnRing {
   int32_t* userRanks; /* device array: rank at each ring position, nRanks entries */
 } fnRing;
 
+/* Most children of a rank in one tree: the next rank of its host's chain, and two hosts below it
+ * in the tree between hosts (docs/ARCHITECTURE.md, "Tree"). */
+#define FN_TREE_ARITY 3
+
+/* One rank's place in one channel's tree. */
+typedef struct fnTree {
+  int32_t up;                  /* parent rank; -1 at the root */
+  int32_t down[FN_TREE_ARITY]; /* child ranks, the used ones first, then -1 */
+} fnTree;
+
 /* Per-communicator device state, in device memory, written by the host at init. */
 typedef struct fnDevComm {
   int32_t rank, nRanks, nChannels;
   int32_t slotBytes;                 /* bytes per Simple FIFO slot, a multiple of FN_ALIGN */
   fnRing rings[FN_MAX_CHANNELS];
+  fnTree trees[FN_MAX_CHANNELS];     /* channel c runs tree c % 2 of the double binary tree */
   fnConn* conns;                     /* conns[peer * FN_MAX_CHANNELS + channel] */
   volatile uint32_t* abortFlag;      /* host-mapped: nonzero asks every kernel of this comm to stop */
   volatile uint32_t* errorFlag;      /* host-mapped: the device reports an fnDevError here */

@@ -52,8 +52,11 @@ struct Prims {
   }
 
   // One FIFO step: wait for the slot(s), move n elements (n <= slotElems, may be 0), publish.
-  template <int F>
+  // F_PRE / F_POST are dropped for operators whose pre / post is the identity, so movements that
+  // differ only there share one mover body (fewer instantiations, faster nvcc).
+  template <int F0>
   __device__ __forceinline__ bool step(const T* usrc, T* udst, size_t n) {
+    constexpr int F = F0 & ~((Op::kPre ? 0 : F_PRE) | (Op::kPost ? 0 : F_POST));
     constexpr bool R = F & F_RECV, S = F & F_SEND;
     char* rslot = R ? recvBuff + (recvStep % FN_NSTEPS) * stride : nullptr;
     char* sslot = S ? sendBuff + (sendStep % FN_NSTEPS) * stride : nullptr;

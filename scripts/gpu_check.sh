@@ -8,7 +8,7 @@
 #
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
-#   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
+#   --only LIST        only these steps or groups (comma list): build,check,protos,tree,ce,procs,onegpu,
 #                      mpi,graph,leak,watchdog,faults,examples,torch,bench   (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
@@ -177,6 +177,43 @@ if [ "$NG" -ge 1 ]; then
       step check_${P}_1gpu_4 protos 200 env NCCL_PROTO=$P "$CHK" --mode threads --devs 0,0,0,0 --quick --failures-only
     done
   fi
+fi
+# Tree all-reduce forced (NCCL_ALGO=Tree; docs/ARCHITECTURE.md, "Tree"): ranks as threads on GPU 0,
+# where the tree is one chain. Each step also counts the all-reduces the tuner sent to the tree
+# (NCCL_DEBUG=INFO TUNING lines), so it fails if none did. NCCL_ALGO=Tree leaves the other
+# collectives no algorithm (ncclInvalidUsage, as in NCCL): tree_refuse_4 checks that, and the
+# full matrix runs with NCCL_ALGO=allreduce:tree. Across hosts (processes on GPU 0 that each
+# claim a host by NCCL_HOSTID: check --hosts, with the NET transport) the trees join the hosts'
+# chains: 2 hosts of 2 ranks (a chain link and a link between hosts) and 4 hosts of 1 (the
+# double binary tree alone), when the checker has --hosts.
+tree_step() {  # tree_step NAME TIMEOUT ALGO [ENV=VALUE...] -- CHECK ARGS...
+  local name=$1 tmo=$2 algo=$3; shift 3
+  local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  step "$name" tree "$tmo" bash -c '"${@:2}"; rc=$?; n=$(grep -c "AllReduce: .* -> algo Tree" "$1")
+    echo "tree all-reduces: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' _ "$LOG/$name.log" \
+    env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING NCCL_ALGO="$algo" "${envs[@]}" "$CHK" "$@"
+}
+if [ "$LIB" = ours ] && [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
+  for D in 0,0 0,0,0,0 0,0,0,0,0,0,0,0; do
+    N=$(echo $D | tr ',' '\n' | wc -l)
+    tree_step tree_$N 200 Tree -- --mode threads --devs $D --colls AllReduce --quick --failures-only
+  done
+  for P in LL LL128 Simple; do
+    tree_step tree_${P}_4 200 Tree NCCL_PROTO=$P -- --mode threads --devs 0,0,0,0 --colls AllReduce --quick --failures-only
+  done
+  tree_step tree_graph_4 120 Tree -- --graph --devs 0,0,0,0 --graph-iters 20
+  tree_step tree_matrix_4 240 allreduce:tree -- --mode threads --devs 0,0,0,0 --failures-only
+  if grep -q -- '"--hosts"' tests/gpu/check.cu; then
+    tree_step tree_hosts_2x2 240 allreduce:tree -- --mode procs --devs 0,0,0,0 --hosts 2 --quick --failures-only
+    for P in LL LL128 Simple; do
+      tree_step tree_hosts_4_$P 200 Tree NCCL_PROTO=$P -- --mode procs --devs 0,0,0,0 --hosts 4 --colls AllReduce --quick --failures-only
+    done
+  else
+    skip tree_hosts tree "the checker has no --hosts (it comes with the NET transport)"
+  fi
+  step tree_refuse_4 tree 60 bash -c '"${@:2}"; rc=$?; grep -m1 "no algorithm available for AllGather" "$1"
+    [ $rc != 0 ] && grep -q "no algorithm available for AllGather" "$1"' _ "$LOG/tree_refuse_4.log" \
+    env NCCL_DEBUG=WARN NCCL_ALGO=Tree "$CHK" --mode threads --devs 0,0,0,0 --colls AllGather --counts 7 --large-bytes 0
 fi
 # Copy engines forced (FERRONICKEL_COPY_ENGINE=1: every group of broadcasts between two ranks,
 # all-gathers and sends/receives runs as cuMemcpyAsync copies, at every size); the step also

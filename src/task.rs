@@ -7,6 +7,7 @@
 use crate::abi::fnWork;
 use crate::cuda::module::KernelId;
 use crate::cuda::CUstream;
+use crate::topo::tree::TreeShape;
 use crate::types::ncclDataType_t;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +71,8 @@ pub struct CommShape {
     pub nchannels: usize,
     /// Channels that connect every pair of ranks: the most a one-shot all-reduce can use.
     pub all_pairs_channels: usize,
+    /// The Tree algorithm's hosts, depth and fan-out.
+    pub tree: TreeShape,
 }
 
 /// One kernel launch for one communicator.

@@ -6,16 +6,22 @@
 //! on 2× H200 (NV18) with each protocol forced (see COST).
 //!
 //! `NCCL_ALGO` and `NCCL_PROTO` restrict the choice with NCCL's syntax (a comma list of names,
-//! case-insensitive; a leading `^` excludes the listed ones instead). ferronickel's algorithms are
-//! Ring and, for all-reduce, a one-shot push to every peer that NCCL has no name for: it is used
-//! only when `NCCL_ALGO` is unset or an exclusion list, so `NCCL_ALGO=Ring` means ring only. Point
-//! to point always runs Simple.
+//! case-insensitive; a leading `^` excludes the listed ones instead). `NCCL_ALGO` also takes
+//! NCCL's per-collective form, `allreduce:tree;allgather:ring` (entries separated by `;`, each
+//! `Function:list` or a bare list for every collective). ferronickel's algorithms are Ring, Tree
+//! (all-reduce only) and, for all-reduce, a one-shot push to every peer that NCCL has no name for:
+//! it is used only when all-reduce's `NCCL_ALGO` entry is unset or an exclusion list, so
+//! `NCCL_ALGO=Ring` means ring only. A collective that the setting leaves no algorithm for fails
+//! with ncclInvalidUsage, as in NCCL (`NCCL_ALGO=Tree` and an all-gather). Point to point always
+//! runs Simple.
 //!
 //! Pure data movement may instead run on the copy engines (`plan::copies`), which this model also
 //! prices; like the one-shot, only while neither setting is an inclusion list, so that forcing a
 //! protocol or algorithm always runs the kernels that use it.
 
-use crate::abi::{FN_ALGO_ONESHOT, FN_ALGO_RING, FN_LL_SLOT_LINES, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE};
+use crate::abi::{
+    FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_TREE, FN_LL_SLOT_LINES, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE,
+};
 use crate::error::{Error, Result};
 use crate::task::{CollKind, CommShape};
 use std::sync::OnceLock;
@@ -23,6 +29,19 @@ use std::sync::OnceLock;
 pub const ALGOS: [&str; 7] = ["Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"];
 /// Indexed by fnProto.
 pub const PROTOS: [&str; 3] = ["LL", "LL128", "Simple"];
+/// The collectives, in the order of `Allowed::ring`; NCCL's names are their `Debug` names.
+const KINDS: [CollKind; 5] =
+    [CollKind::AllReduce, CollKind::Reduce, CollKind::Broadcast, CollKind::AllGather, CollKind::ReduceScatter];
+
+/// How logs and `ferronickel plan` name an fnAlgo.
+pub fn algo_name(algo: u32) -> &'static str {
+    match algo {
+        FN_ALGO_RING => "Ring",
+        FN_ALGO_TREE => "Tree",
+        FN_ALGO_ONESHOT => "OneShot",
+        _ => "?",
+    }
+}
 
 /// The measured cost of one protocol: latency of one dependent FIFO step (a hop to the next rank
 /// and its flag), and the link bandwidth it sustains with every channel busy.
@@ -55,6 +74,11 @@ const ONESHOT_PAIR_BW: f64 = 0.93;
 const CE_GBPS: f64 = 388.0;
 const CE_SYNC_US: f64 = 20.0;
 
+/// The tree all-reduce (kernels/collectives.cuh) reduces every chunk up the tree, then broadcasts
+/// it down; NCCL models its bandwidth at 92 % of the ring's link rate. Not measured here: no two
+/// hosts to run it between yet.
+const TREE_BW: f64 = 0.92;
+
 /// Bytes of data one LL FIFO slot carries: a one-shot channel's part must fit in one.
 pub const LL_SLOT_BYTES: usize = FN_LL_SLOT_LINES as usize * 8;
 
@@ -63,13 +87,39 @@ pub const LL_SLOT_BYTES: usize = FN_LL_SLOT_LINES as usize * 8;
 pub struct Allowed {
     /// By fnProto.
     pub protos: [bool; 3],
+    /// By collective (the order of `KINDS`): whether the ring may run it.
+    pub ring: [bool; 5],
+    /// Whether the tree may run all-reduce (the one collective it implements).
+    pub tree: bool,
     pub oneshot: bool,
     /// Whether the tuner may move data with the copy engines instead of kernels.
     pub copy_engine: bool,
+    /// NCCL_ALGO as set, for the message of a collective it leaves no algorithm.
+    pub algo_env: Option<String>,
 }
 
 impl Allowed {
-    pub const ALL: Allowed = Allowed { protos: [true; 3], oneshot: true, copy_engine: true };
+    pub const ALL: Allowed =
+        Allowed { protos: [true; 3], ring: [true; 5], tree: true, oneshot: true, copy_engine: true, algo_env: None };
+
+    fn ring_for(&self, kind: CollKind) -> bool {
+        self.ring[KINDS.iter().position(|&k| k == kind).expect("every kind is listed")]
+    }
+
+    /// Whether a collective of `kind` on `nranks` ranks has an algorithm left: NCCL refuses one
+    /// that NCCL_ALGO leaves none (ncclInvalidUsage), and so do we, before queueing it. One rank
+    /// runs no algorithm (a local copy).
+    pub fn check(&self, kind: CollKind, nranks: usize) -> Result<()> {
+        if nranks <= 1 || self.ring_for(kind) || (kind == CollKind::AllReduce && self.tree) {
+            return Ok(());
+        }
+        let have = if kind == CollKind::AllReduce { "Ring and Tree" } else { "Ring only" };
+        Err(Error::InvalidUsage(format!(
+            "no algorithm available for {kind:?}: NCCL_ALGO={} leaves it none of the algorithms ferronickel runs it with \
+             ({have}); NCCL fails here too. Restrict one collective with NCCL_ALGO=\"allreduce:tree\"",
+            self.algo_env.as_deref().unwrap_or("")
+        )))
+    }
 }
 
 /// What a collective runs with.
@@ -88,6 +138,25 @@ fn ring_shape(kind: CollKind, n: f64, bytes: f64) -> (f64, f64) {
         CollKind::AllReduce => (2.0 * (n - 1.0), 2.0 * (n - 1.0) / n * bytes),
         CollKind::AllGather | CollKind::ReduceScatter => (n - 1.0, (n - 1.0) / n * bytes),
         CollKind::Broadcast | CollKind::Reduce => (n - 1.0, bytes),
+    }
+}
+
+/// Dependent steps and bytes through the busiest rank for a tree all-reduce of `bytes`: the reduce
+/// goes up `depth` hops and the broadcast comes down as many (chunks pipeline behind the first);
+/// per phase the busiest rank passes every byte once per child.
+fn tree_shape(shape: &CommShape, bytes: f64) -> (f64, f64) {
+    let t = shape.tree;
+    (2.0 * t.depth as f64, 2.0 * t.max_children.max(1) as f64 * bytes)
+}
+
+/// Channels the tree may use: on one host every tree edge is a chain link between ring neighbours,
+/// connected on every ring channel (`topo::tree::Trees::new`); between hosts the trees join chain
+/// heads, which only the channels connecting every pair of ranks are sure to connect.
+fn tree_channels(shape: &CommShape) -> usize {
+    if shape.tree.nhosts <= 1 {
+        shape.nchannels
+    } else {
+        shape.all_pairs_channels.min(shape.nchannels)
     }
 }
 
@@ -141,8 +210,22 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         }
     };
     for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
-        if allowed.protos[proto as usize] {
+        if allowed.protos[proto as usize] && allowed.ring_for(kind) {
             consider(model_us(proto, hops, wire, 1.0), ring(proto));
+        }
+    }
+    // Tree all-reduce: across hosts its log-depth latency beats the ring's 2(n - 1) hops; on one
+    // host the trees are one chain, no better than the ring, so as in NCCL it runs there only when
+    // NCCL_ALGO leaves all-reduce no ring.
+    let tch = tree_channels(shape);
+    let tree_wanted = shape.tree.nhosts > 1 || !allowed.ring_for(kind);
+    if kind == CollKind::AllReduce && allowed.tree && tree_wanted && tch > 0 {
+        let (hops, wire) = tree_shape(shape, bytes);
+        for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
+            if allowed.protos[proto as usize] {
+                let c = Choice { algo: FN_ALGO_TREE, proto, nchannels: tch };
+                consider(model_us(proto, hops, wire, TREE_BW), c);
+            }
         }
     }
     // One-shot all-reduce: one hop. Between two ranks it runs over any protocol and sends what the
@@ -159,7 +242,7 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
             }
         }
     }
-    // Restrictions always leave a ring protocol (see restrictions()).
+    // Allowed::check refused collectives that the restrictions leave nothing.
     best.unwrap_or((model_us(FN_PROTO_SIMPLE, hops, wire, 1.0), ring(FN_PROTO_SIMPLE)))
 }
 
@@ -179,28 +262,57 @@ pub fn allowed<'a>(setting: &str, all: &[&'a str], var: &str) -> Result<Vec<&'a 
     Ok(all.iter().copied().filter(|a| named.contains(a) != exclude).collect())
 }
 
-/// What NCCL_ALGO / NCCL_PROTO settings allow; an error when they leave nothing we implement.
-pub fn parse_restrictions(algo: Option<&str>, proto: Option<&str>) -> Result<Allowed> {
-    let refuse = |var: &str, setting: &str, ok: &[&str], have: &str| {
-        Error::InvalidUsage(format!(
-            "{var}={setting} allows only {} but ferronickel implements only {have}; unset {var} or include one of those",
-            if ok.is_empty() { "nothing".to_string() } else { ok.join(", ") },
-        ))
-    };
-    let mut out = Allowed::ALL;
-    let excludes_only = |s: Option<&str>| s.is_none_or(|s| s.trim().starts_with('^'));
-    out.copy_engine = excludes_only(algo) && excludes_only(proto);
-    if let Some(setting) = algo {
-        let ok = allowed(setting, &ALGOS, "NCCL_ALGO")?;
-        if !ok.contains(&"Ring") {
-            return Err(refuse("NCCL_ALGO", setting, &ok, "Ring (and a one-shot all-reduce)"));
+/// NCCL_ALGO's per-collective entries: for each of `KINDS`, the algorithms it allows and whether
+/// its entry was an inclusion list. `allreduce:tree;allgather:ring`, or a bare list for every
+/// collective; later entries override earlier ones. `SendRecv` is accepted and has no algorithm.
+fn parse_algo(setting: &str) -> Result<[(Vec<&'static str>, bool); 5]> {
+    // NCCL's function names, the first five in the order of KINDS.
+    const FUNCS: [&str; 6] = ["AllReduce", "Reduce", "Broadcast", "AllGather", "ReduceScatter", "SendRecv"];
+    let mut out: [(Vec<&'static str>, bool); 5] = std::array::from_fn(|_| (ALGOS.to_vec(), false));
+    for entry in setting.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let (kinds, list) = match entry.split_once(':') {
+            Some((f, list)) => match FUNCS.iter().position(|n| n.eq_ignore_ascii_case(f.trim())) {
+                // SendRecv has no entry of its own in `out`.
+                Some(i) => (i..(i + 1).min(KINDS.len()), list),
+                None => crate::bail_arg!(
+                    "NCCL_ALGO={setting}: unknown collective {:?} (known: {})",
+                    f.trim(),
+                    FUNCS.join(", ")
+                ),
+            },
+            None => (0..KINDS.len(), entry),
+        };
+        let ok = allowed(list, &ALGOS, "NCCL_ALGO")?;
+        let inclusion = !list.trim().starts_with('^');
+        for slot in &mut out[kinds] {
+            *slot = (ok.clone(), inclusion);
         }
-        out.oneshot = setting.trim().starts_with('^');
     }
+    Ok(out)
+}
+
+/// What NCCL_ALGO / NCCL_PROTO settings allow; an error for unknown names and for a protocol list
+/// that leaves nothing. A collective that NCCL_ALGO leaves no algorithm fails when it is called
+/// ([`Allowed::check`]), as in NCCL.
+pub fn parse_restrictions(algo: Option<&str>, proto: Option<&str>) -> Result<Allowed> {
+    let mut out = Allowed::ALL;
+    let proto_excludes_only = proto.is_none_or(|s| s.trim().starts_with('^'));
+    if let Some(setting) = algo {
+        let per_kind = parse_algo(setting)?;
+        out.ring = std::array::from_fn(|k| per_kind[k].0.contains(&"Ring"));
+        out.tree = per_kind[0].0.contains(&"Tree");
+        out.oneshot = !per_kind[0].1;
+        out.copy_engine = per_kind.iter().all(|(_, inclusion)| !inclusion);
+        out.algo_env = Some(setting.to_string());
+    }
+    out.copy_engine &= proto_excludes_only;
     if let Some(setting) = proto {
         let ok = allowed(setting, &PROTOS, "NCCL_PROTO")?;
         if ok.is_empty() {
-            return Err(refuse("NCCL_PROTO", setting, &ok, "LL, LL128 and Simple"));
+            return Err(Error::InvalidUsage(format!(
+                "NCCL_PROTO={setting} allows nothing but ferronickel implements LL, LL128 and Simple; unset \
+                 NCCL_PROTO or include one of those"
+            )));
         }
         out.protos = PROTOS.map(|p| ok.contains(&p));
     }
@@ -225,8 +337,21 @@ pub fn restrictions() -> Result<&'static Allowed> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topo::tree::TreeShape;
 
-    const TWO: CommShape = CommShape { rank: 0, nranks: 2, nchannels: 64, all_pairs_channels: 64 };
+    fn shape(nranks: usize, nchannels: usize, all_pairs_channels: usize) -> CommShape {
+        CommShape { rank: 0, nranks, nchannels, all_pairs_channels, tree: TreeShape::chain(nranks) }
+    }
+    const TWO: CommShape =
+        CommShape { rank: 0, nranks: 2, nchannels: 64, all_pairs_channels: 64, tree: TreeShape::chain(2) };
+    /// 128 hosts of 8 ranks, 16 channels, 4 of them connecting every pair.
+    const CLUSTER: CommShape = CommShape {
+        rank: 0,
+        nranks: 1024,
+        nchannels: 16,
+        all_pairs_channels: 4,
+        tree: TreeShape { nhosts: 128, depth: 7 + 7, max_children: 3 },
+    };
 
     #[test]
     fn nccl_syntax() {
@@ -240,23 +365,87 @@ mod tests {
     fn restrictions_follow_the_settings() {
         assert_eq!(parse_restrictions(None, None).unwrap(), Allowed::ALL);
         let a = parse_restrictions(Some("Ring"), Some("LL128")).unwrap();
-        assert_eq!(a, Allowed { protos: [false, true, false], oneshot: false, copy_engine: false });
+        let ring_only = Allowed { ring: [true; 5], tree: false, oneshot: false, copy_engine: false, ..Allowed::ALL };
+        assert_eq!(a, Allowed { protos: [false, true, false], algo_env: Some("Ring".into()), ..ring_only.clone() });
         let a = parse_restrictions(Some("^Tree"), Some("^LL")).unwrap();
-        assert_eq!(a, Allowed { protos: [false, true, true], oneshot: true, copy_engine: true });
+        let want = Allowed { protos: [false, true, true], tree: false, algo_env: Some("^Tree".into()), ..Allowed::ALL };
+        assert_eq!(a, want);
         assert!(!parse_restrictions(None, Some("Simple")).unwrap().copy_engine);
-        let e = parse_restrictions(Some("^Ring"), None).unwrap_err();
+        // Tree alone: all-reduce runs it, the other collectives have nothing left and fail when called.
+        let a = parse_restrictions(Some("tree"), None).unwrap();
+        assert_eq!((a.ring, a.tree, a.oneshot, a.copy_engine), ([false; 5], true, false, false));
+        assert!(a.check(CollKind::AllReduce, 4).is_ok());
+        let e = a.check(CollKind::AllGather, 4).unwrap_err();
         assert!(matches!(e, Error::InvalidUsage(_)));
-        assert!(e.to_string().contains("NCCL_ALGO=^Ring allows only Tree, CollnetDirect"), "{e}");
+        assert!(e.to_string().contains("no algorithm available for AllGather: NCCL_ALGO=tree"), "{e}");
+        assert!(a.check(CollKind::AllGather, 1).is_ok(), "one rank runs no algorithm");
+        let e = parse_restrictions(Some("^Ring,Tree"), None).unwrap().check(CollKind::AllReduce, 2).unwrap_err();
+        assert!(e.to_string().contains("(Ring and Tree)"), "{e}");
         let e = parse_restrictions(None, Some("^LL,LL128,Simple")).unwrap_err();
-        assert!(e.to_string().contains("allows only nothing"), "{e}");
+        assert!(e.to_string().contains("allows nothing"), "{e}");
         assert!(parse_restrictions(None, Some("LL256")).is_err());
+        assert!(parse_restrictions(Some("Ring,Bogus"), None).is_err());
+    }
+
+    #[test]
+    fn per_collective_algorithms() {
+        // NCCL's form: all-reduce on the tree, every other collective unrestricted.
+        let a = parse_restrictions(Some("allreduce:tree"), None).unwrap();
+        assert_eq!((a.ring, a.tree, a.oneshot, a.copy_engine), ([false, true, true, true, true], true, false, false));
+        for kind in KINDS {
+            assert!(a.check(kind, 8).is_ok());
+        }
+        // Entries separated by ';', later ones override, a bare list applies to every collective.
+        let a = parse_restrictions(Some("ring ; AllReduce:^Ring ; SendRecv:Ring"), None).unwrap();
+        assert_eq!((a.ring, a.tree, a.oneshot, a.copy_engine), ([false, true, true, true, true], true, true, false));
+        let a = parse_restrictions(Some("AllGather:^Ring"), None).unwrap();
+        assert!(a.check(CollKind::AllGather, 2).is_err() && a.check(CollKind::AllReduce, 2).is_ok());
+        assert!(a.copy_engine && a.oneshot);
+        let e = parse_restrictions(Some("allgathr:ring"), None).unwrap_err();
+        assert!(e.to_string().contains("unknown collective \"allgathr\""), "{e}");
+        assert!(parse_restrictions(Some("allreduce:tree,pat2"), None).is_err());
+    }
+
+    #[test]
+    fn tree_across_hosts_ring_on_one() {
+        let algo = |shape: &CommShape, count: usize, allowed: &Allowed| {
+            let c = choose(CollKind::AllReduce, count, 4, shape, allowed);
+            (c.algo, c.nchannels)
+        };
+        let ring_tree = parse_restrictions(Some("Ring,Tree"), None).unwrap();
+        let tree = parse_restrictions(Some("Tree"), None).unwrap();
+        // One host: the trees are a chain, never better than the ring, so only forcing runs them,
+        // on every ring channel.
+        let eight = shape(8, 8, 4);
+        for count in [1, 1 << 10, 1 << 20, 1 << 28] {
+            assert_eq!(algo(&eight, count, &ring_tree).0, FN_ALGO_RING);
+            assert_eq!(algo(&eight, count, &tree), (FN_ALGO_TREE, 8));
+            assert_ne!(choose(CollKind::AllReduce, count, 4, &eight, &Allowed::ALL).algo, FN_ALGO_TREE);
+        }
+        // 128 hosts: the ring's 2046 hops lose to the tree's 28 for small and medium sizes; the
+        // tree runs on the channels that connect every pair. Large sizes go back to the ring,
+        // whose bytes through each rank are fewer.
+        assert_eq!(algo(&CLUSTER, 1 << 10, &Allowed::ALL), (FN_ALGO_TREE, 4));
+        assert_eq!(algo(&CLUSTER, 1 << 20, &ring_tree), (FN_ALGO_TREE, 4));
+        assert_eq!(algo(&CLUSTER, 1 << 30, &ring_tree).0, FN_ALGO_RING);
+        // Other collectives never run the tree.
+        assert_eq!(choose(CollKind::AllGather, 1 << 10, 4, &CLUSTER, &Allowed::ALL).algo, FN_ALGO_RING);
+        // Forced protocols hold for the tree too.
+        for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
+            let mut only = tree.clone();
+            only.protos = [false; 3];
+            only.protos[proto as usize] = true;
+            let c = choose(CollKind::AllReduce, 1 << 20, 4, &CLUSTER, &only);
+            assert_eq!((c.algo, c.proto), (FN_ALGO_TREE, proto));
+        }
+        assert_eq!(algo_name(FN_ALGO_TREE), "Tree");
     }
 
     #[test]
     fn forced_protocols_are_obeyed() {
         for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
             for oneshot in [false, true] {
-                let mut only = Allowed { protos: [false; 3], oneshot, copy_engine: false };
+                let mut only = Allowed { protos: [false; 3], oneshot, copy_engine: false, ..Allowed::ALL };
                 only.protos[proto as usize] = true;
                 for kind in [CollKind::AllReduce, CollKind::AllGather, CollKind::Broadcast] {
                     for count in [1, 1000, 1 << 20, 1 << 28] {
@@ -286,15 +475,15 @@ mod tests {
         let ag = |count| choose(CollKind::AllGather, count, 4, &TWO, &Allowed::ALL).proto;
         assert_eq!((ag(2), ag(1 << 28)), (FN_PROTO_LL, FN_PROTO_SIMPLE));
         // With more ranks, a part bigger than one LL slot cannot go one-shot.
-        let four = CommShape { rank: 0, nranks: 4, nchannels: 16, all_pairs_channels: 16 };
+        let four = shape(4, 16, 16);
         assert_eq!(choose(CollKind::AllReduce, 2, 4, &four, &Allowed::ALL).algo, FN_ALGO_ONESHOT);
         let ring_only = choose(CollKind::AllReduce, 16 * LL_SLOT_BYTES / 4 + 64, 4, &four, &Allowed::ALL);
         assert_eq!(ring_only.algo, FN_ALGO_RING);
         // Without channels joining every pair, no one-shot either.
-        let sparse = CommShape { rank: 0, nranks: 4, nchannels: 16, all_pairs_channels: 0 };
+        let sparse = shape(4, 16, 0);
         assert_eq!(choose(CollKind::AllReduce, 2, 4, &sparse, &Allowed::ALL).algo, FN_ALGO_RING);
         // One rank: the local copy.
-        let one = CommShape { rank: 0, nranks: 1, nchannels: 64, all_pairs_channels: 0 };
+        let one = shape(1, 64, 0);
         assert_eq!(choose(CollKind::AllReduce, 2, 4, &one, &Allowed::ALL).proto, FN_PROTO_SIMPLE);
     }
 

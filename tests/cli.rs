@@ -171,7 +171,11 @@ fn plan_matches_rings_worked_out_by_hand() {
     assert_eq!(ring(&j), [0, 2, 1, 3, 4, 6, 5, 7]);
     assert_eq!((j["ring_channels"].as_u64(), j["max_ranks_per_gpu"].as_u64()), (Some(32), Some(2)));
     assert!(j["notes"][0].as_str().unwrap().contains("no network transport"), "{j}");
-    assert_eq!(j["trees"].as_array().map(Vec::len), Some(0));
+    // Two trees between the 2 hosts (chain heads 0 and 4, chains in ring order): tree 0 rooted at
+    // host 1's head, tree 1 at host 0's; the other head hangs below the root, 1 + 3 hops deep.
+    let roots: Vec<_> = j["trees"].as_array().unwrap().iter().map(|t| t["root"].as_u64().unwrap()).collect();
+    assert_eq!(roots, [4, 0]);
+    assert_eq!((j["trees"][0]["depth"].as_u64(), j["tree_hosts"].as_u64()), (Some(4), Some(2)));
 
     // One host of 4 GPUs: the identity ring, 64 channels, one-shot limited to the 4 p2p channels.
     let j = ok_json(&["plan", "--nranks", "4", "--gpus-per-host", "4"], &[]);

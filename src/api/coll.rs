@@ -141,7 +141,7 @@ fn collective(
     stream: cudaStream_t,
 ) -> Result<ncclResult_t> {
     let c = comm_arg(comm)?.ready()?;
-    crate::tuner::restrictions()?;
+    crate::tuner::restrictions()?.check(kind, c.nranks)?;
     let elem = dtype_arg(&c, dtype)?;
     let dev_op = match op {
         Some(op) => op_arg(&c, op, dtype)?,

@@ -9,6 +9,7 @@ use crate::abi::{self, fnDevComm, fnRing};
 use crate::bootstrap::{Bootstrap, BootstrapId};
 use crate::cuda::{self, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
+use crate::topo::tree::Trees;
 use crate::topo::{self, PeerInfo, Ring};
 use crate::transport::p2p::{self, ConnPlan, P2pTransport};
 use crate::types::NCCL_SPLIT_NOCOLOR;
@@ -75,6 +76,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     }
     let order = topo::ring_order(&peers);
     let ring = Ring::new(&order, rank);
+    let trees = Trees::new(&order, &peers.iter().map(|p| p.host_hash).collect::<Vec<_>>());
     let plan = ConnPlan {
         nranks,
         ring_channels: nchannels,
@@ -116,6 +118,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
             pad: 0,
             userRanks: ring_ranks.ptr as *mut _,
         };
+        dc.trees[c] = trees.dev_tree(c, rank);
     }
     let dev_comm = DeviceBuffer::zeroed(std::mem::size_of::<fnDevComm>())?;
     dev_comm.write(0, std::slice::from_ref(&dc))?;
@@ -158,6 +161,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         config,
         bootstrap,
         conns: plan,
+        tree: trees.shape(),
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),
         watchdog,

@@ -17,6 +17,7 @@ use crate::bootstrap::Bootstrap;
 use crate::cuda::{Context, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
 use crate::task::{CommShape, DevOp};
+use crate::topo::tree::TreeShape;
 use crate::transport::p2p::{ConnPlan, P2pTransport};
 use crate::types::ncclDataType_t;
 use launch::LaunchState;
@@ -73,6 +74,8 @@ pub struct Comm {
     pub bootstrap: Bootstrap,
     /// Which connections exist and how many channels each has (rings use `ring_channels`).
     pub conns: ConnPlan,
+    /// The Tree algorithm's hosts, depth and fan-out (the trees themselves are in the device comm).
+    pub tree: TreeShape,
     pub user_ops: Mutex<Vec<Option<UserOp>>>,
     pub registrations: Mutex<HashSet<usize>>,
     watchdog: Duration,
@@ -116,6 +119,7 @@ impl Comm {
             config: CommConfig { blocking: true, ..Default::default() },
             bootstrap,
             conns: ConnPlan { nranks, ring_channels: 1, p2p_channels: 1, order: order.clone(), fifo_bytes: 0 },
+            tree: TreeShape::chain(nranks),
             user_ops: Mutex::new(Vec::new()),
             registrations: Mutex::new(HashSet::new()),
             watchdog: Duration::ZERO,
@@ -175,6 +179,7 @@ impl Comm {
             nranks: self.nranks,
             nchannels: self.conns.ring_channels,
             all_pairs_channels: self.conns.all_pairs_channels(),
+            tree: self.tree,
         }
     }
 

@@ -199,9 +199,10 @@ mod tests {
     use super::*;
     use crate::cuda::CUstream;
     use crate::task::{CommShape, DevOp};
+    use crate::topo::tree::TreeShape;
 
     fn shape(rank: usize, nranks: usize) -> CommShape {
-        CommShape { rank, nranks, nchannels: 64, all_pairs_channels: 64 }
+        CommShape { rank, nranks, nchannels: 64, all_pairs_channels: 64, tree: TreeShape::chain(nranks) }
     }
 
     fn coll(kind: CollKind, rank: usize, count: usize, root: usize) -> Task {

@@ -29,7 +29,7 @@ fn coll_work(t: &CollTask, shape: &CommShape, allowed: &Allowed) -> fnWork {
         "{:?}: {} bytes -> algo {} proto {} channels {}",
         t.kind,
         t.count * elem,
-        ["Ring", "OneShot"][choice.algo as usize],
+        tuner::algo_name(choice.algo),
         tuner::PROTOS[choice.proto as usize],
         choice.nchannels
     );
@@ -224,13 +224,15 @@ fn plan_p2p(
 mod tests {
     use super::*;
     use crate::task::DevOp;
+    use crate::topo::tree::TreeShape;
     use crate::types::ncclDataType_t;
 
     fn coll(kind: CollKind, dtype: ncclDataType_t, op: u32, count: usize) -> Task {
         Task::Coll(CollTask { kind, send: 0x1000, recv: 0x2000, count, dtype, op: DevOp::plain(op), root: 0 })
     }
 
-    const SHAPE: CommShape = CommShape { rank: 0, nranks: 3, nchannels: 4, all_pairs_channels: 4 };
+    const SHAPE: CommShape =
+        CommShape { rank: 0, nranks: 3, nchannels: 4, all_pairs_channels: 4, tree: TreeShape::chain(3) };
 
     fn plan0(ops: &[(CUstream, Task)]) -> Result<Vec<Launch>> {
         plan(&SHAPE, &Allowed::ALL, &|_| 4, ops)
@@ -291,6 +293,32 @@ mod tests {
         }
     }
 
+    /// NCCL_ALGO=Tree: all-reduces carry the tree algorithm over every ring channel of one host;
+    /// the other reductions keep the ring when a per-collective setting leaves it to them.
+    #[test]
+    fn tree_all_reduce_is_planned_as_tree_works() {
+        let s = std::ptr::null_mut();
+        let ops = vec![
+            (s, coll(CollKind::AllReduce, types::ncclFloat32, abi::FN_OP_SUM, 1 << 20)),
+            (s, coll(CollKind::ReduceScatter, types::ncclFloat32, abi::FN_OP_SUM, 1000)),
+            (s, coll(CollKind::AllReduce, types::ncclFloat32, abi::FN_OP_SUM, 7)),
+        ];
+        let allowed = tuner::parse_restrictions(Some("allreduce:tree"), Some("LL128")).unwrap();
+        let l = plan(&SHAPE, &allowed, &|_| 4, &ops).unwrap();
+        assert_eq!(l.len(), 1);
+        let algos: Vec<_> = l[0].works.iter().map(|w| (w.type_ as u32, w.algo as u32, w.proto as u32)).collect();
+        assert_eq!(
+            algos,
+            [
+                (abi::FN_WORK_ALLREDUCE, abi::FN_ALGO_TREE, abi::FN_PROTO_LL128),
+                (abi::FN_WORK_REDUCESCATTER, abi::FN_ALGO_RING, abi::FN_PROTO_LL128),
+                (abi::FN_WORK_ALLREDUCE, abi::FN_ALGO_TREE, abi::FN_PROTO_LL128),
+            ]
+        );
+        assert!(l[0].works.iter().all(|w| usize::from(w.nChannels) == SHAPE.nchannels));
+        assert_eq!(l[0].grid as usize, SHAPE.nchannels);
+    }
+
     #[test]
     fn p2p_gets_lanes_per_peer_and_direction() {
         let s = std::ptr::null_mut();
@@ -314,12 +342,13 @@ mod tests {
 
     #[test]
     fn big_messages_are_split_the_same_way_on_both_ends() {
-        let two = CommShape { rank: 0, nranks: 2, nchannels: 64, all_pairs_channels: 64 };
+        let two = CommShape { rank: 0, nranks: 2, nchannels: 64, all_pairs_channels: 64, tree: TreeShape::chain(2) };
         assert_eq!(p2p_parts(&two, 64, 8), 1);
         assert_eq!(p2p_parts(&two, 64, 1 << 20), 16);
         assert_eq!(p2p_parts(&two, 64, 1 << 30), 32);
         assert_eq!(p2p_parts(&two, 8, 1 << 30), 8);
-        let eight_on_one_gpu = CommShape { rank: 0, nranks: 8, nchannels: 8, all_pairs_channels: 4 };
+        let eight_on_one_gpu =
+            CommShape { rank: 0, nranks: 8, nchannels: 8, all_pairs_channels: 4, tree: TreeShape::chain(8) };
         assert_eq!(p2p_parts(&eight_on_one_gpu, 8, 1 << 30), 1);
         let s = std::ptr::null_mut();
         let ops = vec![

@@ -1,6 +1,6 @@
 //! `ferronickel plan`: the ring, the channel counts and, per message size, the algorithm and
 //! protocol the tuner would choose, for this machine or a described one. It runs the library's
-//! own ring builder (`nccl::topo`), connection plan (`nccl::transport::p2p::ConnPlan`) and tuner
+//! own ring and tree builders (`nccl::topo`), connection plan (`nccl::transport::p2p::ConnPlan`) and tuner
 //! (`nccl::tuner`), so what it prints is what a communicator of that shape would do.
 //!
 //! A described machine has `--hosts` hosts of `--gpus-per-host` GPUs; ranks fill the hosts in
@@ -9,8 +9,9 @@
 
 use crate::args::Args;
 use crate::{CmdResult, Report};
-use nccl::abi::{FN_ALGO_ONESHOT, FN_MAX_CHANNELS};
+use nccl::abi::FN_MAX_CHANNELS;
 use nccl::task::{CollKind, CommShape};
+use nccl::topo::tree::Trees;
 use nccl::topo::{self, PeerInfo};
 use nccl::transport::p2p::{self, ConnPlan};
 use nccl::tuner;
@@ -95,7 +96,13 @@ pub fn run(mut args: Args) -> CmdResult {
         order: order.clone(),
         fifo_bytes: p2p::fifo_bytes(p2p::buffsize()),
     };
-    let shape = CommShape { rank: 0, nranks, nchannels, all_pairs_channels: conns.all_pairs_channels() };
+    let host_of: Vec<u64> = peers.iter().map(|p| p.host_hash).collect();
+    let trees = Trees::new(&order, &host_of);
+    let tree = trees.shape();
+    let shape = CommShape { rank: 0, nranks, nchannels, all_pairs_channels: conns.all_pairs_channels(), tree };
+    // Each tree's root: the rank without a parent.
+    let roots: Vec<usize> =
+        (0..2).map(|w| (0..nranks).find(|&r| trees.rank_tree(w, r).up.is_none()).expect("a tree has a root")).collect();
 
     let mut text = String::new();
     let ranks_per_host = nranks / hosts;
@@ -123,7 +130,20 @@ pub fn run(mut args: Args) -> CmdResult {
     )
     .unwrap();
     writeln!(text, "FIFO: {} B per connection (NCCL_BUFFSIZE)", conns.fifo_bytes).unwrap();
-    writeln!(text, "trees: none (ferronickel runs rings only)").unwrap();
+    if tree.nhosts > 1 {
+        writeln!(
+            text,
+            "trees (all-reduce; channel c runs tree c % 2): a double binary tree between {} hosts, each host's ranks a chain in ring order; roots {} and {}, depth {}, up to {} children per rank",
+            tree.nhosts, roots[0], roots[1], tree.depth, tree.max_children
+        )
+        .unwrap();
+    } else {
+        writeln!(
+            text,
+            "trees: one host, so both are the ring order as a chain (Tree runs only when NCCL_ALGO forces it)"
+        )
+        .unwrap();
+    }
 
     writeln!(text, "\nPer message size (float): the tuner's algorithm/protocol, channels and modelled kernel time:")
         .unwrap();
@@ -144,7 +164,7 @@ pub fn run(mut args: Args) -> CmdResult {
             .max(1);
             let c = tuner::choose(kind, count, 4, &shape, allowed);
             let us = tuner::coll_us(kind, count, 4, &shape, allowed);
-            let algo = if c.algo == FN_ALGO_ONESHOT { "OneShot" } else { "Ring" };
+            let algo = tuner::algo_name(c.algo);
             let proto = tuner::PROTOS[c.proto as usize];
             write!(text, "  {:>26}", format!("{algo}/{proto} {}ch {us:.1}us", c.nchannels)).unwrap();
             choices.insert(
@@ -168,7 +188,9 @@ pub fn run(mut args: Args) -> CmdResult {
         "max_ranks_per_gpu": per_gpu,
         "notes": notes,
         "rings": [order],
-        "trees": [],
+        "trees": roots.iter().map(|&root| json!({ "root": root, "depth": tree.depth })).collect::<Vec<_>>(),
+        "tree_hosts": tree.nhosts,
+        "tree_max_children": tree.max_children,
         "ring_channels": nchannels,
         "p2p_channels_per_peer": conns.p2p_channels,
         "oneshot_channels": shape.all_pairs_channels,
