@@ -9,7 +9,7 @@
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
 #   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
-#                      mpi,graph,leak,watchdog,faults,examples,torch,bench   (e.g. --only check,graph)
+#                      shm,mpi,graph,leak,watchdog,faults,examples,torch,bench   (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
 #   --bench-only       build + the A/B benchmark only
@@ -115,7 +115,7 @@ step() {
   local res=PASS
   case $rc in 0) ;; 124|137) res=TIMEOUT ;; *) res="FAIL($rc)" ;; esac
   local det
-  det=$(grep -E "^(OVERALL|SUMMARY|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|single_process:|mpi_per_gpu:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|single_process:|mpi_per_gpu:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
   record "$name" "$res" "$dt" "$det"
   echo "gpu_check:   -> $res in ${dt}s ${det}"
 }
@@ -234,6 +234,30 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   step check_procs_1gpu_8 onegpu 240 "$CHK" --mode procs --devs 0,0,0,0,0,0,0,0 --quick --failures-only
 else
   skip onegpu onegpu "reference NCCL refuses several ranks on one GPU"
+fi
+# SHM: P2P disabled (NCCL_P2P_DISABLE=1), so ranks of one host connect through FIFOs in shared host
+# memory; one process per rank (the memfd is opened through /proc), and two ranks as threads of
+# one process. Each step also counts the INFO lines that name the transport of each peer and fails
+# unless some say SHM and none says P2P. NCCL refuses two ranks on one GPU, so ours only.
+shm_step() {  # shm_step NAME TIMEOUT ENV... -- CHECK_ARGS...
+  local name=$1 tmo=$2; shift 2
+  local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  step "$name" shm "$tmo" bash -c '"${@:2}"; rc=$?; n=$(grep -c "via SHM" "$1"); p=$(grep -c "via P2P" "$1")
+    echo "SHM: $n connection lines via SHM, $p via P2P (rc $rc)"; [ $rc = 0 ] && [ "$n" -gt 0 ] && [ "$p" = 0 ]' \
+    _ "$LOG/$name.log" env NCCL_P2P_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT "${envs[@]}" "$@"
+}
+if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
+  DEVS4=0,0,0,0; [ "$NG" -ge 4 ] && DEVS4=0,1,2,3
+  shm_step shm_procs_2 240 -- "$CHK" --mode procs --devs $DEVS2 $Q --failures-only
+  shm_step shm_procs_4 200 -- "$CHK" --mode procs --devs $DEVS4 --quick --failures-only
+  for P in LL LL128 Simple; do
+    shm_step shm_${P}_procs_2 150 NCCL_PROTO=$P -- "$CHK" --mode procs --devs $DEVS2 --quick --failures-only
+  done
+  shm_step shm_threads_2 150 -- "$CHK" --mode threads --devs $DEVS2 --quick --failures-only
+  # A rank killed mid-collective over SHM: the survivors are told within seconds (tests/gpu/faults.cu).
+  step shm_faults_2 shm 90 env NCCL_P2P_DISABLE=1 "$BUILD/faults" --devs $DEVS2
+else
+  skip shm shm "reference NCCL refuses several ranks on one GPU"
 fi
 if [ $HAVE_MPI = 1 ] && [ "$NG" -ge 1 ]; then
   NP=2; MDEVS=""; [ "$NG" -lt 2 ] && { [ $ONE_GPU_OK = 1 ] || NP=1; MDEVS="--devs 0"; }
