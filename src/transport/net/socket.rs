@@ -450,8 +450,8 @@ impl Connecting for SocketConnecting {
             }
         }
         if self.socks.iter().all(|d| d.sent == Some(HELLO_BYTES)) {
-            // Issue 14: the connection-authentication handshake belongs here, on the control
-            // socket (socks[0]), before the comm exists; the listener side is `SocketListen::accept`.
+            // The comm is authenticated above the net, by its first message (`conn.rs`), so that
+            // plugins' connections are too.
             let mut socks = std::mem::take(&mut self.socks).into_iter().map(|d| TcpStream::from(d.sock));
             let ctrl = socks.next().expect("a control socket");
             let comm = Conn::new(ctrl, socks.collect(), self.nthreads, addr, true)?;
@@ -603,8 +603,7 @@ impl Listener for SocketListen {
             return Ok(None);
         };
         let g = self.groups.remove(&id).expect("found above");
-        // Issue 14: the listener's half of the authentication handshake goes here, on the
-        // control socket, before the comm is handed out.
+        // The NET transport checks the comm's first message before using it (`conn.rs`).
         let mut socks = g.socks.into_iter().map(|s| s.expect("complete group"));
         let ctrl = socks.next().expect("a control socket");
         let conn = Conn::new(ctrl, socks.collect(), g.nthreads as usize, g.peer, false)?;
