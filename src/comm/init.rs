@@ -10,6 +10,7 @@ use crate::bootstrap::{Bootstrap, BootstrapId};
 use crate::cuda::{self, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
 use crate::topo::{self, PeerInfo, Ring};
+use crate::transport::net;
 use crate::transport::p2p::{self, ConnPlan, P2pTransport};
 use crate::types::NCCL_SPLIT_NOCOLOR;
 use parking_lot::Mutex;
@@ -50,12 +51,8 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     };
     let peers: Vec<PeerInfo> =
         bootstrap.allgather(&me.encode())?.iter().map(|b| PeerInfo::decode(b)).collect::<Result<_>>()?;
-    if let Some(p) = peers.iter().find(|p| p.host_hash != me.host_hash) {
-        crate::bail_usage!(
-            "rank {} is on another host; ferronickel does not have a network transport yet (single-node only)",
-            p.rank
-        );
-    }
+    // Ranks on other hosts are reached through the NET transport (every rank has some, or none).
+    let remote: Vec<usize> = peers.iter().filter(|p| p.host_hash != me.host_hash).map(|p| p.rank as usize).collect();
     let sharing = peers.iter().filter(|p| p.same_gpu(&me)).count();
     if sharing > 1 {
         crate::nccl_info!(
@@ -67,6 +64,9 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     }
     let max_per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
     let mut nchannels = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
+    if !remote.is_empty() {
+        nchannels = nchannels.min(net::conn::MAX_CHANNELS);
+    }
     if let Some(max) = config.max_ctas {
         nchannels = nchannels.min(max.max(1));
     }
@@ -87,14 +87,23 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let addrs =
         bootstrap.allgather(&addr.encode())?.iter().map(|b| p2p::ArenaAddr::decode(b)).collect::<Result<Vec<_>>>()?;
     let transport = P2pTransport::connect(arena, rank, &me, &peers, &addrs, &plan)?;
+    let flags = Arc::new(HostMapped::zeroed(2)?);
+    let lost = Arc::new(OnceLock::new());
+    let net = if remote.is_empty() { None } else { Some(connect_net(&bootstrap, &plan, &remote, &peers, dev, &lost, &flags, timeout)?) };
 
-    let table = transport.conn_table(&plan, rank);
+    let mut table = transport.conn_table(&plan, rank);
+    if let Some(net) = &net {
+        for &p in &remote {
+            for ch in 0..plan.channels(rank, p) {
+                table[p * abi::FN_MAX_CHANNELS as usize + ch] = net.conn(p, ch).expect("connected above");
+            }
+        }
+    }
     let conns = DeviceBuffer::zeroed(std::mem::size_of_val(&table[..]))?;
     conns.write(0, &table)?;
     let ring_ranks_host: Vec<i32> = ring.user_ranks.iter().map(|&r| r as i32).collect();
     let ring_ranks = DeviceBuffer::zeroed(4 * nranks)?;
     ring_ranks.write(0, &ring_ranks_host)?;
-    let flags = Arc::new(HostMapped::zeroed(2)?);
     let watchdog = Duration::from_millis(watchdog_timeout_ms().max(0) as u64);
 
     let mut dc = fnDevComm {
@@ -123,7 +132,6 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     bootstrap.barrier()?;
     // From here on a lost peer stops our kernels and is reported by name, within the heartbeat
     // timeout at worst, instead of leaving them to the watchdog.
-    let lost = Arc::new(OnceLock::new());
     let ops = Arc::new(Ops::default());
     let last = Arc::new(Event::new()?);
     let observer = Observer {
@@ -167,10 +175,47 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         gpu: Some(Gpu {
             launch_state: Mutex::new(LaunchState::new(last)),
             copy_marks: [Event::new()?, Event::new()?],
-            res: Some(Resources { _transport: transport, dev_comm, _conns: conns, _ring_ranks: ring_ranks, flags }),
+            res: Some(Resources { _net: net, _transport: transport, dev_comm, _conns: conns, _ring_ranks: ring_ranks, flags }),
             ctx,
         }),
         leak: AtomicBool::new(false),
+    })
+}
+
+/// Connects this rank to the ranks on other hosts (`remote`) on every channel the plan gives
+/// them, through the NET transport; a connection that fails later stops the communicator and
+/// names the peer, as a lost rank does.
+#[allow(clippy::too_many_arguments)]
+fn connect_net(
+    bootstrap: &Bootstrap,
+    plan: &ConnPlan,
+    remote: &[usize],
+    peers: &[PeerInfo],
+    dev: i32,
+    lost: &Arc<OnceLock<String>>,
+    flags: &Arc<HostMapped>,
+    timeout: Duration,
+) -> Result<net::conn::NetTransport> {
+    let rank = bootstrap.rank();
+    let conns: Vec<(usize, usize)> =
+        remote.iter().flat_map(|&p| (0..plan.channels(rank, p)).map(move |ch| (p, ch))).collect();
+    let (lost, flags) = (lost.clone(), flags.clone());
+    let setup = net::conn::Setup {
+        dev,
+        fifo_bytes: plan.fifo_bytes,
+        names: peers.iter().map(PeerInfo::describe).collect(),
+        fault: Arc::new(move |m: String| {
+            crate::nccl_warn!("{m}");
+            let _ = lost.set(m);
+            flags.set(FLAG_ABORT, 1);
+        }),
+        timeout,
+        net: net::NetConfig::default(),
+    };
+    net::conn::NetTransport::connect(bootstrap, &conns, &setup, &|bytes| {
+        let mem = HostMapped::zeroed(bytes.div_ceil(4))?;
+        // SAFETY: the pinned allocation lives as long as its owner, moved into the block.
+        Ok(unsafe { net::proxy::HostBlock::new(mem.host_ptr(), mem.dev, bytes, Box::new(mem)) })
     })
 }
 

@@ -17,6 +17,7 @@ use crate::bootstrap::Bootstrap;
 use crate::cuda::{Context, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
 use crate::task::{CommShape, DevOp};
+use crate::transport::net::conn::NetTransport;
 use crate::transport::p2p::{ConnPlan, P2pTransport};
 use crate::types::ncclDataType_t;
 use launch::LaunchState;
@@ -50,6 +51,8 @@ pub struct UserOp {
 
 /// Device resources, released with the communicator's context current.
 struct Resources {
+    /// Connections to ranks on other hosts, if any (their proxy stops using them when dropped).
+    _net: Option<NetTransport>,
     _transport: P2pTransport,
     dev_comm: DeviceBuffer,
     _conns: DeviceBuffer,

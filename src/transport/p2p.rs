@@ -157,7 +157,8 @@ impl P2pTransport {
                 bases[p] = arena.ptr;
                 continue;
             }
-            if plan.channels(rank, p) == 0 {
+            // Ranks on other hosts are the NET transport's.
+            if plan.channels(rank, p) == 0 || info.host_hash != me.host_hash {
                 continue;
             }
             if !cuda::can_access_peer(me.dev, info.dev)? && me.same_process(info) {
