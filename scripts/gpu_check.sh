@@ -9,7 +9,7 @@
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
 #   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
-#                      shm,mpi,graph,leak,watchdog,faults,examples,torch,bench   (e.g. --only check,graph)
+#                      shm,mpi,graph,leak,watchdog,faults,net,examples,torch,bench   (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
 #   --bench-only       build + the A/B benchmark only
@@ -258,6 +258,25 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   step shm_faults_2 shm 90 env NCCL_P2P_DISABLE=1 "$BUILD/faults" --devs $DEVS2
 else
   skip shm shm "reference NCCL refuses several ranks on one GPU"
+fi
+# NET transport: processes on GPU 0 split into "hosts" by NCCL_HOSTID (check --hosts), so peers
+# on another host go through the proxy thread and the Socket net; each step also counts the
+# ranks that connected over NET (NCCL_DEBUG=INFO lines) and fails if none did.
+if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
+  net_step() {  # net_step NAME TIMEOUT [VAR=VALUE...] CHECK ARGS...
+    local name=$1 tmo=$2; shift 2
+    step "$name" net "$tmo" bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "${@:2}"; rc=$?
+      n=$(grep -c "through the proxy" "$1"); echo "ranks with NET connections: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
+      _ "$LOG/$name.log" "$@"
+  }
+  net_step check_net_2 300 "$CHK" --mode procs --devs 0,0 --hosts 2 $Q --failures-only
+  net_step check_net_4 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
+  for P in LL LL128 Simple; do
+    net_step check_net_${P}_2 200 NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
+  done
+  net_step check_net_mixed_2x2 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 2 $Q --failures-only
+  [ "$LIB" = ours ] && net_step faults_net_2 90 "$BUILD/faults" --devs 0,0 --hosts 2
+  [ "$LIB" = ours ] && net_step faults_net_4 90 "$BUILD/faults" --devs 0,0,0,0 --hosts 4
 fi
 if [ $HAVE_MPI = 1 ] && [ "$NG" -ge 1 ]; then
   NP=2; MDEVS=""; [ "$NG" -lt 2 ] && { [ $ONE_GPU_OK = 1 ] || NP=1; MDEVS="--devs 0"; }

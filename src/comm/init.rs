@@ -11,7 +11,7 @@ use crate::cuda::{self, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
 use crate::topo::{self, PeerInfo, Ring};
 use crate::transport::p2p::{self, ConnPlan};
-use crate::transport::{self, Connections, Kind, Path, Settings};
+use crate::transport::{self, net, Connections, Kind, NetNeeds, Path, Settings};
 use crate::tuner::Allowed;
 use crate::types::NCCL_SPLIT_NOCOLOR;
 use parking_lot::Mutex;
@@ -78,6 +78,9 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     }
     let max_per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
     let mut nchannels = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
+    if transport::may_use_net(&me, &peers, &peer_settings) {
+        nchannels = nchannels.min(net::conn::MAX_CHANNELS);
+    }
     if let Some(max) = config.max_ctas {
         nchannels = nchannels.min(max.max(1));
     }
@@ -94,7 +97,20 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         fifo_bytes: p2p::fifo_bytes(p2p::buffsize()),
     };
 
-    let transport = Connections::establish(&bootstrap, &plan, rank, &peers, kinds, bootstrap.magic())?;
+    // A NET connection that fails later stops the communicator and names the peer, as a lost
+    // rank does (comm::watch).
+    let flags = Arc::new(HostMapped::zeroed(2)?);
+    let lost = Arc::new(OnceLock::new());
+    let fault = {
+        let (lost, flags) = (lost.clone(), flags.clone());
+        Arc::new(move |m: String| {
+            crate::nccl_warn!("{m}");
+            let _ = lost.set(m);
+            flags.set(FLAG_ABORT, 1);
+        })
+    };
+    let needs = NetNeeds { dev, fault, timeout, config: net::NetConfig::default() };
+    let transport = Connections::establish(&bootstrap, &plan, &peers, kinds, needs)?;
     let limits = Allowed::for_connections(nranks, transport.host_fifos(rank), !transport.host_fifos(rank));
 
     let table = transport.table(&plan, rank);
@@ -103,7 +119,6 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let ring_ranks_host: Vec<i32> = ring.user_ranks.iter().map(|&r| r as i32).collect();
     let ring_ranks = DeviceBuffer::zeroed(4 * nranks)?;
     ring_ranks.write(0, &ring_ranks_host)?;
-    let flags = Arc::new(HostMapped::zeroed(2)?);
     let watchdog = Duration::from_millis(watchdog_timeout_ms().max(0) as u64);
 
     let mut dc = fnDevComm {
@@ -132,7 +147,6 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     bootstrap.barrier()?;
     // From here on a lost peer stops our kernels and is reported by name, within the heartbeat
     // timeout at worst, instead of leaving them to the watchdog.
-    let lost = Arc::new(OnceLock::new());
     let ops = Arc::new(Ops::default());
     let last = Arc::new(Event::new()?);
     let observer = Observer {

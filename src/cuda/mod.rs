@@ -315,6 +315,11 @@ impl HostMapped {
         Ok(me)
     }
 
+    /// The host address of the memory (the device's is `dev`).
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.host.cast()
+    }
+
     pub fn get(&self, i: usize) -> u32 {
         assert!(i * 4 < self.len);
         // SAFETY: in bounds; volatile because the device writes it concurrently.

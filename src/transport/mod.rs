@@ -5,7 +5,8 @@
 //! host, or nothing else allowed: the network API in [`net`]). [`select`] decides it, a pure
 //! function of both ranks' [`PeerInfo`], their [`Settings`] and the link between their GPUs.
 //! [`Connections`] then sets up this rank's half of every connection, exchanges what peers need
-//! over the bootstrap, and builds the `fnConn` table the kernels read.
+//! over the bootstrap, and builds the `fnConn` table the kernels read; NET connections come from
+//! [`net::conn::NetTransport`] and its proxy thread.
 
 pub mod net;
 pub mod p2p;
@@ -15,8 +16,11 @@ use crate::abi::{fnConn, FN_CONN_TAIL_ALL, FN_MAX_CHANNELS};
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
 use crate::topo::PeerInfo;
+use net::conn::{NetTransport, Setup};
+use net::proxy::{FaultHook, HostBlock};
 use p2p::{arena_conn, ArenaAddr, ArenaLayout, ConnPlan, P2pTransport};
 use shm::{ShmAddr, ShmTransport};
+use std::time::Duration;
 
 /// How a pair of ranks is connected. Ordered by preference (P2P first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -245,32 +249,35 @@ pub struct Connections {
     kinds: Vec<Vec<Kind>>,
     p2p: P2pTransport,
     shm: ShmTransport,
+    /// Present when any rank of the communicator has a NET connection (setting it up takes
+    /// every rank).
+    net: Option<NetTransport>,
+}
+
+/// What the NET transport needs beyond the connection plan.
+pub struct NetNeeds {
+    /// Our CUDA device: its proxy thread drives our NET connections.
+    pub dev: i32,
+    /// Called once per NET connection that fails later (a peer gone), with the reason.
+    pub fault: FaultHook,
+    /// How long connecting may take.
+    pub timeout: Duration,
+    pub config: net::NetConfig,
 }
 
 impl Connections {
     /// Sets up our half of every connection in `plan` (current context = ours), exchanges the
     /// records with every rank, checks that both ends of each pair agree on its kind, and
-    /// connects. `kinds[p]` is what [`select`] gave for peer p. `comm_id` names our shared
-    /// memory so that a peer can check it opened the right one.
+    /// connects: P2P and SHM by mapping the peers' arenas, NET through the proxy of our device.
+    /// `kinds[p]` is what [`select`] gave for peer p.
     pub fn establish(
         bootstrap: &Bootstrap,
         plan: &ConnPlan,
-        rank: usize,
         peers: &[PeerInfo],
         kinds: Vec<Kind>,
-        comm_id: u64,
+        needs: NetNeeds,
     ) -> Result<Connections> {
-        if let Some(p) = (0..kinds.len()).find(|&p| p != rank && kinds[p] == Kind::Net) {
-            let why = if peers[p].host_hash != peers[rank].host_hash {
-                "is on another host"
-            } else {
-                "shares our host but neither P2P nor SHM may connect us (NCCL_P2P_DISABLE / NCCL_P2P_LEVEL, NCCL_SHM_DISABLE)"
-            };
-            crate::bail_usage!(
-                "{} {why}, which needs the network transport: ferronickel does not have one yet (single-node only)",
-                peers[p].describe()
-            );
-        }
+        let (rank, comm_id) = (bootstrap.rank(), bootstrap.magic());
         let me = &peers[rank];
         let (p2p_local, p2p_addr) = P2pTransport::allocate(&ArenaLayout::new(plan, rank, &kinds, Kind::P2p))?;
         let shm_layout = ArenaLayout::new(plan, rank, &kinds, Kind::Shm);
@@ -289,7 +296,8 @@ impl Connections {
         let shm_addrs: Vec<ShmAddr> = records.iter().map(|r| r.shm).collect();
         let p2p = P2pTransport::connect(p2p_local, rank, me, peers, &p2p_addrs, plan, &kinds)?;
         let shm = ShmTransport::connect(shm_local, rank, me, peers, &shm_addrs, plan, &kinds, comm_id)?;
-        let c = Connections { kinds, p2p, shm };
+        let net = if net_pairs(&kinds) { Some(connect_net(bootstrap, plan, peers, &kinds[rank], needs)?) } else { None };
+        let c = Connections { kinds, p2p, shm, net };
         c.log(plan, rank, peers);
         Ok(c)
     }
@@ -300,10 +308,17 @@ impl Connections {
         let mut table = vec![fnConn::default(); plan.nranks * FN_MAX_CHANNELS as usize];
         for p in (0..plan.nranks).filter(|&p| p != rank) {
             let kind = self.kinds[rank][p];
-            let (bases, flags) = match kind {
-                Kind::P2p => (&self.p2p.bases, 0),
-                Kind::Shm => (&self.shm.bases, FN_CONN_TAIL_ALL),
-                Kind::Net => unreachable!("establish refuses NET connections"),
+            let (bases, flags) = match (kind, &self.net) {
+                (Kind::P2p, _) => (&self.p2p.bases, 0),
+                (Kind::Shm, _) => (&self.shm.bases, FN_CONN_TAIL_ALL),
+                (Kind::Net, Some(net)) => {
+                    for ch in 0..plan.channels(rank, p) {
+                        let conn = net.conn(p, ch).expect("NET connects every (peer, channel) of the plan");
+                        table[p * FN_MAX_CHANNELS as usize + ch] = conn;
+                    }
+                    continue;
+                }
+                (Kind::Net, None) => unreachable!("establish sets NET up when a pair needs it"),
             };
             let ours = ArenaLayout::new(plan, rank, &self.kinds[rank], kind);
             let theirs = ArenaLayout::new(plan, p, &self.kinds[p], kind);
@@ -328,11 +343,12 @@ impl Connections {
             if n == 0 {
                 continue;
             }
-            let how = match self.kinds[rank][p] {
-                Kind::P2p if peers[rank].same_process(info) => "P2P/direct pointer",
-                Kind::P2p => "P2P/IPC",
-                Kind::Shm => "SHM/direct/direct",
-                Kind::Net => "NET",
+            let how = match (self.kinds[rank][p], &self.net) {
+                (Kind::P2p, _) if peers[rank].same_process(info) => "P2P/direct pointer".to_string(),
+                (Kind::P2p, _) => "P2P/IPC".to_string(),
+                (Kind::Shm, _) => "SHM/direct/direct".to_string(),
+                (Kind::Net, Some(net)) => format!("NET/{}/proxy", net.net_name),
+                (Kind::Net, None) => "NET".to_string(),
             };
             crate::nccl_info!(
                 crate::debug::Subsys::INIT,
@@ -343,6 +359,49 @@ impl Connections {
             );
         }
     }
+}
+
+/// Whether any pair of the communicator uses NET (`kinds[r][p]`: rank r's kind for peer p):
+/// then every rank takes part in setting NET up, with or without connections of its own.
+fn net_pairs(kinds: &[Vec<Kind>]) -> bool {
+    kinds.iter().enumerate().any(|(r, row)| row.iter().enumerate().any(|(p, k)| p != r && *k == Kind::Net))
+}
+
+/// Connects us to every peer of kind NET on each channel the plan gives it, through the proxy of
+/// our device, with connection blocks in pinned host memory mapped for our GPU.
+fn connect_net(
+    bootstrap: &Bootstrap,
+    plan: &ConnPlan,
+    peers: &[PeerInfo],
+    kinds: &[Kind],
+    needs: NetNeeds,
+) -> Result<NetTransport> {
+    let rank = bootstrap.rank();
+    let conns: Vec<(usize, usize)> = (0..plan.nranks)
+        .filter(|&p| p != rank && kinds[p] == Kind::Net)
+        .flat_map(|p| (0..plan.channels(rank, p)).map(move |ch| (p, ch)))
+        .collect();
+    let setup = Setup {
+        dev: needs.dev,
+        fifo_bytes: plan.fifo_bytes,
+        names: peers.iter().map(PeerInfo::describe).collect(),
+        fault: needs.fault,
+        timeout: needs.timeout,
+        net: needs.config,
+    };
+    NetTransport::connect(bootstrap, &conns, &setup, &|bytes| {
+        let mem = crate::cuda::HostMapped::zeroed(bytes.div_ceil(4))?;
+        // SAFETY: the pinned allocation lives as long as its owner, moved into the block; `dev`
+        // is the same memory as our GPU maps it.
+        Ok(unsafe { HostBlock::new(mem.host_ptr(), mem.dev, bytes, Box::new(mem)) })
+    })
+}
+
+/// Whether a communicator of these ranks may have NET connections (another host, or a rank that
+/// disabled SHM): known alike on every rank before the kinds are, so every rank caps its
+/// channels the same way.
+pub fn may_use_net(me: &PeerInfo, peers: &[PeerInfo], settings: &[Settings]) -> bool {
+    peers.iter().any(|p| p.host_hash != me.host_hash) || settings.iter().any(|s| s.shm_disable)
 }
 
 #[cfg(test)]
@@ -439,6 +498,23 @@ mod tests {
         let mut bad = r.encode();
         *bad.last_mut().unwrap() = 9;
         assert!(Record::decode(&bad, 3).is_err());
+    }
+
+    #[test]
+    fn net_takes_every_rank_when_any_pair_uses_it() {
+        use Kind::*;
+        assert!(!net_pairs(&[vec![P2p, Shm], vec![Shm, P2p]]));
+        // Rank 2's row is all SHM, yet it must take part: rank 0 and 1 use NET.
+        assert!(net_pairs(&[vec![P2p, Net, Shm], vec![Net, P2p, Shm], vec![Shm, Shm, P2p]]));
+        // A rank's own entry never counts (self is no connection).
+        assert!(!net_pairs(&[vec![Net, P2p], vec![P2p, Net]]));
+        let one_host = [peer(0, 1, 10, 0), peer(1, 1, 11, 0)];
+        let def = [Settings::default(); 2];
+        assert!(!may_use_net(&one_host[0], &one_host, &def));
+        let no_shm = [Settings::default(), Settings { shm_disable: true, ..Settings::default() }];
+        assert!(may_use_net(&one_host[0], &one_host, &no_shm));
+        let two_hosts = [peer(0, 1, 10, 0), peer(1, 2, 10, 0)];
+        assert!(may_use_net(&two_hosts[1], &two_hosts, &def));
     }
 
     #[test]

@@ -15,7 +15,10 @@
 // without the last rank and all-reduce, as above, and the last rank destroys its communicator.
 // Prints "r<R> FAULT: PASS|FAIL ..." per survivor and "FAULTS: PASS|FAIL" last. Exit 0 on PASS.
 //
-// usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke]
+// With --hosts H the ranks are split into H contiguous "hosts" (NCCL_HOSTID per child), so peers
+// on another host are reached over the NET transport.
+//
+// usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke] [--hosts H]
 #include "common.cuh"
 
 #include <signal.h>
@@ -161,6 +164,7 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   std::vector<int> devs = {0, 0};
   double bound = 2.0;
+  int hosts = 0;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     if (a == "--devs" && i + 1 < argc) {
@@ -168,15 +172,18 @@ int main(int argc, char** argv) {
       for (char* t = strtok(argv[++i], ","); t; t = strtok(nullptr, ",")) devs.push_back(atoi(t));
     } else if (a == "--bound-s" && i + 1 < argc) {
       bound = atof(argv[++i]);
+    } else if (a == "--hosts" && i + 1 < argc) {
+      hosts = atoi(argv[++i]);
     } else if (a == "--revoke") {
       gRevoke = true;
     } else {
-      fprintf(stderr, "usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke]\n");
+      fprintf(stderr, "usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke] [--hosts H]\n");
       return 2;
     }
   }
   const int n = (int)devs.size();
   if (n < 2) { fprintf(stderr, "faults needs at least 2 ranks\n"); return 2; }
+  if (hosts < 0 || hosts > n) { fprintf(stderr, "--hosts %d: 1 to %d\n", hosts, n); return 2; }
   ncclUniqueId id;
   NCCLCHECK(ncclGetUniqueId(&id));
   void* m = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -190,7 +197,14 @@ int main(int argc, char** argv) {
   std::vector<pid_t> pids(n);
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
-    if (pids[r] == 0) _exit(rankMain(r, n, devs[r], id, sh, bound));
+    if (pids[r] == 0) {
+      if (hosts > 0) {  // read by the library at the child's first init, not cached by the parent
+        char h[32];
+        snprintf(h, sizeof h, "fnhost%d", r * hosts / n);
+        setenv("NCCL_HOSTID", h, 1);
+      }
+      _exit(rankMain(r, n, devs[r], id, sh, bound));
+    }
   }
   const double t0 = nowS();
   while (sh->ready.load() < n && nowS() - t0 < 60) usleep(1000);

@@ -24,6 +24,9 @@ use crate::bootstrap::Bootstrap;
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
 
+/// Channels a communicator with NET connections uses at most: each is one connection per peer,
+/// a socket per connection, and one more poll per round of the proxy thread.
+pub const MAX_CHANNELS: usize = 8;
 /// Bytes of an introduction: tag, magic, connector nonce, proof.
 const INTRO_BYTES: usize = 8 + 8 + NONCE_LEN + auth::MAC_LEN;
 const INTRO_TAG: &[u8; 8] = b"FNNETINT";
@@ -472,12 +475,17 @@ impl NetTransport {
     pub fn layout(&self) -> Layout {
         self.layout
     }
+
+    /// How many connections' peers have closed them (their communicator was destroyed).
+    pub fn closed_by_peer(&self) -> usize {
+        self.proxy.closed_by_peer(&self.ids)
+    }
 }
 
 impl Drop for NetTransport {
     fn drop(&mut self) {
         // Out of the proxy first, then closed (here, outside its lock); the blocks go last.
-        drop(self.proxy.remove(&self.ids));
+        proxy::close(self.proxy.remove(&self.ids));
     }
 }
 
@@ -641,6 +649,10 @@ mod tests {
         assert_eq!(c.send.sizes as u64, b.dev(proxy::SEND_SIZES));
         assert_eq!(c.recv.buffs[FN_PROTO_LL as usize] as u64, b.dev(l.recv_fifo(FN_PROTO_LL)));
         assert!(t0.conn(1, 2).is_none() && t0.conn(0, 0).is_none());
+        // A communicator destroyed on one side is a close on the other, not a failure.
+        drop(t0);
+        wait_for("rank 1 to see both goodbyes", || t1.closed_by_peer() == 2);
+        assert!(f1.lock().is_empty(), "{:?}", f1.lock());
     }
 
     /// Two ranks' links made with `establish` over the Socket net, without a bootstrap, so a
@@ -778,7 +790,8 @@ mod tests {
     fn garbage_size_words_fail_the_connection_naming_the_peer() {
         let (t0, faults, mut l1) = half_pair();
         let (_, _, send, _) = &mut l1[0];
-        let mut word = Box::new([0xffu8; 4]);
+        // Protocol 3 (none), 16 bytes.
+        let mut word = Box::new(0xc000_0010u32.to_le_bytes());
         let mr = send.reg_mr(word.as_mut_ptr(), 4, PtrKind::Host).unwrap();
         // SAFETY: `word` lives until the end of the test, after the send completed.
         let r = unsafe { send.isend(word.as_ptr(), 4, 1, &mr) }.unwrap().unwrap();

@@ -45,6 +45,10 @@ const SPIN: Duration = Duration::from_millis(2);
 const NAP: Duration = Duration::from_micros(20);
 const LONG_NAP: Duration = Duration::from_millis(1);
 const LONG_IDLE: Duration = Duration::from_millis(200);
+/// The size word that says "closing": its protocol bits name no protocol, so no step has it.
+const GOODBYE: u32 = u32::MAX;
+/// How long closing connections waits for their goodbyes to go out, in all.
+const GOODBYE_WAIT: Duration = Duration::from_millis(500);
 
 /// Offsets in one connection's host block: the counters on their own 128-byte lines, then the
 /// sender's staging FIFOs, then the receiver's FIFOs (each: LL128, LL, Simple).
@@ -55,6 +59,8 @@ pub const RECV_TAIL: usize = 384;
 pub const RECV_HEAD: usize = 512;
 /// Where the peer's size words land, one per slot.
 pub const RECV_SIZES: usize = 640;
+/// The goodbye word we send from when the communicator closes.
+const GOODBYE_AT: usize = 768;
 const FIFOS: usize = 1024;
 
 /// Where each protocol's slots sit in a connection's host block (`slot_bytes`: NCCL_BUFFSIZE's
@@ -316,6 +322,8 @@ struct RecvSide {
     /// (step, protocol, bytes).
     data_next: Option<(u64, u32, usize)>,
     inflight: VecDeque<(Request, Expect)>,
+    /// The peer said goodbye: its communicator is closing, and its comm will close next.
+    peer_closed: bool,
 }
 
 impl RecvSide {
@@ -354,6 +362,11 @@ impl RecvSide {
                     let word = blk.load_u32(RECV_SIZES + 4 * (step % NSTEPS) as usize);
                     if got != 4 {
                         return Err(Error::Remote(format!("step {step}: a size message of {got} bytes, expected 4")));
+                    }
+                    if word == GOODBYE {
+                        self.inflight.pop_front();
+                        self.peer_closed = true;
+                        return Ok(true);
                     }
                     let (proto, bytes) =
                         layout.decode(word).map_err(|e| Error::Remote(format!("step {step}: garbage: {e}")))?;
@@ -428,13 +441,14 @@ impl Entry {
             size_pending: false,
             data_next: None,
             inflight: VecDeque::new(),
+            peer_closed: false,
         };
         Ok(Entry { send, recv, block, layout, who, fault, failed: false, id: 0 })
     }
 
     /// One round over both halves: (anything moved, a step still in flight).
     fn progress(&mut self) -> (bool, bool) {
-        if self.failed {
+        if self.failed || self.recv.peer_closed {
             return (false, false);
         }
         let r =
@@ -449,6 +463,37 @@ impl Entry {
                 (true, false)
             }
         }
+    }
+}
+
+/// Says goodbye on every connection of `entries` (taken out of the proxy), so their peers see a
+/// close and not a failure, waits at most [`GOODBYE_WAIT`] for the words to go out, then closes
+/// them.
+pub fn close(mut entries: Vec<Entry>) {
+    let reqs: Vec<Option<Request>> = entries.iter_mut().map(Entry::say_goodbye).collect();
+    let end = Instant::now() + GOODBYE_WAIT;
+    for (e, r) in entries.iter_mut().zip(reqs) {
+        let Some(r) = r else { continue };
+        while Instant::now() < end {
+            match e.send.comm.test(&r) {
+                Ok(None) => std::thread::yield_now(),
+                Ok(Some(_)) | Err(_) => break,
+            }
+        }
+    }
+}
+
+impl Entry {
+    /// Posts the goodbye word, unless the connection failed, its peer already left, or a step
+    /// is half sent (its size word went out: the peer expects its data next).
+    fn say_goodbye(&mut self) -> Option<Request> {
+        if self.failed || self.recv.peer_closed || self.send.size_sent {
+            return None;
+        }
+        self.block.store_u32(GOODBYE_AT, GOODBYE);
+        let mr = self.send.mr.as_ref()?;
+        // SAFETY: the word is in the block, which outlives the comm (field order of Entry).
+        unsafe { self.send.comm.isend(self.block.ptr(GOODBYE_AT, 4), 4, TAG_SIZE, mr) }.ok().flatten()
     }
 }
 
@@ -495,8 +540,13 @@ impl Proxy {
         id
     }
 
-    /// Takes connections out of the thread; the caller drops them (closing their comms) outside
-    /// the thread's lock.
+    /// How many of these connections' peers have said goodbye.
+    pub fn closed_by_peer(&self, ids: &[u64]) -> usize {
+        self.inner.entries.lock().iter().filter(|e| ids.contains(&e.id) && e.recv.peer_closed).count()
+    }
+
+    /// Takes connections out of the thread; the caller closes them ([`close`]) outside the
+    /// thread's lock.
     pub fn remove(&self, ids: &[u64]) -> Vec<Entry> {
         let mut entries = self.inner.entries.lock();
         let (gone, kept) = std::mem::take(&mut *entries).into_iter().partition(|e| ids.contains(&e.id));
@@ -556,7 +606,8 @@ mod tests {
         ends.sort();
         assert!(ends[0].0 >= FIFOS && ends.windows(2).all(|w| w[0].1 <= w[1].0), "FIFOs overlap: {ends:?}");
         assert_eq!(ends.last().unwrap().1, l.block_bytes());
-        assert!(RECV_SIZES + 4 * FN_NSTEPS as usize <= FIFOS);
+        assert!(RECV_SIZES + 4 * FN_NSTEPS as usize <= GOODBYE_AT && GOODBYE_AT + 4 <= FIFOS);
+        assert!(l.decode(GOODBYE).is_err(), "a goodbye is never a step");
     }
 
     #[test]
