@@ -275,6 +275,8 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
     net_step check_net_${P}_2 200 NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
   done
   net_step check_net_mixed_2x2 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 2 $Q --failures-only
+  # One host with P2P and SHM both off: NET between ranks of one host, as NCCL falls back.
+  net_step check_net_noshm_2 150 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "$CHK" --mode procs --devs 0,0 --quick --failures-only
   [ "$LIB" = ours ] && net_step faults_net_2 90 "$BUILD/faults" --devs 0,0 --hosts 2
   [ "$LIB" = ours ] && net_step faults_net_4 90 "$BUILD/faults" --devs 0,0,0,0 --hosts 4
 fi
