@@ -223,7 +223,13 @@ mod tests {
     fn members<'a>(key: u64, ops: &'a [Vec<(CUstream, Task)>]) -> Vec<Member<'a>> {
         ops.iter()
             .enumerate()
-            .map(|(r, o)| Member { key, shape: shape(r, ops.len()), limits: Allowed::ALL, conn_channels: &|_| 64, ops: o })
+            .map(|(r, o)| Member {
+                key,
+                shape: shape(r, ops.len()),
+                limits: Allowed::ALL,
+                conn_channels: &|_| 64,
+                ops: o,
+            })
             .collect()
     }
 

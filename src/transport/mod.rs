@@ -296,7 +296,8 @@ impl Connections {
         let shm_addrs: Vec<ShmAddr> = records.iter().map(|r| r.shm).collect();
         let p2p = P2pTransport::connect(p2p_local, rank, me, peers, &p2p_addrs, plan, &kinds)?;
         let shm = ShmTransport::connect(shm_local, rank, me, peers, &shm_addrs, plan, &kinds, comm_id)?;
-        let net = if net_pairs(&kinds) { Some(connect_net(bootstrap, plan, peers, &kinds[rank], needs)?) } else { None };
+        let net =
+            if net_pairs(&kinds) { Some(connect_net(bootstrap, plan, peers, &kinds[rank], needs)?) } else { None };
         let c = Connections { kinds, p2p, shm, net };
         c.log(plan, rank, peers);
         Ok(c)

@@ -8,11 +8,11 @@
 //! (another process). This module also holds what every transport shares: which connections
 //! exist ([`ConnPlan`]) and the FIFO sizes.
 
-use crate::abi::{
-    fnConn, fnConnRecv, fnConnSend, FN_LL128_SLOT_LINES, FN_LL_SLOT_LINES, FN_NSTEPS, FN_PROTO_LL,
-    FN_PROTO_LL128, FN_PROTO_SIMPLE,
-};
 use super::Kind;
+use crate::abi::{
+    fnConn, fnConnRecv, fnConnSend, FN_LL128_SLOT_LINES, FN_LL_SLOT_LINES, FN_NSTEPS, FN_PROTO_LL, FN_PROTO_LL128,
+    FN_PROTO_SIMPLE,
+};
 use crate::cuda::{self, Context, DeviceBuffer, IpcMapping};
 use crate::error::{Error, Result};
 use crate::topo::PeerInfo;
@@ -133,7 +133,14 @@ impl<'a> ArenaLayout<'a> {
 /// Connection (peer, ch) between two arenas of one kind: `ours` (owner: us) at `mine` and the
 /// peer's `theirs` at `peer_base`, both as our GPU addresses them. We send into the peer's FIFO
 /// and tail and keep our head; we receive in our FIFO and tail and write the peer's head.
-pub fn arena_conn(ours: &ArenaLayout, theirs: &ArenaLayout, mine: u64, peer_base: u64, ch: usize, flags: u32) -> fnConn {
+pub fn arena_conn(
+    ours: &ArenaLayout,
+    theirs: &ArenaLayout,
+    mine: u64,
+    peer_base: u64,
+    ch: usize,
+    flags: u32,
+) -> fnConn {
     let (my_head, my_tail, my_fifo) = ours.offsets(theirs.owner, ch);
     let (peer_head, peer_tail, peer_fifo) = theirs.offsets(ours.owner, ch);
     fnConn {

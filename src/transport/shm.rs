@@ -111,13 +111,16 @@ impl SharedMem {
         self.ptr
     }
 
-    pub fn bytes(&self) -> &[u8] {
+    /// The mapped bytes (the tests' view; the kernels use the registration).
+    #[cfg(test)]
+    fn bytes(&self) -> &[u8] {
         // SAFETY: the mapping is len bytes, readable, alive as long as self.
         unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
     }
 
-    /// Stores `data` at `offset` (volatile: another process or a GPU reads it concurrently).
-    pub fn write(&self, offset: usize, data: &[u8]) {
+    /// Stores `data` at `offset` (volatile: another process reads it concurrently).
+    #[cfg(test)]
+    fn write(&self, offset: usize, data: &[u8]) {
         assert!(offset + data.len() <= self.len, "write past the shared mapping");
         for (i, b) in data.iter().enumerate() {
             // SAFETY: in bounds (checked above) of a writable mapping.
@@ -249,7 +252,8 @@ impl ShmTransport {
             }
             let mem = SharedMem::open(a.pid, a.fd, &arena_name(comm_id, p), want)
                 .map_err(|e| e.context(&format!("mapping rank {p}'s shared memory")))?;
-            let arena = ShmArena::register(mem).map_err(|e| e.context(&format!("registering rank {p}'s shared memory")))?;
+            let arena =
+                ShmArena::register(mem).map_err(|e| e.context(&format!("registering rank {p}'s shared memory")))?;
             bases[p] = arena.reg.dev;
             mapped.push(arena);
         }
@@ -340,10 +344,15 @@ mod tests {
         let (pid, fd, name, len) = (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2], f[3].parse().unwrap());
         assert_ne!(pid, std::process::id());
         let view = SharedMem::open(pid, fd, name, len).unwrap();
-        let flipped: Vec<u8> = view.bytes().iter().enumerate().map(|(i, &b)| {
-            assert_eq!(b, (i * 7 % 251) as u8, "byte {i}");
-            255 - b
-        }).collect();
+        let flipped: Vec<u8> = view
+            .bytes()
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| {
+                assert_eq!(b, (i * 7 % 251) as u8, "byte {i}");
+                255 - b
+            })
+            .collect();
         view.write(0, &flipped);
     }
 }
