@@ -398,11 +398,16 @@ fn connect_net(
     })
 }
 
-/// Whether a communicator of these ranks may have NET connections (another host, or a rank that
-/// disabled SHM): known alike on every rank before the kinds are, so every rank caps its
-/// channels the same way.
+/// Whether a communicator of these ranks may have NET connections: another host exists, or
+/// some rank disabled SHM and some pair of GPUs may lack P2P (a rank disabled it, or two GPUs
+/// differ, whose peer access and path only their processes know). Every rank computes it from
+/// what all ranks published, before the kinds are exchanged, so all cap their channels alike.
 pub fn may_use_net(me: &PeerInfo, peers: &[PeerInfo], settings: &[Settings]) -> bool {
-    peers.iter().any(|p| p.host_hash != me.host_hash) || settings.iter().any(|s| s.shm_disable)
+    if peers.iter().any(|p| p.host_hash != me.host_hash) {
+        return true;
+    }
+    settings.iter().any(|s| s.shm_disable)
+        && (settings.iter().any(|s| s.p2p_level == Some(Path::Loc)) || peers.iter().any(|p| !p.same_gpu(&peers[0])))
 }
 
 #[cfg(test)]
@@ -509,13 +514,19 @@ mod tests {
         assert!(net_pairs(&[vec![P2p, Net, Shm], vec![Net, P2p, Shm], vec![Shm, Shm, P2p]]));
         // A rank's own entry never counts (self is no connection).
         assert!(!net_pairs(&[vec![Net, P2p], vec![P2p, Net]]));
-        let one_host = [peer(0, 1, 10, 0), peer(1, 1, 11, 0)];
-        let def = [Settings::default(); 2];
-        assert!(!may_use_net(&one_host[0], &one_host, &def));
-        let no_shm = [Settings::default(), Settings { shm_disable: true, ..Settings::default() }];
-        assert!(may_use_net(&one_host[0], &one_host, &no_shm));
+        let one_gpu = [peer(0, 1, 10, 0), peer(1, 1, 11, 0)];
+        let two_gpus = [peer(0, 1, 10, 0), peer(1, 1, 11, 1)];
+        let def = Settings::default();
+        let no_shm = Settings { shm_disable: true, ..def };
+        let no_p2p = Settings { p2p_level: Some(Path::Loc), ..def };
+        assert!(!may_use_net(&one_gpu[0], &one_gpu, &[def, def]));
+        // SHM off alone: one GPU always has P2P; two GPUs may lack peer access.
+        assert!(!may_use_net(&one_gpu[0], &one_gpu, &[def, no_shm]));
+        assert!(may_use_net(&two_gpus[0], &two_gpus, &[def, no_shm]));
+        assert!(may_use_net(&one_gpu[1], &one_gpu, &[no_p2p, no_shm]));
+        assert!(!may_use_net(&two_gpus[0], &two_gpus, &[no_p2p, def]));
         let two_hosts = [peer(0, 1, 10, 0), peer(1, 2, 10, 0)];
-        assert!(may_use_net(&two_hosts[1], &two_hosts, &def));
+        assert!(may_use_net(&two_hosts[1], &two_hosts, &[def, def]));
     }
 
     #[test]
