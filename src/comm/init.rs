@@ -62,11 +62,12 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         .collect::<Result<Vec<_>>>()?
         .into_iter()
         .unzip();
-    let kinds: Vec<Kind> = peers
+    let mine: Vec<Kind> = peers
         .iter()
         .zip(&peer_settings)
         .map(|(p, s)| Ok(transport::select(&me, p, &settings.stricter(s), link(&me, p)?)))
         .collect::<Result<_>>()?;
+    let kinds = transport::exchange_kinds(&bootstrap, &mine)?;
     let sharing = peers.iter().filter(|p| p.same_gpu(&me)).count();
     if sharing > 1 {
         crate::nccl_info!(
@@ -78,7 +79,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     }
     let max_per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
     let mut nchannels = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
-    if transport::may_use_net(&me, &peers, &peer_settings) {
+    if transport::net_pairs(&kinds) {
         nchannels = nchannels.min(net::conn::MAX_CHANNELS);
     }
     if let Some(max) = config.max_ctas {

@@ -196,39 +196,60 @@ pub fn select(me: &PeerInfo, peer: &PeerInfo, settings: &Settings, link: Option<
     }
 }
 
-/// What a rank publishes about its half of every connection.
+/// Every rank's kind for each of its peers (`[r][p]`), the same on every rank.
+pub type Kinds = Vec<Vec<Kind>>;
+
+/// Shares our kinds (`mine[p]`: what [`select`] gave for peer p) with every rank and checks that
+/// both ends of each of our pairs chose the same.
+pub fn exchange_kinds(bootstrap: &Bootstrap, mine: &[Kind]) -> Result<Kinds> {
+    let bytes: Vec<u8> = mine.iter().map(|k| k.to_byte()).collect();
+    let kinds: Kinds = bootstrap
+        .allgather(&bytes)?
+        .iter()
+        .enumerate()
+        .map(|(r, b)| {
+            if b.len() != mine.len() {
+                return Err(Error::Internal(format!(
+                    "rank {r} published {} transport kinds, not {}",
+                    b.len(),
+                    mine.len()
+                )));
+            }
+            b.iter().map(|&k| Kind::from_byte(k)).collect()
+        })
+        .collect::<Result<_>>()?;
+    if let Some(why) = disagreement(bootstrap.rank(), mine, &kinds) {
+        crate::bail_usage!("{why}");
+    }
+    Ok(kinds)
+}
+
+/// Whether any pair of the communicator uses NET: then every rank takes part in setting NET up,
+/// with or without connections of its own, and the communicator runs at most
+/// `net::conn::MAX_CHANNELS` channels.
+pub fn net_pairs(kinds: &Kinds) -> bool {
+    kinds.iter().enumerate().any(|(r, row)| row.iter().enumerate().any(|(p, k)| p != r && *k == Kind::Net))
+}
+
+/// What a rank publishes about its arenas.
 struct Record {
-    /// The kind it chose for each peer (its own entry: P2P, unused).
-    kinds: Vec<Kind>,
     p2p: ArenaAddr,
     shm: ShmAddr,
 }
 
 impl Record {
-    const FIXED: usize = ArenaAddr::BYTES + ShmAddr::BYTES;
+    const BYTES: usize = ArenaAddr::BYTES + ShmAddr::BYTES;
 
     fn encode(&self) -> Vec<u8> {
-        let mut v = self.p2p.encode();
-        v.extend_from_slice(&self.shm.encode());
-        v.extend(self.kinds.iter().map(|k| k.to_byte()));
-        v
+        [self.p2p.encode(), self.shm.encode()].concat()
     }
 
-    fn decode(b: &[u8], nranks: usize) -> Result<Record> {
-        if b.len() != Self::FIXED + nranks {
-            return Err(Error::Internal(format!(
-                "connection record of {} bytes, expected {}",
-                b.len(),
-                Self::FIXED + nranks
-            )));
+    fn decode(b: &[u8]) -> Result<Record> {
+        if b.len() != Self::BYTES {
+            return Err(Error::Internal(format!("connection record of {} bytes, expected {}", b.len(), Self::BYTES)));
         }
-        let (p2p, rest) = b.split_at(ArenaAddr::BYTES);
-        let (shm, kinds) = rest.split_at(ShmAddr::BYTES);
-        Ok(Record {
-            kinds: kinds.iter().map(|&k| Kind::from_byte(k)).collect::<Result<_>>()?,
-            p2p: ArenaAddr::decode(p2p)?,
-            shm: ShmAddr::decode(shm)?,
-        })
+        let (p2p, shm) = b.split_at(ArenaAddr::BYTES);
+        Ok(Record { p2p: ArenaAddr::decode(p2p)?, shm: ShmAddr::decode(shm)? })
     }
 }
 
@@ -245,8 +266,7 @@ fn disagreement(rank: usize, mine: &[Kind], theirs: &[Vec<Kind>]) -> Option<Stri
 
 /// One rank's connections to every peer: the transports behind them and the kind of each.
 pub struct Connections {
-    /// Every rank's kind for each of its peers (both ends of a pair agree).
-    kinds: Vec<Vec<Kind>>,
+    kinds: Kinds,
     p2p: P2pTransport,
     shm: ShmTransport,
     /// Present when any rank of the communicator has a NET connection (setting it up takes
@@ -267,31 +287,25 @@ pub struct NetNeeds {
 
 impl Connections {
     /// Sets up our half of every connection in `plan` (current context = ours), exchanges the
-    /// records with every rank, checks that both ends of each pair agree on its kind, and
-    /// connects: P2P and SHM by mapping the peers' arenas, NET through the proxy of our device.
-    /// `kinds[p]` is what [`select`] gave for peer p.
+    /// arenas' addresses with every rank and connects: P2P and SHM by mapping the peers' arenas,
+    /// NET through the proxy of our device. `kinds` comes from [`exchange_kinds`].
     pub fn establish(
         bootstrap: &Bootstrap,
         plan: &ConnPlan,
         peers: &[PeerInfo],
-        kinds: Vec<Kind>,
+        kinds: Kinds,
         needs: NetNeeds,
     ) -> Result<Connections> {
         let (rank, comm_id) = (bootstrap.rank(), bootstrap.magic());
         let me = &peers[rank];
-        let (p2p_local, p2p_addr) = P2pTransport::allocate(&ArenaLayout::new(plan, rank, &kinds, Kind::P2p))?;
-        let shm_layout = ArenaLayout::new(plan, rank, &kinds, Kind::Shm);
+        let (p2p_local, p2p_addr) = P2pTransport::allocate(&ArenaLayout::new(plan, rank, &kinds[rank], Kind::P2p))?;
+        let shm_layout = ArenaLayout::new(plan, rank, &kinds[rank], Kind::Shm);
         let (shm_local, shm_addr) = ShmTransport::allocate(&shm_layout, comm_id, rank)?;
-        let mine = Record { kinds, p2p: p2p_addr, shm: shm_addr };
         let records: Vec<Record> = bootstrap
-            .allgather(&mine.encode())?
+            .allgather(&Record { p2p: p2p_addr, shm: shm_addr }.encode())?
             .iter()
-            .map(|b| Record::decode(b, plan.nranks))
+            .map(|b| Record::decode(b))
             .collect::<Result<_>>()?;
-        let kinds: Vec<Vec<Kind>> = records.iter().map(|r| r.kinds.clone()).collect();
-        if let Some(why) = disagreement(rank, &mine.kinds, &kinds) {
-            crate::bail_usage!("{why}");
-        }
         let p2p_addrs: Vec<ArenaAddr> = records.iter().map(|r| r.p2p).collect();
         let shm_addrs: Vec<ShmAddr> = records.iter().map(|r| r.shm).collect();
         let p2p = P2pTransport::connect(p2p_local, rank, me, peers, &p2p_addrs, plan, &kinds)?;
@@ -362,12 +376,6 @@ impl Connections {
     }
 }
 
-/// Whether any pair of the communicator uses NET (`kinds[r][p]`: rank r's kind for peer p):
-/// then every rank takes part in setting NET up, with or without connections of its own.
-fn net_pairs(kinds: &[Vec<Kind>]) -> bool {
-    kinds.iter().enumerate().any(|(r, row)| row.iter().enumerate().any(|(p, k)| p != r && *k == Kind::Net))
-}
-
 /// Connects us to every peer of kind NET on each channel the plan gives it, through the proxy of
 /// our device, with connection blocks in pinned host memory mapped for our GPU.
 fn connect_net(
@@ -396,18 +404,6 @@ fn connect_net(
         // is the same memory as our GPU maps it.
         Ok(unsafe { HostBlock::new(mem.host_ptr(), mem.dev, bytes, Box::new(mem)) })
     })
-}
-
-/// Whether a communicator of these ranks may have NET connections: another host exists, or
-/// some rank disabled SHM and some pair of GPUs may lack P2P (a rank disabled it, or two GPUs
-/// differ, whose peer access and path only their processes know). Every rank computes it from
-/// what all ranks published, before the kinds are exchanged, so all cap their channels alike.
-pub fn may_use_net(me: &PeerInfo, peers: &[PeerInfo], settings: &[Settings]) -> bool {
-    if peers.iter().any(|p| p.host_hash != me.host_hash) {
-        return true;
-    }
-    settings.iter().any(|s| s.shm_disable)
-        && (settings.iter().any(|s| s.p2p_level == Some(Path::Loc)) || peers.iter().any(|p| !p.same_gpu(&peers[0])))
 }
 
 #[cfg(test)]
@@ -493,40 +489,27 @@ mod tests {
     #[test]
     fn records_round_trip_and_are_checked() {
         let r = Record {
-            kinds: vec![Kind::P2p, Kind::Shm, Kind::Net],
             p2p: ArenaAddr { ptr: 0x1000, ipc: [3; 64] },
             shm: ShmAddr { pid: 77, fd: 5, bytes: 4096, ptr: 0x2000 },
         };
-        let back = Record::decode(&r.encode(), 3).unwrap();
-        assert_eq!(back.kinds, r.kinds);
-        assert_eq!((back.p2p.ptr, back.shm), (r.p2p.ptr, r.shm));
-        assert!(Record::decode(&r.encode(), 4).is_err());
-        let mut bad = r.encode();
-        *bad.last_mut().unwrap() = 9;
-        assert!(Record::decode(&bad, 3).is_err());
+        let back = Record::decode(&r.encode()).unwrap();
+        assert_eq!((back.p2p.ptr, back.p2p.ipc, back.shm), (r.p2p.ptr, r.p2p.ipc, r.shm));
+        assert!(Record::decode(&r.encode()[1..]).is_err());
+        assert!(Record::decode(&[r.encode(), vec![0]].concat()).is_err());
+        assert!(Kind::from_byte(9).is_err());
+        for k in [Kind::P2p, Kind::Shm, Kind::Net] {
+            assert_eq!(Kind::from_byte(k.to_byte()).unwrap(), k);
+        }
     }
 
     #[test]
     fn net_takes_every_rank_when_any_pair_uses_it() {
         use Kind::*;
-        assert!(!net_pairs(&[vec![P2p, Shm], vec![Shm, P2p]]));
+        assert!(!net_pairs(&vec![vec![P2p, Shm], vec![Shm, P2p]]));
         // Rank 2's row is all SHM, yet it must take part: rank 0 and 1 use NET.
-        assert!(net_pairs(&[vec![P2p, Net, Shm], vec![Net, P2p, Shm], vec![Shm, Shm, P2p]]));
+        assert!(net_pairs(&vec![vec![P2p, Net, Shm], vec![Net, P2p, Shm], vec![Shm, Shm, P2p]]));
         // A rank's own entry never counts (self is no connection).
-        assert!(!net_pairs(&[vec![Net, P2p], vec![P2p, Net]]));
-        let one_gpu = [peer(0, 1, 10, 0), peer(1, 1, 11, 0)];
-        let two_gpus = [peer(0, 1, 10, 0), peer(1, 1, 11, 1)];
-        let def = Settings::default();
-        let no_shm = Settings { shm_disable: true, ..def };
-        let no_p2p = Settings { p2p_level: Some(Path::Loc), ..def };
-        assert!(!may_use_net(&one_gpu[0], &one_gpu, &[def, def]));
-        // SHM off alone: one GPU always has P2P; two GPUs may lack peer access.
-        assert!(!may_use_net(&one_gpu[0], &one_gpu, &[def, no_shm]));
-        assert!(may_use_net(&two_gpus[0], &two_gpus, &[def, no_shm]));
-        assert!(may_use_net(&one_gpu[1], &one_gpu, &[no_p2p, no_shm]));
-        assert!(!may_use_net(&two_gpus[0], &two_gpus, &[no_p2p, def]));
-        let two_hosts = [peer(0, 1, 10, 0), peer(1, 2, 10, 0)];
-        assert!(may_use_net(&two_hosts[1], &two_hosts, &[def, def]));
+        assert!(!net_pairs(&vec![vec![Net, P2p], vec![P2p, Net]]));
     }
 
     #[test]
