@@ -297,6 +297,24 @@ mod tests {
         assert!(e.to_string().contains("cannot reach /proc/"), "{e}");
     }
 
+    #[test]
+    fn a_record_that_does_not_match_the_layout_is_refused() {
+        let plan = ConnPlan { nranks: 2, ring_channels: 2, p2p_channels: 1, order: vec![0, 1], fifo_bytes: 1 << 16 };
+        let kinds = vec![vec![Kind::Shm; 2]; 2];
+        let peer = |rank, pid| PeerInfo { rank, host_hash: 1, pid, dev: 0, bus_id: [0; 16], host: [0; 32] };
+        let peers = [peer(0, 100), peer(1, 200)];
+        let want = ArenaLayout::new(&plan, 1, &kinds[1], Kind::Shm).bytes() as u64;
+        let mine = ShmAddr { pid: 100, fd: 3, bytes: want, ptr: 0 };
+        // A size other than the layout's, or a pid other than the peer's: refused before anything
+        // is opened or registered.
+        for bad in
+            [ShmAddr { pid: 200, fd: 3, bytes: want + 4096, ptr: 0 }, ShmAddr { pid: 201, fd: 3, bytes: want, ptr: 0 }]
+        {
+            let e = ShmTransport::connect(None, 0, &peers[0], &peers, &[mine, bad], &plan, &kinds, 7).err().unwrap();
+            assert!(e.to_string().contains("rank 1's SHM record"), "{e}");
+        }
+    }
+
     /// Another process maps our arena through /proc and both see each other's bytes: the child is
     /// this test binary running [`child_maps_the_parents_arena`].
     #[test]
