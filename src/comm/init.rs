@@ -111,8 +111,10 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         })
     };
     let needs = NetNeeds { dev, fault, timeout, config: net::NetConfig::default() };
+    // Alike on every rank: from every pair's kind, not only ours.
+    let host_fifos = transport::host_fifos(&kinds);
+    let limits = Allowed::for_connections(nranks, host_fifos, !host_fifos);
     let transport = Connections::establish(&bootstrap, &plan, &peers, kinds, needs)?;
-    let limits = Allowed::for_connections(nranks, transport.host_fifos(rank), !transport.host_fifos(rank));
 
     let table = transport.table(&plan, rank);
     let conns = DeviceBuffer::zeroed(std::mem::size_of_val(&table[..]))?;

@@ -231,6 +231,14 @@ pub fn net_pairs(kinds: &Kinds) -> bool {
     kinds.iter().enumerate().any(|(r, row)| row.iter().enumerate().any(|(p, k)| p != r && *k == Kind::Net))
 }
 
+/// Whether any connection of the communicator, between any two of its ranks, has its FIFOs in
+/// host memory (SHM, NET): the kernels then publish a tail for every protocol (FN_CONN_TAIL_ALL),
+/// which the one-shot all-reduce of more than two ranks does not. Every rank must restrict its
+/// choices alike (each plans its own kernels), hence the whole communicator, not our pairs only.
+pub fn host_fifos(kinds: &Kinds) -> bool {
+    kinds.iter().enumerate().any(|(r, row)| row.iter().enumerate().any(|(p, k)| p != r && *k != Kind::P2p))
+}
+
 /// What a rank publishes about its arenas.
 struct Record {
     p2p: ArenaAddr,
@@ -342,13 +350,6 @@ impl Connections {
             }
         }
         table
-    }
-
-    /// Whether any connection has its FIFOs in host memory (SHM, NET): the kernels then
-    /// publish a tail for every protocol (FN_CONN_TAIL_ALL), which the one-shot all-reduce of
-    /// more than two ranks does not.
-    pub fn host_fifos(&self, rank: usize) -> bool {
-        self.kinds[rank].iter().enumerate().any(|(p, k)| p != rank && *k != Kind::P2p)
     }
 
     /// One INFO line per peer, NCCL-style: which channels, and over what.
@@ -510,6 +511,14 @@ mod tests {
         assert!(net_pairs(&vec![vec![P2p, Net, Shm], vec![Net, P2p, Shm], vec![Shm, Shm, P2p]]));
         // A rank's own entry never counts (self is no connection).
         assert!(!net_pairs(&vec![vec![Net, P2p], vec![P2p, Net]]));
+    }
+
+    #[test]
+    fn host_memory_anywhere_limits_every_rank() {
+        use Kind::*;
+        assert!(!host_fifos(&vec![vec![Shm, P2p], vec![P2p, Net]]));
+        // Rank 2 reaches both peers over P2P, but 0 and 1 use SHM: all three must plan alike.
+        assert!(host_fifos(&vec![vec![P2p, Shm, P2p], vec![Shm, P2p, P2p], vec![P2p, P2p, P2p]]));
     }
 
     #[test]
