@@ -89,7 +89,11 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let transport = P2pTransport::connect(arena, rank, &me, &peers, &addrs, &plan)?;
     let flags = Arc::new(HostMapped::zeroed(2)?);
     let lost = Arc::new(OnceLock::new());
-    let net = if remote.is_empty() { None } else { Some(connect_net(&bootstrap, &plan, &remote, &peers, dev, &lost, &flags, timeout)?) };
+    let net = if remote.is_empty() {
+        None
+    } else {
+        Some(connect_net(&bootstrap, &plan, &remote, &peers, dev, &lost, &flags, timeout)?)
+    };
 
     let mut table = transport.conn_table(&plan, rank);
     if let Some(net) = &net {
@@ -175,7 +179,14 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         gpu: Some(Gpu {
             launch_state: Mutex::new(LaunchState::new(last)),
             copy_marks: [Event::new()?, Event::new()?],
-            res: Some(Resources { _net: net, _transport: transport, dev_comm, _conns: conns, _ring_ranks: ring_ranks, flags }),
+            res: Some(Resources {
+                _net: net,
+                _transport: transport,
+                dev_comm,
+                _conns: conns,
+                _ring_ranks: ring_ranks,
+                flags,
+            }),
             ctx,
         }),
         leak: AtomicBool::new(false),
