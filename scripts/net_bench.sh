@@ -60,7 +60,7 @@ run() {  # run NAME LIBDIR [VAR=VALUE...]
 run ours "$OUTDIR/ours"
 run ref "$REF_DIR/lib"
 # shellcheck disable=SC2086  # ALSO is a list of assignments
-[ -n "$ALSO" ] && run ours_also "$OUTDIR/ours" $ALSO
+[ -n "$ALSO" ] && MAX=4M run ours_also "$OUTDIR/ours" $ALSO   # small sizes: latency
 
 CEIL=$ROOT/target/release/examples/net_ceiling
 if [ -x "$CEIL" ]; then
