@@ -34,7 +34,7 @@ fn main() {
             thread::spawn(move || {
                 let bs = Bootstrap::init(&id, r, 2, Duration::from_secs(30)).expect("bootstrap");
                 let setup = Setup {
-                    dev: -1,
+                    dev: -1 - r as i32, // a proxy per rank, as two processes have
                     fifo_bytes: slot * NSTEPS as usize,
                     names: vec!["rank 0".into(), "rank 1".into()],
                     fault: Arc::new(|m| eprintln!("net_ceiling: {m}")),
@@ -56,16 +56,15 @@ fn main() {
     let mut dt = 0.0;
     let moved: Vec<(usize, &str, u64)> = thread::scope(|sc| {
         let (mut senders, mut receivers) = (Vec::new(), Vec::new());
+        // One thread per rank and direction serves every channel, as few cores as a GPU's
+        // kernels take from the host (none), not one per channel competing with the proxy.
         for (r, (_, t)) in ranks.iter().enumerate() {
             let l = t.layout();
-            for ch in 0..channels {
-                let b = t.block(1 - r, ch).expect("connection").clone();
-                let stop = &stop_send;
-                senders.push(sc.spawn(move || (r, "send", sender(&b, l, stop))));
-                let b = t.block(1 - r, ch).expect("connection").clone();
-                let stop = &stop_recv;
-                receivers.push(sc.spawn(move || (r, "recv", receiver(&b, l.stride(SIMPLE) as u64, stop))));
-            }
+            let blocks: Vec<_> = (0..channels).map(|ch| t.block(1 - r, ch).expect("connection").clone()).collect();
+            let (b, stop) = (blocks.clone(), &stop_send);
+            senders.push(sc.spawn(move || (r, "send", sender(&b, l, stop))));
+            let stop = &stop_recv;
+            receivers.push(sc.spawn(move || (r, "recv", receiver(&blocks, l.stride(SIMPLE) as u64, stop))));
         }
         thread::sleep(Duration::from_secs(secs));
         stop_send.store(true, Ordering::Relaxed);
@@ -97,34 +96,45 @@ fn main() {
     }
 }
 
-/// Posts full Simple slots as fast as the proxy frees them; returns the bytes posted and sent.
-fn sender(b: &HostBlock, l: Layout, stop: &AtomicBool) -> u64 {
+/// Posts full Simple slots on every connection as fast as the proxy frees them; returns the
+/// bytes sent.
+fn sender(blocks: &[Arc<HostBlock>], l: Layout, stop: &AtomicBool) -> u64 {
     let bytes = l.stride(SIMPLE) as u32;
-    let mut s = 0u64;
+    let mut steps = vec![0u64; blocks.len()];
     while !stop.load(Ordering::Relaxed) {
-        if b.load_u64(SEND_HEAD) + NSTEPS > s {
-            b.store_u32(SEND_SIZES + 4 * (s % NSTEPS) as usize, bytes | SIMPLE << PROTO_SHIFT);
-            fence(Ordering::SeqCst);
-            s += 1;
-            b.store_u64(SEND_TAIL, s);
-        } else {
+        let mut moved = false;
+        for (b, s) in blocks.iter().zip(steps.iter_mut()) {
+            if b.load_u64(SEND_HEAD) + NSTEPS > *s {
+                b.store_u32(SEND_SIZES + 4 * (*s % NSTEPS) as usize, bytes | SIMPLE << PROTO_SHIFT);
+                fence(Ordering::SeqCst);
+                *s += 1;
+                b.store_u64(SEND_TAIL, *s);
+                moved = true;
+            }
+        }
+        if !moved {
             thread::yield_now();
         }
     }
-    b.load_u64(SEND_HEAD) * bytes as u64
+    blocks.iter().map(|b| b.load_u64(SEND_HEAD)).sum::<u64>() * bytes as u64
 }
 
 /// Frees every slot (of `bytes`) as soon as it lands; returns the bytes received.
-fn receiver(b: &HostBlock, bytes: u64, stop: &AtomicBool) -> u64 {
-    let mut got = 0u64;
+fn receiver(blocks: &[Arc<HostBlock>], bytes: u64, stop: &AtomicBool) -> u64 {
+    let mut got = vec![0u64; blocks.len()];
     while !stop.load(Ordering::Relaxed) {
-        let t = b.load_u64(RECV_TAIL);
-        if t > got {
-            got = t;
-            b.store_u64(RECV_HEAD, got);
-        } else {
+        let mut moved = false;
+        for (b, g) in blocks.iter().zip(got.iter_mut()) {
+            let t = b.load_u64(RECV_TAIL);
+            if t > *g {
+                *g = t;
+                b.store_u64(RECV_HEAD, t);
+                moved = true;
+            }
+        }
+        if !moved {
             thread::yield_now();
         }
     }
-    got * bytes
+    got.iter().sum::<u64>() * bytes
 }

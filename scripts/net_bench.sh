@@ -9,11 +9,12 @@
 #
 # usage: scripts/net_bench.sh [--nranks 2] [--max 512M] [--budget-s 0.25] [--no-mps]
 #            [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8]
+#            [--also "VAR=VALUE ..."]   (ours once more with these settings, e.g. NCCL_MAX_NCHANNELS=1)
 # Output: ${OUT:-./net-out}/net/{ours,ref,ceiling}.log and summary.txt (printed last).
 set -u
 export NCCL_NVLS_ENABLE=0
 
-NRANKS=2; MAX=512M; BUDGET=0.25; MPS=1; CH=8
+NRANKS=2; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
 REF_DIR=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
@@ -26,6 +27,7 @@ while [ $# -gt 0 ]; do
     --ours) OURS=$2; shift ;;
     --ref-dir) REF_DIR=$2; shift ;;
     --ceiling-channels) CH=$2; shift ;;
+    --also) ALSO=$2; shift ;;
     -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "net_bench: unknown option $1" >&2; exit 2 ;;
   esac
@@ -49,14 +51,16 @@ if [ $MPS = 1 ]; then
   trap 'echo quit | nvidia-cuda-mps-control; echo "net_bench: CUDA MPS stopped"' EXIT
 fi
 
-run() {  # run NAME LIBDIR
-  echo "net_bench: $1"
-  env LD_LIBRARY_PATH="$2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout -k 5 150 \
+run() {  # run NAME LIBDIR [VAR=VALUE...]
+  echo "net_bench: $1 ${*:3}"
+  env LD_LIBRARY_PATH="$2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${@:3}" timeout -k 5 150 \
     "$BIN" --nranks "$NRANKS" --max "$MAX" --budget-s "$BUDGET" >"$OUTDIR/$1.log" 2>&1
   echo "net_bench:   -> exit $? ($(tail -n 1 "$OUTDIR/$1.log"))"
 }
 run ours "$OUTDIR/ours"
 run ref "$REF_DIR/lib"
+# shellcheck disable=SC2086  # ALSO is a list of assignments
+[ -n "$ALSO" ] && MAX=4M run ours_also "$OUTDIR/ours" $ALSO   # small sizes: latency
 
 CEIL=$ROOT/target/release/examples/net_ceiling
 if [ -x "$CEIL" ]; then
@@ -71,6 +75,10 @@ fi
   join <(awk '$1 ~ /^[0-9]+$/ {print $1, $2, $4}' "$OUTDIR/ours.log" | sort -k1,1) \
        <(awk '$1 ~ /^[0-9]+$/ {print $1, $2, $4}' "$OUTDIR/ref.log" | sort -k1,1) | sort -n |
     awk '{printf "%12d %12.1f %12.1f %10.3f %10.3f %8.2f\n", $1, $2, $4, $3, $5, ($5 > 0 ? $3 / $5 : 0)}'
+  if [ -n "$ALSO" ]; then
+    echo "# ours with $ALSO:"
+    awk '$1 ~ /^[0-9]+$/ {printf "#   %12d %12.1f us %10.3f GB/s\n", $1, $2, $4}' "$OUTDIR/ours_also.log"
+  fi
   echo "# ceiling without a GPU (examples/net_ceiling, $CH channels, 512 KiB slots):"
   sed 's/^/#   /' "$OUTDIR/ceiling.log"
 } >"$OUTDIR/summary.txt"
