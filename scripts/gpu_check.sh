@@ -8,8 +8,8 @@
 #
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
-#   --only LIST        only these steps or groups (comma list): build,check,protos,tree,ce,procs,onegpu,
-#                      mpi,graph,leak,watchdog,faults,examples,torch,bench   (e.g. --only check,graph)
+#   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
+#                      shm,net,tree,mpi,graph,leak,watchdog,faults,examples,torch,bench   (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
 #   --bench-only       build + the A/B benchmark only
@@ -115,7 +115,7 @@ step() {
   local res=PASS
   case $rc in 0) ;; 124|137) res=TIMEOUT ;; *) res="FAIL($rc)" ;; esac
   local det
-  det=$(grep -E "^(OVERALL|SUMMARY|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|single_process:|mpi_per_gpu:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|single_process:|mpi_per_gpu:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
   record "$name" "$res" "$dt" "$det"
   echo "gpu_check:   -> $res in ${dt}s ${det}"
 }
@@ -253,16 +253,13 @@ else
 fi
 # A rank killed mid-collective: survivors see ncclRemoteError naming it within 2 s, shrink without
 # it and all-reduce, and abort within 1 s; and revoke then shrink around a rank that never joins
-# (tests/gpu/faults.cu). One process per rank; over P2P, then SHM (NCCL_P2P_DISABLE=1), then NET
-# (--hosts-per-rank: each rank its own NCCL_HOSTID, over the Socket net on lo).
+# (tests/gpu/faults.cu). One process per rank, over P2P here; the shm and net groups run it over
+# SHM and NET.
 if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
   DEVS4=0,0,0,0; [ "$NG" -ge 4 ] && DEVS4=0,1,2,3
   step faults_2 faults 90 "$BUILD/faults" --devs $DEVS2
   step faults_4 faults 90 "$BUILD/faults" --devs $DEVS4
   step revoke_4 faults 90 "$BUILD/faults" --devs $DEVS4 --revoke
-  step faults_shm_2 faults 90 env NCCL_P2P_DISABLE=1 "$BUILD/faults" --devs $DEVS2
-  step faults_net_2 faults 90 env NCCL_SOCKET_IFNAME=lo "$BUILD/faults" --devs $DEVS2 --hosts-per-rank
-  step faults_net_4 faults 90 env NCCL_SOCKET_IFNAME=lo "$BUILD/faults" --devs $DEVS4 --hosts-per-rank
 fi
 # examples
 if [ "$NG" -ge 1 ]; then
@@ -285,6 +282,51 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   step check_procs_1gpu_8 onegpu 240 "$CHK" --mode procs --devs 0,0,0,0,0,0,0,0 --quick --failures-only
 else
   skip onegpu onegpu "reference NCCL refuses several ranks on one GPU"
+fi
+# SHM: P2P disabled (NCCL_P2P_DISABLE=1), so ranks of one host connect through FIFOs in shared host
+# memory; one process per rank (the memfd is opened through /proc), and two ranks as threads of
+# one process. Each step also counts the INFO lines that name the transport of each peer and fails
+# unless some say SHM and none says P2P. NCCL refuses two ranks on one GPU, so ours only.
+shm_step() {  # shm_step NAME TIMEOUT ENV... -- CHECK_ARGS...
+  local name=$1 tmo=$2; shift 2
+  local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  step "$name" shm "$tmo" bash -c '"${@:2}"; rc=$?; n=$(grep -c "via SHM" "$1"); p=$(grep -c "via P2P" "$1")
+    echo "SHM: $n connection lines via SHM, $p via P2P (rc $rc)"; [ $rc = 0 ] && [ "$n" -gt 0 ] && [ "$p" = 0 ]' \
+    _ "$LOG/$name.log" env NCCL_P2P_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT "${envs[@]}" "$@"
+}
+if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
+  DEVS4=0,0,0,0; [ "$NG" -ge 4 ] && DEVS4=0,1,2,3
+  shm_step shm_procs_2 240 -- "$CHK" --mode procs --devs $DEVS2 $Q --failures-only
+  shm_step shm_procs_4 200 -- "$CHK" --mode procs --devs $DEVS4 --quick --failures-only
+  for P in LL LL128 Simple; do
+    shm_step shm_${P}_procs_2 150 NCCL_PROTO=$P -- "$CHK" --mode procs --devs $DEVS2 --quick --failures-only
+  done
+  shm_step shm_threads_2 150 -- "$CHK" --mode threads --devs $DEVS2 --quick --failures-only
+  # A rank killed mid-collective over SHM: the survivors are told within seconds (tests/gpu/faults.cu).
+  step shm_faults_2 shm 90 env NCCL_P2P_DISABLE=1 "$BUILD/faults" --devs $DEVS2
+else
+  skip shm shm "reference NCCL refuses several ranks on one GPU"
+fi
+# NET transport: processes on GPU 0 split into "hosts" by NCCL_HOSTID (check --hosts), so peers
+# on another host go through the proxy thread and the Socket net; each step also counts the
+# ranks that connected over NET (NCCL_DEBUG=INFO lines) and fails if none did.
+if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
+  net_step() {  # net_step NAME TIMEOUT [VAR=VALUE...] CHECK ARGS...
+    local name=$1 tmo=$2; shift 2
+    step "$name" net "$tmo" bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "${@:2}"; rc=$?
+      n=$(grep -c "through the proxy" "$1"); echo "ranks with NET connections: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
+      _ "$LOG/$name.log" "$@"
+  }
+  net_step check_net_2 300 "$CHK" --mode procs --devs 0,0 --hosts 2 $Q --failures-only
+  net_step check_net_4 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
+  for P in LL LL128 Simple; do
+    net_step check_net_${P}_2 200 NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
+  done
+  net_step check_net_mixed_2x2 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 2 $Q --failures-only
+  # One host with P2P and SHM both off: NET between ranks of one host, as NCCL falls back.
+  net_step check_net_noshm_2 150 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "$CHK" --mode procs --devs 0,0 --quick --failures-only
+  [ "$LIB" = ours ] && net_step faults_net_2 90 "$BUILD/faults" --devs 0,0 --hosts 2
+  [ "$LIB" = ours ] && net_step faults_net_4 90 "$BUILD/faults" --devs 0,0,0,0 --hosts 4
 fi
 if [ $HAVE_MPI = 1 ] && [ "$NG" -ge 1 ]; then
   NP=2; MDEVS=""; [ "$NG" -lt 2 ] && { [ $ONE_GPU_OK = 1 ] || NP=1; MDEVS="--devs 0"; }

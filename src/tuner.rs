@@ -120,6 +120,26 @@ impl Allowed {
             self.algo_env.as_deref().unwrap_or("")
         )))
     }
+
+    /// What a communicator of `nranks` may run over its connections. Host-memory FIFOs (SHM,
+    /// NET) rule out the one-shot all-reduce of more than two ranks, which writes LL lines to
+    /// every peer without publishing a tail (docs/ARCHITECTURE.md, "Transports"); between two
+    /// ranks it runs over the ring primitives, which do. Copy engines need every pair on P2P.
+    pub fn for_connections(nranks: usize, host_fifos: bool, copy_engines: bool) -> Allowed {
+        Allowed { oneshot: !host_fifos || nranks <= 2, copy_engine: copy_engines, ..Allowed::ALL }
+    }
+
+    /// What both allow.
+    pub fn intersect(&self, other: &Allowed) -> Allowed {
+        Allowed {
+            protos: [0, 1, 2].map(|p| self.protos[p] && other.protos[p]),
+            ring: [0, 1, 2, 3, 4].map(|k| self.ring[k] && other.ring[k]),
+            tree: self.tree && other.tree,
+            oneshot: self.oneshot && other.oneshot,
+            copy_engine: self.copy_engine && other.copy_engine,
+            algo_env: self.algo_env.clone().or_else(|| other.algo_env.clone()),
+        }
+    }
 }
 
 /// What a collective runs with.
@@ -485,6 +505,34 @@ mod tests {
         // One rank: the local copy.
         let one = shape(1, 64, 0);
         assert_eq!(choose(CollKind::AllReduce, 2, 4, &one, &Allowed::ALL).proto, FN_PROTO_SIMPLE);
+    }
+
+    #[test]
+    fn host_memory_fifos_limit_the_choice() {
+        let four = shape(4, 16, 16);
+        let shm4 = Allowed::for_connections(4, true, false);
+        assert_eq!(shm4, Allowed { oneshot: false, copy_engine: false, ..Allowed::ALL });
+        assert_eq!(Allowed::for_connections(4, false, true), Allowed::ALL);
+        // Two ranks keep the one-shot (it runs over the ring primitives, which publish tails).
+        let shm2 = Allowed::for_connections(2, true, false);
+        assert!(shm2.oneshot && !shm2.copy_engine);
+        assert_eq!(choose(CollKind::AllReduce, 2, 4, &TWO, &shm2).algo, FN_ALGO_ONESHOT);
+        // With more ranks: the ring, at every size, whatever NCCL_PROTO allows.
+        for proto in [None, Some("LL"), Some("^Simple")] {
+            let user = parse_restrictions(None, proto).unwrap();
+            let both = user.intersect(&shm4);
+            assert_eq!(both.protos, user.protos);
+            assert!(!both.oneshot && !both.copy_engine);
+            for count in [1, 64, 4096, 1 << 20, 1 << 28] {
+                let c = choose(CollKind::AllReduce, count, 4, &four, &both);
+                assert_eq!(c.algo, FN_ALGO_RING, "count={count} proto={proto:?}");
+                assert!(both.protos[c.proto as usize]);
+            }
+        }
+        // The intersection keeps only what both allow.
+        let user = parse_restrictions(Some("Ring"), Some("LL128")).unwrap();
+        assert_eq!(user.intersect(&Allowed::ALL), user);
+        assert_eq!(Allowed::ALL.intersect(&shm4), shm4);
     }
 
     #[test]

@@ -165,12 +165,14 @@ fn choice(j: &Value, bytes: u64, coll: &str) -> (String, String) {
 #[test]
 fn plan_matches_rings_worked_out_by_hand() {
     // 2 hosts x 2 GPUs, 8 ranks: host 0 has ranks 0-3, rank l on GPU l % 2, so GPU 0 holds 0,2
-    // and GPU 1 holds 1,3; the ring visits them GPU by GPU, host by host. Two ranks per GPU
-    // halve the channel budget.
+    // and GPU 1 holds 1,3; the ring visits them GPU by GPU, host by host. Peers on the other host
+    // are reached over NET, which caps the channels at 8.
     let j = ok_json(&["plan", "--nranks", "8", "--hosts", "2", "--gpus-per-host", "2"], &[]);
     assert_eq!(ring(&j), [0, 2, 1, 3, 4, 6, 5, 7]);
-    assert_eq!((j["ring_channels"].as_u64(), j["max_ranks_per_gpu"].as_u64()), (Some(32), Some(2)));
-    assert!(j["notes"][0].as_str().unwrap().contains("no network transport"), "{j}");
+    assert_eq!((j["ring_channels"].as_u64(), j["max_ranks_per_gpu"].as_u64()), (Some(8), Some(2)));
+    assert!(j["notes"][0].as_str().unwrap().contains("connect over NET"), "{j}");
+    // Host-memory FIFOs: no one-shot all-reduce for more than two ranks.
+    assert_ne!(choice(&j, 16, "all_reduce").0, "OneShot");
     // Two trees between the 2 hosts (chain heads 0 and 4, chains in ring order): tree 0 rooted at
     // host 1's head, tree 1 at host 0's; the other head hangs below the root, 1 + 3 hops deep.
     let roots: Vec<_> = j["trees"].as_array().unwrap().iter().map(|t| t["root"].as_u64().unwrap()).collect();
@@ -190,6 +192,12 @@ fn plan_matches_rings_worked_out_by_hand() {
     assert_eq!(choice(&j, 16, "all_gather"), ("Ring".into(), "LL".into()));
     assert_eq!(j["sizes"].as_array().unwrap().len(), 14, "16 B to 1 GiB by factors of 4");
 
+    // P2P disabled: SHM, whose host-memory FIFOs rule out the one-shot for more than two ranks.
+    let j = ok_json(&["plan", "--nranks", "4", "--gpus-per-host", "4"], &[("NCCL_P2P_DISABLE", "1")]);
+    assert_eq!(choice(&j, 16, "all_reduce").0, "Ring");
+    let j = ok_json(&["plan", "--nranks", "2", "--gpus-per-host", "2"], &[("NCCL_P2P_DISABLE", "1")]);
+    assert_eq!(choice(&j, 16, "all_reduce").0, "OneShot");
+
     // The environment restricts it exactly as it restricts a communicator.
     let env = [("NCCL_PROTO", "Simple"), ("NCCL_MAX_NCHANNELS", "8")];
     let j = ok_json(&["plan", "--nranks", "2", "--gpus-per-host", "2"], &env);
@@ -202,7 +210,7 @@ fn plan_matches_rings_worked_out_by_hand() {
 
     let out = ok_text(&["plan", "--nranks", "8", "--hosts", "2", "--gpus-per-host", "2"], &[]);
     assert!(out.contains("ring (every channel): 0 -> 2 -> 1 -> 3 -> 4 -> 6 -> 5 -> 7"), "{out}");
-    assert!(out.contains("32 ring channels"), "{out}");
+    assert!(out.contains("8 ring channels") && out.contains("connect over NET"), "{out}");
 }
 
 #[test]

@@ -11,7 +11,9 @@ use crate::cuda::{self, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
 use crate::topo::tree::Trees;
 use crate::topo::{self, PeerInfo, Ring};
-use crate::transport::p2p::{self, ConnPlan, P2pTransport};
+use crate::transport::p2p::{self, ConnPlan};
+use crate::transport::{self, net, Connections, Kind, NetNeeds, Path, Settings};
+use crate::tuner::Allowed;
 use crate::types::NCCL_SPLIT_NOCOLOR;
 use parking_lot::Mutex;
 use std::collections::HashSet;
@@ -49,14 +51,24 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         },
         host: PeerInfo::host_field(&crate::debug::host_name()),
     };
-    let peers: Vec<PeerInfo> =
-        bootstrap.allgather(&me.encode())?.iter().map(|b| PeerInfo::decode(b)).collect::<Result<_>>()?;
-    if let Some(p) = peers.iter().find(|p| p.host_hash != me.host_hash) {
-        crate::bail_usage!(
-            "rank {} is on another host; ferronickel does not have a network transport yet (single-node only)",
-            p.rank
-        );
-    }
+    // With each rank's transport settings: a pair uses the stricter of its two ends'.
+    let settings = Settings::from_env();
+    let gathered = bootstrap.allgather(&[&me.encode()[..], &settings.encode()].concat())?;
+    let (peers, peer_settings): (Vec<PeerInfo>, Vec<Settings>) = gathered
+        .iter()
+        .map(|b| {
+            let (info, s) = b.split_at(b.len().min(PeerInfo::BYTES));
+            Ok((PeerInfo::decode(info)?, Settings::decode(s)?))
+        })
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
+    let mine: Vec<Kind> = peers
+        .iter()
+        .zip(&peer_settings)
+        .map(|(p, s)| Ok(transport::select(&me, p, &settings.stricter(s), link(&me, p)?)))
+        .collect::<Result<_>>()?;
+    let kinds = transport::exchange_kinds(&bootstrap, &mine)?;
     let sharing = peers.iter().filter(|p| p.same_gpu(&me)).count();
     if sharing > 1 {
         crate::nccl_info!(
@@ -68,6 +80,9 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     }
     let max_per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
     let mut nchannels = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
+    if transport::net_pairs(&kinds) {
+        nchannels = nchannels.min(net::conn::MAX_CHANNELS);
+    }
     if let Some(max) = config.max_ctas {
         nchannels = nchannels.min(max.max(1));
     }
@@ -85,18 +100,30 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         fifo_bytes: p2p::fifo_bytes(p2p::buffsize()),
     };
 
-    let (arena, addr) = P2pTransport::allocate(&plan, rank)?;
-    let addrs =
-        bootstrap.allgather(&addr.encode())?.iter().map(|b| p2p::ArenaAddr::decode(b)).collect::<Result<Vec<_>>>()?;
-    let transport = P2pTransport::connect(arena, rank, &me, &peers, &addrs, &plan)?;
+    // A NET connection that fails later stops the communicator and names the peer, as a lost
+    // rank does (comm::watch).
+    let flags = Arc::new(HostMapped::zeroed(2)?);
+    let lost = Arc::new(OnceLock::new());
+    let fault = {
+        let (lost, flags) = (lost.clone(), flags.clone());
+        Arc::new(move |m: String| {
+            crate::nccl_warn!("{m}");
+            let _ = lost.set(m);
+            flags.set(FLAG_ABORT, 1);
+        })
+    };
+    let needs = NetNeeds { dev, fault, timeout, config: net::NetConfig::default() };
+    // Alike on every rank: from every pair's kind, not only ours.
+    let host_fifos = transport::host_fifos(&kinds);
+    let limits = Allowed::for_connections(nranks, host_fifos, !host_fifos);
+    let transport = Connections::establish(&bootstrap, &plan, &peers, kinds, needs)?;
 
-    let table = transport.conn_table(&plan, rank);
+    let table = transport.table(&plan, rank);
     let conns = DeviceBuffer::zeroed(std::mem::size_of_val(&table[..]))?;
     conns.write(0, &table)?;
     let ring_ranks_host: Vec<i32> = ring.user_ranks.iter().map(|&r| r as i32).collect();
     let ring_ranks = DeviceBuffer::zeroed(4 * nranks)?;
     ring_ranks.write(0, &ring_ranks_host)?;
-    let flags = Arc::new(HostMapped::zeroed(2)?);
     let watchdog = Duration::from_millis(watchdog_timeout_ms().max(0) as u64);
 
     let mut dc = fnDevComm {
@@ -126,7 +153,6 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     bootstrap.barrier()?;
     // From here on a lost peer stops our kernels and is reported by name, within the heartbeat
     // timeout at worst, instead of leaving them to the watchdog.
-    let lost = Arc::new(OnceLock::new());
     let ops = Arc::new(Ops::default());
     let last = Arc::new(Event::new()?);
     let observer = Observer {
@@ -162,6 +188,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         bootstrap,
         conns: plan,
         tree: trees.shape(),
+        limits,
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),
         watchdog,
@@ -177,6 +204,25 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         }),
         leak: AtomicBool::new(false),
     })
+}
+
+/// The path between our GPU and `peer`'s on one host, or `None` when they cannot reach each
+/// other's memory. Without a PCI topology a pair of GPUs counts as SYS (the farthest), or NVL when
+/// the driver reports native P2P atomics (NVLink); a peer's GPU that this process cannot see
+/// (CUDA_VISIBLE_DEVICES) is unreachable.
+fn link(me: &PeerInfo, peer: &PeerInfo) -> Result<Option<Path>> {
+    if me.host_hash != peer.host_hash {
+        return Ok(None);
+    }
+    if me.same_gpu(peer) {
+        return Ok(Some(Path::Loc));
+    }
+    let dev = if me.same_process(peer) { Some(peer.dev) } else { cuda::device_by_bus_id(&peer.bus_id_str())? };
+    let Some(dev) = dev else { return Ok(None) };
+    if !cuda::can_access_peer(me.dev, dev)? || !cuda::can_access_peer(dev, me.dev)? {
+        return Ok(None);
+    }
+    Ok(Some(if cuda::p2p_native_atomics(me.dev, dev)? { Path::Nvl } else { Path::Sys }))
 }
 
 /// ncclCommSplit: ranks with the same color form a new communicator, ordered by (key, rank).

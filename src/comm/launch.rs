@@ -72,7 +72,13 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
     let members: Vec<Member> = per_comm
         .iter()
         .zip(&conn_channels)
-        .map(|((c, ops), ch)| Member { key: c.bootstrap.magic(), shape: c.shape(), conn_channels: ch, ops })
+        .map(|((c, ops), ch)| Member {
+            key: c.bootstrap.magic(),
+            shape: c.shape(),
+            limits: c.limits.clone(),
+            conn_channels: ch,
+            ops,
+        })
         .collect();
     let comms: Vec<&Arc<Comm>> = per_comm.iter().map(|(c, _)| c).collect();
     // Plan everything before running anything, so a planning error runs nothing.

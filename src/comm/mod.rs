@@ -18,7 +18,9 @@ use crate::cuda::{Context, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
 use crate::task::{CommShape, DevOp};
 use crate::topo::tree::TreeShape;
-use crate::transport::p2p::{ConnPlan, P2pTransport};
+use crate::transport::p2p::ConnPlan;
+use crate::transport::Connections;
+use crate::tuner::Allowed;
 use crate::types::ncclDataType_t;
 use launch::LaunchState;
 use parking_lot::Mutex;
@@ -51,7 +53,8 @@ pub struct UserOp {
 
 /// Device resources, released with the communicator's context current.
 struct Resources {
-    _transport: P2pTransport,
+    /// Our FIFO arenas and our mappings of the peers' (unregistered and unmapped on drop).
+    _transport: Connections,
     dev_comm: DeviceBuffer,
     _conns: DeviceBuffer,
     _ring_ranks: DeviceBuffer,
@@ -76,6 +79,9 @@ pub struct Comm {
     pub conns: ConnPlan,
     /// The Tree algorithm's hosts, depth and fan-out (the trees themselves are in the device comm).
     pub tree: TreeShape,
+    /// What this communicator's connections allow the tuner (host-memory FIFOs rule out some
+    /// kernels, and copy engines need P2P); intersected with NCCL_ALGO / NCCL_PROTO per launch.
+    pub limits: Allowed,
     pub user_ops: Mutex<Vec<Option<UserOp>>>,
     pub registrations: Mutex<HashSet<usize>>,
     watchdog: Duration,
@@ -120,6 +126,7 @@ impl Comm {
             bootstrap,
             conns: ConnPlan { nranks, ring_channels: 1, p2p_channels: 1, order: order.clone(), fifo_bytes: 0 },
             tree: TreeShape::chain(nranks),
+            limits: Allowed::ALL,
             user_ops: Mutex::new(Vec::new()),
             registrations: Mutex::new(HashSet::new()),
             watchdog: Duration::ZERO,

@@ -170,6 +170,29 @@ pub fn can_access_peer(dev: i32, peer: i32) -> Result<bool> {
     Ok(ok != 0)
 }
 
+/// The local ordinal of the GPU with this PCI bus id, or `None` when this process does not
+/// see it (CUDA_VISIBLE_DEVICES).
+pub fn device_by_bus_id(bus_id: &str) -> Result<Option<i32>> {
+    let Ok(c) = std::ffi::CString::new(bus_id) else { return Ok(None) };
+    let mut dev: CUdevice = 0;
+    // SAFETY: c is a NUL-terminated string, dev a valid out-pointer.
+    let res = unsafe { sys::cuDeviceGetByPCIBusId(&mut dev, c.as_ptr()) };
+    match res {
+        CUresult::CUDA_ERROR_INVALID_DEVICE | CUresult::CUDA_ERROR_INVALID_VALUE => Ok(None),
+        _ => check(res, "cuDeviceGetByPCIBusId").map(|_| Some(dev)),
+    }
+}
+
+/// Whether `dev` and `peer` support native atomics on each other's memory: the driver's hint
+/// that NVLink joins them (PCIe between GPUs does not provide them).
+pub fn p2p_native_atomics(dev: i32, peer: i32) -> Result<bool> {
+    let mut v = 0;
+    let attr = sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED;
+    // SAFETY: valid out-pointer; both are device ordinals of this process.
+    check(unsafe { sys::cuDeviceGetP2PAttribute(&mut v, attr, dev, peer) }, "cuDeviceGetP2PAttribute")?;
+    Ok(v != 0)
+}
+
 /// Lets kernels in the current context read and write `peer`'s memory.
 pub fn enable_peer_access(peer: &Context) -> Result<()> {
     // SAFETY: peer.ctx is a valid retained context; a context is current (caller entered one).
@@ -292,6 +315,11 @@ impl HostMapped {
         Ok(me)
     }
 
+    /// The host address of the memory (the device's is `dev`).
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.host.cast()
+    }
+
     pub fn get(&self, i: usize) -> u32 {
         assert!(i * 4 < self.len);
         // SAFETY: in bounds; volatile because the device writes it concurrently.
@@ -309,6 +337,44 @@ impl Drop for HostMapped {
     fn drop(&mut self) {
         // SAFETY: host came from cuMemHostAlloc and is freed once.
         unsafe { sys::cuMemFreeHost(self.host as *mut c_void) };
+    }
+}
+
+/// Host memory we did not allocate (a shared mapping) pinned and mapped into every context's
+/// address space; unregistered on drop, before the caller unmaps it.
+#[derive(Debug)]
+pub struct HostRegistration {
+    host: *mut c_void,
+    /// The address kernels use for it.
+    pub dev: CUdeviceptr,
+}
+
+// SAFETY: the registration is a handle to pinned memory; the driver synchronises its use.
+unsafe impl Send for HostRegistration {}
+// SAFETY: as above; we only pass the pointer to driver calls.
+unsafe impl Sync for HostRegistration {}
+
+impl HostRegistration {
+    /// Registers `len` bytes at `host` (PORTABLE: every context; DEVICEMAP: kernels may use it).
+    ///
+    /// # Safety
+    /// `host..host + len` is a page-aligned mapping that stays mapped until this value drops.
+    pub unsafe fn new(host: *mut c_void, len: usize) -> Result<HostRegistration> {
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: per this function's contract; a context is current (caller entered one).
+        check(unsafe { sys::cuMemHostRegister_v2(host, len, flags) }, "cuMemHostRegister")?;
+        // Unregistered on drop if the device pointer cannot be had.
+        let mut me = HostRegistration { host, dev: 0 };
+        // SAFETY: host is the start of a registration made just above.
+        check(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut me.dev, host, 0) }, "cuMemHostGetDevicePointer")?;
+        Ok(me)
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        // SAFETY: host was registered in new() and is unregistered once.
+        unsafe { sys::cuMemHostUnregister(self.host) };
     }
 }
 

@@ -65,6 +65,9 @@ pub fn plan(members: &[Member], mode: Mode, allowed: &Allowed) -> std::result::R
         Mode::Tuned if !allowed.copy_engine => return Err("NCCL_ALGO or NCCL_PROTO names what to run".into()),
         _ => {}
     }
+    if members.iter().any(|m| !m.limits.copy_engine) {
+        return Err("a communicator's ranks are not all connected by P2P".into());
+    }
     if members.iter().any(|m| m.ops.iter().any(|(s, _)| *s != m.ops[0].0)) {
         return Err("a rank's operations are on several streams".into());
     }
@@ -221,12 +224,29 @@ mod tests {
     fn members<'a>(key: u64, ops: &'a [Vec<(CUstream, Task)>]) -> Vec<Member<'a>> {
         ops.iter()
             .enumerate()
-            .map(|(r, o)| Member { key, shape: shape(r, ops.len()), conn_channels: &|_| 64, ops: o })
+            .map(|(r, o)| Member {
+                key,
+                shape: shape(r, ops.len()),
+                limits: Allowed::ALL,
+                conn_channels: &|_| 64,
+                ops: o,
+            })
             .collect()
     }
 
     fn one(kind: CollKind, n: usize, count: usize, root: usize) -> Vec<Vec<(CUstream, Task)>> {
         (0..n).map(|r| vec![(std::ptr::null_mut(), coll(kind, r, count, root))]).collect()
+    }
+
+    #[test]
+    fn communicators_without_p2p_never_copy() {
+        let ops = one(CollKind::Broadcast, 2, 1 << 28, 1);
+        let mut m = members(7, &ops);
+        m[1].limits = Allowed::for_connections(2, true, false);
+        for mode in [Mode::Always, Mode::Tuned] {
+            let e = plan(&m, mode, &Allowed::ALL).unwrap_err();
+            assert!(e.contains("not all connected by P2P"), "{e}");
+        }
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub struct Member<'a> {
     /// The same on every rank of the communicator (its unique id's magic).
     pub key: u64,
     pub shape: CommShape,
+    /// What this communicator's connections allow (`Comm::limits`), on top of the group's
+    /// `allowed`: every rank of a communicator plans with the same intersection.
+    pub limits: Allowed,
     /// Channels of this rank's connection with a peer.
     pub conn_channels: &'a dyn Fn(usize) -> usize,
     /// Its operations in issue order, with their streams.
@@ -50,7 +53,7 @@ pub fn group(members: &[Member], allowed: &Allowed, mode: Mode) -> Result<Plan> 
 
 /// The kernel launches of every member of a group.
 pub fn kernels(members: &[Member], allowed: &Allowed) -> Result<Vec<Vec<Launch>>> {
-    members.iter().map(|m| kernels::plan(&m.shape, allowed, m.conn_channels, m.ops)).collect()
+    members.iter().map(|m| kernels::plan(&m.shape, &allowed.intersect(&m.limits), m.conn_channels, m.ops)).collect()
 }
 
 /// Rough time of a group, for ncclGroupSimulateEnd, from the tuner's cost model: each

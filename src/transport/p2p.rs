@@ -1,15 +1,17 @@
 //! P2P transport: connection FIFOs in GPU memory, written directly by the sending GPU.
 //!
-//! Every rank allocates one arena holding, for each connection it takes part in, the flag its
+//! Every rank allocates one arena holding, for each P2P connection it takes part in, the flag its
 //! sender writes (tail), the flag its receiver writes back (head, kept on the sender's side) and
 //! the FIFOs themselves (on the receiver): one per protocol, LL128's first so its 128-byte lines
-//! stay 128-byte aligned. Peers reach the arena through a plain pointer (same
-//! process, with peer access enabled) or a CUDA IPC mapping (another process). The layout is a
-//! pure function of (ranks, channels), so a peer can compute any offset in our arena.
+//! stay 128-byte aligned ([`ArenaLayout`], which SHM reuses in host memory). Peers reach the
+//! arena through a plain pointer (same process, with peer access enabled) or a CUDA IPC mapping
+//! (another process). This module also holds what every transport shares: which connections
+//! exist ([`ConnPlan`]) and the FIFO sizes.
 
+use super::Kind;
 use crate::abi::{
-    fnConn, fnConnRecv, fnConnSend, FN_LL128_SLOT_LINES, FN_LL_SLOT_LINES, FN_MAX_CHANNELS, FN_NSTEPS, FN_PROTO_LL,
-    FN_PROTO_LL128, FN_PROTO_SIMPLE,
+    fnConn, fnConnRecv, fnConnSend, FN_LL128_SLOT_LINES, FN_LL_SLOT_LINES, FN_NSTEPS, FN_PROTO_LL, FN_PROTO_LL128,
+    FN_PROTO_SIMPLE,
 };
 use crate::cuda::{self, Context, DeviceBuffer, IpcMapping};
 use crate::error::{Error, Result};
@@ -61,25 +63,58 @@ impl ConnPlan {
         }
     }
 
-    /// Index of connection (owner, peer, channel) among the owner's connections.
-    fn slot(&self, owner: usize, peer: usize, ch: usize) -> usize {
-        (0..peer).map(|p| self.channels(owner, p)).sum::<usize>() + ch
+    /// Bytes of one FIFO slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.fifo_bytes / FN_NSTEPS as usize
+    }
+}
+
+/// Where one rank's connections of one kind sit in its arena (P2P: device memory; SHM: the
+/// same layout in shared host memory): for each connection with a peer of that kind, the head
+/// it keeps as a sender, the tail it keeps as a receiver (each on its own line), and its receive
+/// FIFO of every protocol. A pure function of the plan and the owner's kinds, so a peer can
+/// compute any offset in our arena.
+pub struct ArenaLayout<'a> {
+    plan: &'a ConnPlan,
+    owner: usize,
+    /// The owner's kind for each peer.
+    kinds: &'a [Kind],
+    kind: Kind,
+}
+
+impl<'a> ArenaLayout<'a> {
+    pub fn new(plan: &'a ConnPlan, owner: usize, kinds: &'a [Kind], kind: Kind) -> ArenaLayout<'a> {
+        ArenaLayout { plan, owner, kinds, kind }
     }
 
-    fn nslots(&self, owner: usize) -> usize {
-        (0..self.nranks).map(|p| self.channels(owner, p)).sum()
+    /// Channels to `peer` held in this arena.
+    fn channels(&self, peer: usize) -> usize {
+        if self.kinds[peer] == self.kind {
+            self.plan.channels(self.owner, peer)
+        } else {
+            0
+        }
+    }
+
+    /// Index of connection (peer, channel) among the arena's connections.
+    fn slot(&self, peer: usize, ch: usize) -> usize {
+        (0..peer).map(|p| self.channels(p)).sum::<usize>() + ch
+    }
+
+    fn nslots(&self) -> usize {
+        (0..self.plan.nranks).map(|p| self.channels(p)).sum()
     }
 
     /// Bytes of one connection's FIFOs, all protocols.
     fn conn_fifo_bytes(&self) -> usize {
-        LL128_FIFO_BYTES + LL_FIFO_BYTES + self.fifo_bytes
+        LL128_FIFO_BYTES + LL_FIFO_BYTES + self.plan.fifo_bytes
     }
 
-    /// Offsets inside `owner`'s arena of the connection with `peer` on `ch`: (head it keeps as a
-    /// sender, tail it keeps as a receiver, its receive FIFO of each protocol by fnProto).
-    pub fn offsets(&self, owner: usize, peer: usize, ch: usize) -> (usize, usize, [usize; 3]) {
-        let k = self.slot(owner, peer, ch);
-        let n = self.nslots(owner);
+    /// Offsets of the connection with `peer` on `ch`: (head, tail, receive FIFO of each
+    /// protocol by fnProto).
+    pub fn offsets(&self, peer: usize, ch: usize) -> (usize, usize, [usize; 3]) {
+        let k = self.slot(peer, ch);
+        let n = self.nslots();
         let fifo = 2 * n * FLAG_STRIDE + k * self.conn_fifo_bytes();
         let mut fifos = [0; 3];
         fifos[FN_PROTO_LL128 as usize] = fifo;
@@ -88,14 +123,41 @@ impl ConnPlan {
         (k * FLAG_STRIDE, (n + k) * FLAG_STRIDE, fifos)
     }
 
-    pub fn arena_bytes(&self, owner: usize) -> usize {
-        let n = self.nslots(owner);
+    /// Bytes of the whole arena (0: no connection of this kind).
+    pub fn bytes(&self) -> usize {
+        let n = self.nslots();
         2 * n * FLAG_STRIDE + n * self.conn_fifo_bytes()
     }
+}
 
-    /// Bytes of one FIFO slot.
-    pub fn slot_bytes(&self) -> usize {
-        self.fifo_bytes / FN_NSTEPS as usize
+/// Connection (peer, ch) between two arenas of one kind: `ours` (owner: us) at `mine` and the
+/// peer's `theirs` at `peer_base`, both as our GPU addresses them. We send into the peer's FIFO
+/// and tail and keep our head; we receive in our FIFO and tail and write the peer's head.
+pub fn arena_conn(
+    ours: &ArenaLayout,
+    theirs: &ArenaLayout,
+    mine: u64,
+    peer_base: u64,
+    ch: usize,
+    flags: u32,
+) -> fnConn {
+    let (my_head, my_tail, my_fifo) = ours.offsets(theirs.owner, ch);
+    let (peer_head, peer_tail, peer_fifo) = theirs.offsets(ours.owner, ch);
+    fnConn {
+        send: fnConnSend {
+            buffs: peer_fifo.map(|o| (peer_base + o as u64) as *mut _),
+            tail: (peer_base + peer_tail as u64) as *mut _,
+            head: (mine + my_head as u64) as *mut _,
+            flags,
+            ..Default::default()
+        },
+        recv: fnConnRecv {
+            buffs: my_fifo.map(|o| (mine + o as u64) as *mut _),
+            tail: (mine + my_tail as u64) as *mut _,
+            head: (peer_base + peer_head as u64) as *mut _,
+            flags,
+            ..Default::default()
+        },
     }
 }
 
@@ -125,46 +187,43 @@ impl ArenaAddr {
 
 /// Our arena and our views of the peers' arenas.
 pub struct P2pTransport {
-    pub arena: DeviceBuffer,
+    /// None when we have no P2P connection.
+    _arena: Option<DeviceBuffer>,
     /// IPC mappings of other processes' arenas, kept open while we use them.
     _mappings: Vec<IpcMapping>,
-    /// Base address of each rank's arena as seen from our GPU.
+    /// Base address of each rank's arena as seen from our GPU (0 where unused).
     pub bases: Vec<u64>,
 }
 
 impl P2pTransport {
     /// Allocates our arena (current context = ours) and returns what peers need to reach it.
-    pub fn allocate(plan: &ConnPlan, rank: usize) -> Result<(DeviceBuffer, ArenaAddr)> {
-        let arena = DeviceBuffer::zeroed(plan.arena_bytes(rank))?;
+    pub fn allocate(layout: &ArenaLayout) -> Result<(Option<DeviceBuffer>, ArenaAddr)> {
+        if layout.bytes() == 0 {
+            return Ok((None, ArenaAddr { ptr: 0, ipc: [0; 64] }));
+        }
+        let arena = DeviceBuffer::zeroed(layout.bytes())?;
         let ipc = arena.ipc_handle()?;
         let addr = ArenaAddr { ptr: arena.ptr, ipc };
-        Ok((arena, addr))
+        Ok((Some(arena), addr))
     }
 
-    /// Maps every peer's arena into our address space.
+    /// Maps the arena of every peer we reach over P2P into our address space (`kinds[r][p]`:
+    /// rank r's kind for peer p, the same for both ends).
     pub fn connect(
-        arena: DeviceBuffer,
+        arena: Option<DeviceBuffer>,
         rank: usize,
         me: &PeerInfo,
         peers: &[PeerInfo],
         addrs: &[ArenaAddr],
         plan: &ConnPlan,
+        kinds: &[Vec<Kind>],
     ) -> Result<P2pTransport> {
         let mut mappings = Vec::new();
         let mut bases = vec![0u64; peers.len()];
+        bases[rank] = arena.as_ref().map_or(0, |a| a.ptr);
         for (p, info) in peers.iter().enumerate() {
-            if p == rank {
-                bases[p] = arena.ptr;
+            if p == rank || kinds[rank][p] != Kind::P2p || plan.channels(rank, p) == 0 {
                 continue;
-            }
-            if plan.channels(rank, p) == 0 {
-                continue;
-            }
-            if !cuda::can_access_peer(me.dev, info.dev)? && me.same_process(info) {
-                return Err(Error::InvalidUsage(format!(
-                    "GPU {} (rank {rank}) cannot access GPU {} (rank {p}) peer-to-peer, and the host-memory transport is not implemented yet",
-                    me.dev, info.dev
-                )));
             }
             if me.same_process(info) {
                 if info.dev != me.dev {
@@ -179,35 +238,7 @@ impl P2pTransport {
                 mappings.push(m);
             }
         }
-        Ok(P2pTransport { arena, _mappings: mappings, bases })
-    }
-
-    /// The device-side connection table: conns[peer * FN_MAX_CHANNELS + ch].
-    pub fn conn_table(&self, plan: &ConnPlan, rank: usize) -> Vec<fnConn> {
-        let mut table = vec![fnConn::default(); plan.nranks * FN_MAX_CHANNELS as usize];
-        for p in 0..plan.nranks {
-            for ch in 0..plan.channels(rank, p) {
-                let (my_head, my_tail, my_fifo) = plan.offsets(rank, p, ch);
-                let (peer_head, peer_tail, peer_fifo) = plan.offsets(p, rank, ch);
-                let mine = self.bases[rank];
-                let theirs = self.bases[p];
-                table[p * FN_MAX_CHANNELS as usize + ch] = fnConn {
-                    send: fnConnSend {
-                        buffs: peer_fifo.map(|o| (theirs + o as u64) as *mut _),
-                        tail: (theirs + peer_tail as u64) as *mut _,
-                        head: (mine + my_head as u64) as *mut _,
-                        ..Default::default()
-                    },
-                    recv: fnConnRecv {
-                        buffs: my_fifo.map(|o| (mine + o as u64) as *mut _),
-                        tail: (mine + my_tail as u64) as *mut _,
-                        head: (theirs + peer_head as u64) as *mut _,
-                        ..Default::default()
-                    },
-                };
-            }
-        }
-        table
+        Ok(P2pTransport { _arena: arena, _mappings: mappings, bases })
     }
 }
 
@@ -263,20 +294,65 @@ mod tests {
         }
     }
 
+    /// Rank r's kind for peer p: SHM between ranks whose sum is odd, P2P otherwise.
+    fn mixed(n: usize) -> Vec<Vec<Kind>> {
+        (0..n).map(|r| (0..n).map(|p| if (r + p) % 2 == 1 { Kind::Shm } else { Kind::P2p }).collect()).collect()
+    }
+
     #[test]
     fn offsets_never_overlap_and_fit() {
         for n in 1..7 {
             let p = plan(n, 3, 2);
-            for owner in 0..n {
-                let mut seen = std::collections::HashSet::new();
-                for peer in 0..n {
-                    for ch in 0..p.channels(owner, peer) {
-                        let (h, t, f) = p.offsets(owner, peer, ch);
-                        assert!(seen.insert(h) && seen.insert(t) && f.iter().all(|&o| seen.insert(o)));
-                        assert!(f[FN_PROTO_SIMPLE as usize] + p.fifo_bytes <= p.arena_bytes(owner));
-                        // LL128 lines must not straddle 128-byte lines.
-                        assert!(f.iter().all(|o| o % 128 == 0));
+            let kinds = mixed(n);
+            for (owner, own_kinds) in kinds.iter().enumerate() {
+                for kind in [Kind::P2p, Kind::Shm] {
+                    let l = ArenaLayout::new(&p, owner, own_kinds, kind);
+                    let mut seen = std::collections::HashSet::new();
+                    let mut conns = 0;
+                    for peer in (0..n).filter(|&q| own_kinds[q] == kind) {
+                        for ch in 0..p.channels(owner, peer) {
+                            conns += 1;
+                            let (h, t, f) = l.offsets(peer, ch);
+                            assert!(seen.insert(h) && seen.insert(t) && f.iter().all(|&o| seen.insert(o)));
+                            assert!(h + 8 <= FLAG_STRIDE * (h / FLAG_STRIDE + 1) && t % FLAG_STRIDE == 0);
+                            assert!(f[FN_PROTO_SIMPLE as usize] + p.fifo_bytes <= l.bytes());
+                            // LL128 lines must not straddle 128-byte lines.
+                            assert!(f.iter().all(|o| o % 128 == 0));
+                        }
                     }
+                    // Only the connections of its kind: nothing else takes memory.
+                    assert_eq!(l.bytes(), conns * (2 * FLAG_STRIDE + l.conn_fifo_bytes()), "n={n} owner={owner}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn both_halves_meet() {
+        // Every rank's arena at its own base, as one address space sees them (same process).
+        let n = 5;
+        let p = plan(n, 3, 2);
+        let kinds = mixed(n);
+        let base = |r: usize| 0x1_0000_0000u64 * (r as u64 + 1);
+        let conn = |a: usize, b: usize, ch: usize| {
+            let k = kinds[a][b];
+            let ours = ArenaLayout::new(&p, a, &kinds[a], k);
+            let theirs = ArenaLayout::new(&p, b, &kinds[b], k);
+            arena_conn(&ours, &theirs, base(a), base(b), ch, 7)
+        };
+        for a in 0..n {
+            for b in (0..n).filter(|&b| b != a) {
+                for ch in 0..p.channels(a, b) {
+                    let (ab, ba) = (conn(a, b, ch), conn(b, a, ch));
+                    assert_eq!(ab.send.buffs, ba.recv.buffs);
+                    assert_eq!(ab.send.tail, ba.recv.tail);
+                    assert_eq!(ab.send.head, ba.recv.head);
+                    assert_eq!((ab.send.flags, ab.recv.flags), (7, 7));
+                    // What we write lies in the receiver's arena, what we poll in ours.
+                    let layout_b = ArenaLayout::new(&p, b, &kinds[b], kinds[a][b]);
+                    let in_b = |x: u64| x >= base(b) && x < base(b) + layout_b.bytes() as u64;
+                    assert!(in_b(ab.send.tail as u64) && ab.send.buffs.iter().all(|&f| in_b(f as u64)));
+                    assert!(!in_b(ab.send.head as u64));
                 }
             }
         }

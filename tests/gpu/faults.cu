@@ -13,12 +13,13 @@
 // ncclCommRevoke instead (it must return within 1 s and stop the stuck all-reduce; the revoked comm
 // must refuse new work with ncclInvalidUsage and report no async error); then the others shrink
 // without the last rank and all-reduce, as above, and the last rank destroys its communicator.
-// With --hosts-per-rank each rank process sets NCCL_HOSTID=fnhost<rank> before its first NCCL call,
-// so every rank looks like a host of its own and the ranks connect over the network transport (NET);
-// with NCCL_P2P_DISABLE=1 in the environment ranks of one host connect over shared memory (SHM).
+// With NCCL_P2P_DISABLE=1 in the environment ranks of one host connect over shared memory (SHM).
 // Prints "r<R> FAULT: PASS|FAIL ..." per survivor and "FAULTS: PASS|FAIL" last. Exit 0 on PASS.
 //
-// usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke] [--hosts-per-rank]
+// With --hosts H the ranks are split into H contiguous "hosts" (NCCL_HOSTID per child), so peers
+// on another host are reached over the NET transport.
+//
+// usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke] [--hosts H]
 #include "common.cuh"
 
 #include <signal.h>
@@ -44,7 +45,6 @@ struct Shared {
 };
 
 static bool gRevoke = false;
-static bool gHostPerRank = false;
 
 static __global__ void fill(float* p, size_t n, float v) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
@@ -73,10 +73,6 @@ static int shrinkAndFinish(ncclComm_t comm, int rank, int nranks, cudaStream_t s
 
 static int rankMain(int rank, int nranks, int dev, ncclUniqueId id, Shared* sh, double bound) {
   const int victim = nranks - 1;
-  if (gHostPerRank) {
-    const std::string host = "fnhost" + std::to_string(rank);
-    setenv("NCCL_HOSTID", host.c_str(), 1);
-  }
   CUDACHECK(cudaSetDevice(dev));
   cudaStream_t s;
   CUDACHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -169,6 +165,7 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   std::vector<int> devs = {0, 0};
   double bound = 2.0;
+  int hosts = 0;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     if (a == "--devs" && i + 1 < argc) {
@@ -176,17 +173,18 @@ int main(int argc, char** argv) {
       for (char* t = strtok(argv[++i], ","); t; t = strtok(nullptr, ",")) devs.push_back(atoi(t));
     } else if (a == "--bound-s" && i + 1 < argc) {
       bound = atof(argv[++i]);
+    } else if (a == "--hosts" && i + 1 < argc) {
+      hosts = atoi(argv[++i]);
     } else if (a == "--revoke") {
       gRevoke = true;
-    } else if (a == "--hosts-per-rank") {
-      gHostPerRank = true;
     } else {
-      fprintf(stderr, "usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke] [--hosts-per-rank]\n");
+      fprintf(stderr, "usage: faults [--devs 0,0,0,0] [--bound-s 2] [--revoke] [--hosts H]\n");
       return 2;
     }
   }
   const int n = (int)devs.size();
   if (n < 2) { fprintf(stderr, "faults needs at least 2 ranks\n"); return 2; }
+  if (hosts < 0 || hosts > n) { fprintf(stderr, "--hosts %d: 1 to %d\n", hosts, n); return 2; }
   ncclUniqueId id;
   NCCLCHECK(ncclGetUniqueId(&id));
   void* m = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -194,14 +192,21 @@ int main(int argc, char** argv) {
   Shared* sh = new (m) Shared();
   printf("# faults: %d ranks on devices", n);
   for (int d : devs) printf(" %d", d);
-  if (gHostPerRank) printf(" (NCCL_HOSTID=fnhost<rank>: a host per rank)");
+  if (hosts > 0) printf(" in %d hosts (NCCL_HOSTID)", hosts);
   if (gRevoke) printf("; rank %d never joins an all-reduce, every rank revokes\n", n - 1);
   else printf("; rank %d is killed during an all-reduce; bound %.1f s\n", n - 1, bound);
   fflush(stdout);
   std::vector<pid_t> pids(n);
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
-    if (pids[r] == 0) _exit(rankMain(r, n, devs[r], id, sh, bound));
+    if (pids[r] == 0) {
+      if (hosts > 0) {  // read by the library at the child's first init, not cached by the parent
+        char h[32];
+        snprintf(h, sizeof h, "fnhost%d", r * hosts / n);
+        setenv("NCCL_HOSTID", h, 1);
+      }
+      _exit(rankMain(r, n, devs[r], id, sh, bound));
+    }
   }
   const double t0 = nowS();
   while (sh->ready.load() < n && nowS() - t0 < 60) usleep(1000);

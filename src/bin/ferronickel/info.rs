@@ -41,10 +41,10 @@ pub fn run(args: Args) -> CmdResult {
 }
 
 /// The networks between hosts: the net plugins found (`NCCL_NET_PLUGIN`, else `libnccl-net.so`)
-/// and the interfaces the built-in Socket net would use. The net layer exists; communicators do
-/// not use it yet (no NET transport feeds the kernels), and the text says so.
+/// and the interfaces the built-in Socket net would use: what the NET transport picks from, for
+/// ranks on other hosts.
 fn network_section(text: &mut String) -> Value {
-    writeln!(text, "\nNetwork between hosts (not used by communicators yet: single node only):").unwrap();
+    writeln!(text, "\nNetwork between hosts (the NET transport uses the first of these that initialises):").unwrap();
     let plugins: Vec<Value> = nccl::transport::net::plugins_found()
         .into_iter()
         .map(|(candidate, found)| {

@@ -1,7 +1,9 @@
 //! `ferronickel plan`: the ring, the channel counts and, per message size, the algorithm and
 //! protocol the tuner would choose, for this machine or a described one. It runs the library's
-//! own ring and tree builders (`nccl::topo`), connection plan (`nccl::transport::p2p::ConnPlan`) and tuner
-//! (`nccl::tuner`), so what it prints is what a communicator of that shape would do.
+//! own ring and tree builders (`nccl::topo`), transport selection (`nccl::transport::select`, with a
+//! host's GPUs taken to reach each other; `NCCL_P2P_DISABLE` and the rest apply), connection plan
+//! (`nccl::transport::p2p::ConnPlan`) and tuner (`nccl::tuner`, with the limits host-memory
+//! connections bring), so what it prints is what a communicator of that shape would do.
 //!
 //! A described machine has `--hosts` hosts of `--gpus-per-host` GPUs; ranks fill the hosts in
 //! order (`nranks / hosts` each) and, within a host, go round-robin over its GPUs (local rank
@@ -14,7 +16,8 @@ use nccl::task::{CollKind, CommShape};
 use nccl::topo::tree::Trees;
 use nccl::topo::{self, PeerInfo};
 use nccl::transport::p2p::{self, ConnPlan};
-use nccl::tuner;
+use nccl::transport::{self, Path, Settings};
+use nccl::tuner::{self, Allowed};
 use serde_json::json;
 use std::fmt::Write;
 
@@ -78,16 +81,30 @@ pub fn run(mut args: Args) -> CmdResult {
     if nranks > 1 << 16 {
         return Err(format!("--nranks {nranks} is more than this command plans (65536)"));
     }
-    let allowed = tuner::restrictions().map_err(|e| e.to_string())?;
     let m = Machine { nranks, hosts, gpus_per_host };
     let peers = m.peers();
+    // Each pair's transport as init picks it (GPUs of one host taken to reach each other at SYS).
+    let settings = Settings::from_env();
+    let link = |a: &PeerInfo, b: &PeerInfo| Some(if a.same_gpu(b) { Path::Loc } else { Path::Sys });
+    let kinds: transport::Kinds =
+        peers.iter().map(|a| peers.iter().map(|b| transport::select(a, b, &settings, link(a, b))).collect()).collect();
+    let host_fifos = transport::host_fifos(&kinds);
+    let allowed = tuner::restrictions().map_err(|e| e.to_string())?.intersect(&Allowed::for_connections(
+        nranks,
+        host_fifos,
+        !host_fifos,
+    ));
+    let allowed = &allowed;
 
     let mut on_gpu = std::collections::HashMap::new();
     for p in &peers {
         *on_gpu.entry((p.host_hash, p.bus_id)).or_insert(0usize) += 1;
     }
     let per_gpu = on_gpu.values().copied().max().unwrap_or(1);
-    let nchannels = topo::channel_count(per_gpu, topo::min_nchannels(), topo::max_nchannels());
+    let mut nchannels = topo::channel_count(per_gpu, topo::min_nchannels(), topo::max_nchannels());
+    if transport::net_pairs(&kinds) {
+        nchannels = nchannels.min(nccl::transport::net::conn::MAX_CHANNELS);
+    }
     let order = topo::ring_order(&peers);
     let conns = ConnPlan {
         nranks,
@@ -113,7 +130,10 @@ pub fn run(mut args: Args) -> CmdResult {
     .unwrap();
     let mut notes = Vec::new();
     if hosts > 1 {
-        notes.push("ranks span hosts: ferronickel has no network transport yet, so init would refuse this; shown is the ring it would build".to_string());
+        notes.push(format!(
+            "ranks span hosts: peers on other hosts connect over NET (a proxy thread per GPU), at most {} channels",
+            nccl::transport::net::conn::MAX_CHANNELS
+        ));
     }
     if ranks_per_host < gpus_per_host {
         notes.push(format!("only {ranks_per_host} of each host's {gpus_per_host} GPUs have a rank"));

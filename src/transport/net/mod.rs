@@ -8,7 +8,9 @@
 //! connection owns the deadline of each exchange; nothing in this layer waits without one.
 
 pub mod abi;
+pub mod conn;
 pub mod plugin;
+pub mod proxy;
 pub mod socket;
 
 use std::sync::Arc;

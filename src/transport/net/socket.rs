@@ -270,6 +270,18 @@ fn send_some(fd: RawFd, buf: &[u8]) -> io::Result<Option<usize>> {
     nonblocking(|| unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) })
 }
 
+/// As [`send_some`], for several buffers in one call (`sendmsg`).
+fn send_parts(fd: RawFd, parts: &[&[u8]]) -> io::Result<Option<usize>> {
+    let iov: Vec<libc::iovec> =
+        parts.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect();
+    // SAFETY: a zeroed msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: every iovec points into a slice valid for reads during the call; flags as in send_some.
+    nonblocking(|| unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) })
+}
+
 /// Receives what is there now: `Ok(None)` if nothing is, `Ok(Some(0))` at end of stream.
 fn recv_some(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
     // SAFETY: buf is valid for writes of buf.len() bytes.
@@ -434,8 +446,8 @@ impl Connecting for SocketConnecting {
             }
         }
         if self.socks.iter().all(|d| d.sent == Some(HELLO_BYTES)) {
-            // Issue 14: the connection-authentication handshake belongs here, on the control
-            // socket (socks[0]), before the comm exists; the listener side is `SocketListen::accept`.
+            // The comm is authenticated above the net, by its first message (`conn.rs`), so that
+            // plugins' connections are too.
             let mut socks = std::mem::take(&mut self.socks).into_iter().map(|d| TcpStream::from(d.sock));
             let ctrl = socks.next().expect("a control socket");
             let comm = Conn::new(ctrl, socks.collect(), self.nthreads, addr, true)?;
@@ -587,8 +599,7 @@ impl Listener for SocketListen {
             return Ok(None);
         };
         let g = self.groups.remove(&id).expect("found above");
-        // Issue 14: the listener's half of the authentication handshake goes here, on the
-        // control socket, before the comm is handed out.
+        // The NET transport checks the comm's first message before using it (`conn.rs`).
         let mut socks = g.socks.into_iter().map(|s| s.expect("complete group"));
         let ctrl = socks.next().expect("a control socket");
         let conn = Conn::new(ctrl, socks.collect(), g.nthreads as usize, g.peer, false)?;
@@ -600,6 +611,7 @@ impl Listener for SocketListen {
             hdr: [0; HDR_BYTES],
             hdr_got: 0,
             inline: None,
+            ahead: ReadAhead::new(),
         })))
     }
 }
@@ -931,13 +943,12 @@ impl SocketSend {
             let inline = if r.size < MIN_CHUNK { r.size } else { 0 };
             let total = HDR_BYTES + inline;
             while r.written < total {
-                let res = if r.written < HDR_BYTES {
-                    send_some(fd, &r.hdr[r.written..])
-                } else {
-                    let off = r.written - HDR_BYTES;
-                    // SAFETY: the isend caller keeps ptr..ptr+size valid until completion.
-                    send_some(fd, unsafe { std::slice::from_raw_parts((r.ptr + off) as *const u8, inline - off) })
-                };
+                // The header and the inline payload in one call.
+                let hdr = &r.hdr[r.written.min(HDR_BYTES)..];
+                let off = r.written.saturating_sub(HDR_BYTES);
+                // SAFETY: the isend caller keeps ptr..ptr+size valid until completion.
+                let payload = unsafe { std::slice::from_raw_parts((r.ptr + off) as *const u8, inline - off) };
+                let res = send_parts(fd, &[hdr, payload]);
                 match res {
                     Ok(Some(n)) => r.written += n,
                     Ok(None) => return Ok(()),
@@ -1025,6 +1036,42 @@ struct Inline {
     done: usize,
 }
 
+/// Bytes the control socket is read ahead by: a few small messages (a header and its inline
+/// payload each) come in with one `recv` instead of two per message.
+const READ_AHEAD: usize = 4096;
+
+/// The control socket's read-ahead: bytes received but not yet consumed.
+struct ReadAhead {
+    buf: Box<[u8; READ_AHEAD]>,
+    lo: usize,
+    hi: usize,
+}
+
+impl ReadAhead {
+    fn new() -> ReadAhead {
+        ReadAhead { buf: Box::new([0; READ_AHEAD]), lo: 0, hi: 0 }
+    }
+
+    /// As [`recv_some`] (`Ok(Some(0))` only at the end of the stream), served from the bytes read
+    /// ahead first; a large read into an empty read-ahead goes straight to `dst`.
+    fn read(&mut self, fd: RawFd, dst: &mut [u8]) -> io::Result<Option<usize>> {
+        if self.lo == self.hi {
+            if dst.len() >= READ_AHEAD {
+                return recv_some(fd, dst);
+            }
+            match recv_some(fd, &mut self.buf[..])? {
+                Some(0) => return Ok(Some(0)),
+                Some(n) => (self.lo, self.hi) = (0, n),
+                None => return Ok(None),
+            }
+        }
+        let n = dst.len().min(self.hi - self.lo);
+        dst[..n].copy_from_slice(&self.buf[self.lo..self.lo + n]);
+        self.lo += n;
+        Ok(Some(n))
+    }
+}
+
 struct SocketRecv {
     conn: Conn,
     reqs: Slots<RecvReq>,
@@ -1033,6 +1080,7 @@ struct SocketRecv {
     hdr: [u8; HDR_BYTES],
     hdr_got: usize,
     inline: Option<Inline>,
+    ahead: ReadAhead,
 }
 
 impl SocketRecv {
@@ -1047,7 +1095,7 @@ impl SocketRecv {
                     // checked against the message size before this read was set up.
                     let dst =
                         unsafe { std::slice::from_raw_parts_mut((inl.ptr + inl.done) as *mut u8, inl.size - inl.done) };
-                    match recv_some(fd, dst) {
+                    match self.ahead.read(fd, dst) {
                         Ok(Some(0)) => {
                             let m = format!(
                                 "NET/Socket: {peer} closed the connection mid-message ({} of {} bytes received)",
@@ -1069,7 +1117,7 @@ impl SocketRecv {
             }
             let Some(&i) = self.order.front() else { return Ok(()) };
             while self.hdr_got < HDR_BYTES {
-                match recv_some(fd, &mut self.hdr[self.hdr_got..]) {
+                match self.ahead.read(fd, &mut self.hdr[self.hdr_got..]) {
                     Ok(Some(0)) => {
                         let left = self.reqs.get(i).got.iter().filter(|g| g.is_none()).count();
                         let m = format!("NET/Socket: {peer} closed the connection while {left} posted receive(s) still expected data");

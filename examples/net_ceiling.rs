@@ -1,0 +1,140 @@
+//! The ceiling under the NET transport's bandwidth on this machine, without a GPU: two ranks in
+//! threads of one process, connected as a communicator of two hosts would be (same net, same
+//! sockets, `NCCL_SOCKET_*` settings apply), moving full Simple slots both ways at once on
+//! every channel for a few seconds, as a two-rank all-reduce does.
+//!
+//! The bytes go through `NetTransport` and the proxy thread, with threads playing the kernels but
+//! touching no data: what is measured is proxy + net + sockets, not the kernels' copies in and
+//! out of the host FIFOs.
+//!
+//! usage: cargo run --release --example net_ceiling [channels (8)] [seconds (3)] [slot KiB (512)]
+//! Prints one line per direction and rank with GB/s; `scripts/net_bench.sh` runs it.
+
+use nccl::bootstrap::{new_unique_id, Bootstrap};
+use nccl::transport::net::conn::{NetTransport, Setup};
+use nccl::transport::net::proxy::{HostBlock, Layout, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL};
+use nccl::transport::net::NetConfig;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const NSTEPS: u64 = 8;
+const SIMPLE: u32 = 2;
+const PROTO_SHIFT: u32 = 30;
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("numbers")).collect();
+    let channels = args.first().copied().unwrap_or(8);
+    let secs = args.get(1).copied().unwrap_or(3) as u64;
+    let slot = args.get(2).copied().unwrap_or(512) << 10;
+    let id = new_unique_id().expect("unique id");
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            thread::spawn(move || {
+                let bs = Bootstrap::init(&id, r, 2, Duration::from_secs(30)).expect("bootstrap");
+                let setup = Setup {
+                    dev: -1 - r as i32, // a proxy per rank, as two processes have
+                    fifo_bytes: slot * NSTEPS as usize,
+                    names: vec!["rank 0".into(), "rank 1".into()],
+                    fault: Arc::new(|m| eprintln!("net_ceiling: {m}")),
+                    timeout: Duration::from_secs(30),
+                    net: NetConfig::default(),
+                };
+                let conns: Vec<_> = (0..channels).map(|ch| (1 - r, ch)).collect();
+                let t = NetTransport::connect(&bs, &conns, &setup, &HostBlock::plain).expect("connect");
+                bs.barrier().expect("barrier");
+                (bs, t)
+            })
+        })
+        .collect();
+    let ranks: Vec<_> = ranks.into_iter().map(|h| h.join().expect("rank thread")).collect();
+    // Senders stop at the deadline; receivers go on until every step sent has landed, so the
+    // connections close idle (a close mid-message would be reported as a fault).
+    let (stop_send, stop_recv) = (AtomicBool::new(false), AtomicBool::new(false));
+    let start = Instant::now();
+    let mut dt = 0.0;
+    let moved: Vec<(usize, &str, u64)> = thread::scope(|sc| {
+        let (mut senders, mut receivers) = (Vec::new(), Vec::new());
+        // One thread per rank and direction serves every channel, as few cores as a GPU's
+        // kernels take from the host (none), not one per channel competing with the proxy.
+        for (r, (_, t)) in ranks.iter().enumerate() {
+            let l = t.layout();
+            let blocks: Vec<_> = (0..channels).map(|ch| t.block(1 - r, ch).expect("connection").clone()).collect();
+            let (b, stop) = (blocks.clone(), &stop_send);
+            senders.push(sc.spawn(move || (r, "send", sender(&b, l, stop))));
+            let stop = &stop_recv;
+            receivers.push(sc.spawn(move || (r, "recv", receiver(&blocks, l.stride(SIMPLE) as u64, stop))));
+        }
+        thread::sleep(Duration::from_secs(secs));
+        stop_send.store(true, Ordering::Relaxed);
+        dt = start.elapsed().as_secs_f64();
+        let mut out: Vec<_> = senders.into_iter().map(|h| h.join().expect("sender")).collect();
+        let drained = |r: usize, ch: usize| {
+            let (mine, theirs) = (ranks[r].1.block(1 - r, ch).unwrap(), ranks[1 - r].1.block(r, ch).unwrap());
+            mine.load_u64(RECV_TAIL) == theirs.load_u64(SEND_TAIL)
+        };
+        let end = Instant::now() + Duration::from_secs(10);
+        while !(0..2).all(|r| (0..channels).all(|ch| drained(r, ch))) && Instant::now() < end {
+            thread::sleep(Duration::from_millis(1));
+        }
+        stop_recv.store(true, Ordering::Relaxed);
+        out.extend(receivers.into_iter().map(|h| h.join().expect("receiver")));
+        out
+    });
+    for (r, (_, t)) in ranks.iter().enumerate() {
+        for dir in ["send", "recv"] {
+            let bytes: u64 = moved.iter().filter(|m| m.0 == r && m.1 == dir).map(|m| m.2).sum();
+            println!(
+                "net_ceiling: rank {r} {dir}: {:.2} GB/s over {channels} channels ({} KiB slots, {:.1} s, net {})",
+                bytes as f64 / dt / 1e9,
+                slot >> 10,
+                dt,
+                t.net_name
+            );
+        }
+    }
+}
+
+/// Posts full Simple slots on every connection as fast as the proxy frees them; returns the
+/// bytes sent.
+fn sender(blocks: &[Arc<HostBlock>], l: Layout, stop: &AtomicBool) -> u64 {
+    let bytes = l.stride(SIMPLE) as u32;
+    let mut steps = vec![0u64; blocks.len()];
+    while !stop.load(Ordering::Relaxed) {
+        let mut moved = false;
+        for (b, s) in blocks.iter().zip(steps.iter_mut()) {
+            if b.load_u64(SEND_HEAD) + NSTEPS > *s {
+                b.store_u32(SEND_SIZES + 4 * (*s % NSTEPS) as usize, bytes | SIMPLE << PROTO_SHIFT);
+                fence(Ordering::SeqCst);
+                *s += 1;
+                b.store_u64(SEND_TAIL, *s);
+                moved = true;
+            }
+        }
+        if !moved {
+            thread::yield_now();
+        }
+    }
+    blocks.iter().map(|b| b.load_u64(SEND_HEAD)).sum::<u64>() * bytes as u64
+}
+
+/// Frees every slot (of `bytes`) as soon as it lands; returns the bytes received.
+fn receiver(blocks: &[Arc<HostBlock>], bytes: u64, stop: &AtomicBool) -> u64 {
+    let mut got = vec![0u64; blocks.len()];
+    while !stop.load(Ordering::Relaxed) {
+        let mut moved = false;
+        for (b, g) in blocks.iter().zip(got.iter_mut()) {
+            let t = b.load_u64(RECV_TAIL);
+            if t > *g {
+                *g = t;
+                b.store_u64(RECV_HEAD, t);
+                moved = true;
+            }
+        }
+        if !moved {
+            thread::yield_now();
+        }
+    }
+    got.iter().sum::<u64>() * bytes
+}

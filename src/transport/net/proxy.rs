@@ -1,0 +1,623 @@
+//! The proxy progress thread of the NET transport: it moves the steps the kernels put in host
+//! memory over the net, and lands the peer's steps where the kernels read them (`docs/NET.md`,
+//! "The NET transport").
+//!
+//! One thread per process and CUDA device, shared by every communicator on that device, as in
+//! NCCL; connections join it at init ([`Proxy::add`]) and leave at destroy or abort
+//! ([`Proxy::remove`]). Per connection it drives one send comm and one receive comm:
+//!
+//! - **send**: while the kernel's `tail` is ahead of what was posted and fewer than `FN_NSTEPS`
+//!   steps are in flight, it sends the step's size word (bytes and protocol, stored by the kernel
+//!   before the tail) and then the bytes of that protocol's slot; when the data send completes
+//!   it moves `head`, which frees the slot for the kernel.
+//! - **receive**: it posts a receive for the next step's size word once the kernel has freed that
+//!   slot (`head`), then a receive of exactly that many bytes into that protocol's slot; when the
+//!   data lands it moves `tail` (after a release fence), which the kernel waits for.
+//!
+//! The thread busy-polls while any connection has a step in flight and backs off to short sleeps
+//! when every connection is idle. A connection whose net fails (a peer gone, garbage in a size
+//! word) is reported once through its fault hook, which stops the communicator's kernels, and is
+//! not touched again.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::{MemHandle, RecvBuf, RecvComm, Request, SendComm};
+use crate::abi::{
+    FN_LL128_SLOT_LINES, FN_LL_SLOT_LINES, FN_NSTEPS, FN_NUM_PROTOS, FN_PROTO_LL, FN_PROTO_LL128, FN_SIZE_PROTO_SHIFT,
+};
+use crate::error::{Error, Result};
+
+const NSTEPS: u64 = FN_NSTEPS as u64;
+/// The bytes of a size word; the rest of its 32 bits is the protocol.
+const SIZE_MASK: u32 = (1 << FN_SIZE_PROTO_SHIFT) - 1;
+/// Tags of the two messages of a step: its size word, then its bytes.
+const TAG_SIZE: i32 = 1;
+const TAG_DATA: i32 = 2;
+/// After this long without progress the thread sleeps between polls instead of yielding.
+const SPIN: Duration = Duration::from_millis(2);
+/// Sleeps while idle: short at first, longer once idle for [`LONG_IDLE`].
+const NAP: Duration = Duration::from_micros(20);
+const LONG_NAP: Duration = Duration::from_millis(1);
+const LONG_IDLE: Duration = Duration::from_millis(200);
+/// The size word that says "closing": its protocol bits name no protocol, so no step has it.
+const GOODBYE: u32 = u32::MAX;
+/// How long closing connections waits for their goodbyes to go out, in all.
+const GOODBYE_WAIT: Duration = Duration::from_millis(500);
+
+/// Offsets in one connection's host block: the counters on their own 128-byte lines, then the
+/// sender's staging FIFOs, then the receiver's FIFOs (each: LL128, LL, Simple).
+pub const SEND_TAIL: usize = 0;
+pub const SEND_HEAD: usize = 128;
+pub const SEND_SIZES: usize = 256;
+pub const RECV_TAIL: usize = 384;
+pub const RECV_HEAD: usize = 512;
+/// Where the peer's size words land, one per slot.
+pub const RECV_SIZES: usize = 640;
+/// The goodbye word we send from when the communicator closes.
+const GOODBYE_AT: usize = 768;
+const FIFOS: usize = 1024;
+
+/// Where each protocol's slots sit in a connection's host block (`slot_bytes`: NCCL_BUFFSIZE's
+/// Simple slot). The strides are the kernels' (`slotStride` in `kernels/prims.cuh`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub slot_bytes: usize,
+}
+
+impl Layout {
+    /// Bytes between consecutive slots of `proto`'s FIFO.
+    pub fn stride(&self, proto: u32) -> usize {
+        match proto {
+            FN_PROTO_LL => FN_LL_SLOT_LINES as usize * 16,
+            FN_PROTO_LL128 => FN_LL128_SLOT_LINES as usize * 128,
+            _ => self.slot_bytes,
+        }
+    }
+
+    /// Offset of `proto`'s FIFO among one direction's FIFOs: LL128 first, so its lines stay
+    /// 128-byte aligned.
+    fn fifo(&self, proto: u32) -> usize {
+        let n = FN_NSTEPS as usize;
+        match proto {
+            FN_PROTO_LL128 => 0,
+            FN_PROTO_LL => n * self.stride(FN_PROTO_LL128),
+            _ => n * (self.stride(FN_PROTO_LL128) + self.stride(FN_PROTO_LL)),
+        }
+    }
+
+    fn fifos_bytes(&self) -> usize {
+        FN_NSTEPS as usize * (0..FN_NUM_PROTOS).map(|p| self.stride(p)).sum::<usize>()
+    }
+
+    /// Offset of the sender's staging FIFO of `proto`.
+    pub fn send_fifo(&self, proto: u32) -> usize {
+        FIFOS + self.fifo(proto)
+    }
+
+    /// Offset of the receiver's FIFO of `proto`.
+    pub fn recv_fifo(&self, proto: u32) -> usize {
+        FIFOS + self.fifos_bytes() + self.fifo(proto)
+    }
+
+    /// Bytes of one connection's host block.
+    pub fn block_bytes(&self) -> usize {
+        FIFOS + 2 * self.fifos_bytes()
+    }
+
+    /// Checks a size word (from our kernel or from the peer): a protocol we have and no more
+    /// bytes than its slot holds.
+    fn decode(&self, word: u32) -> std::result::Result<(u32, usize), String> {
+        let (proto, bytes) = (word >> FN_SIZE_PROTO_SHIFT, (word & SIZE_MASK) as usize);
+        if proto >= FN_NUM_PROTOS {
+            return Err(format!("size word {word:#010x} names protocol {proto}"));
+        }
+        if bytes > self.stride(proto) {
+            return Err(format!(
+                "size word {word:#010x}: {bytes} bytes for a slot of {} (protocol {proto})",
+                self.stride(proto)
+            ));
+        }
+        Ok((proto, bytes))
+    }
+}
+
+/// Memory the kernels and the proxy share: pinned host memory mapped for the GPU (or, in tests,
+/// plain host memory). `dev` is its address for the GPU.
+pub struct HostBlock {
+    host: *mut u8,
+    dev: u64,
+    len: usize,
+    _owner: Box<dyn Send + Sync>,
+}
+
+// SAFETY: the block is plain memory; every access goes through volatile reads and writes or
+// through the net's requests, and `_owner` (which frees it) is Send + Sync.
+unsafe impl Send for HostBlock {}
+// SAFETY: as above.
+unsafe impl Sync for HostBlock {}
+
+/// Page-aligned zeroed host memory, freed on drop (the memory of [`HostBlock::plain`]).
+struct Plain {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: owns a plain allocation; nothing in it is thread-bound.
+unsafe impl Send for Plain {}
+// SAFETY: as above.
+unsafe impl Sync for Plain {}
+
+impl Drop for Plain {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from alloc_zeroed with this layout and is freed once.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+impl HostBlock {
+    /// A block over memory `owner` keeps alive (and frees when dropped).
+    ///
+    /// # Safety
+    /// `host..host+len` must be valid for reads and writes for as long as `owner` lives, and
+    /// `dev` must be the same memory as the GPU sees it.
+    pub unsafe fn new(host: *mut u8, dev: u64, len: usize, owner: Box<dyn Send + Sync>) -> HostBlock {
+        HostBlock { host, dev, len, _owner: owner }
+    }
+
+    /// Zeroed, page-aligned plain host memory whose "device" address is its host address: for
+    /// proxies driven by host threads in tests.
+    pub fn plain(len: usize) -> Result<HostBlock> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)
+            .map_err(|e| Error::InvalidArgument(format!("host block of {len} bytes: {e}")))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::System(format!("out of host memory for a {len}-byte FIFO block")));
+        }
+        Ok(HostBlock { host: ptr, dev: ptr as u64, len, _owner: Box::new(Plain { ptr, layout }) })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The host address of `off`, checked to leave `bytes` in the block.
+    pub fn ptr(&self, off: usize, bytes: usize) -> *mut u8 {
+        assert!(off.checked_add(bytes).is_some_and(|end| end <= self.len), "offset {off}+{bytes} past {}", self.len);
+        // SAFETY: in bounds, checked above.
+        unsafe { self.host.add(off) }
+    }
+
+    /// The device address of `off`.
+    pub fn dev(&self, off: usize) -> u64 {
+        assert!(off <= self.len);
+        self.dev + off as u64
+    }
+
+    pub fn load_u64(&self, off: usize) -> u64 {
+        // SAFETY: in bounds (checked by ptr) and 8-byte aligned (the counters' offsets are);
+        // volatile because the GPU writes it concurrently.
+        unsafe { std::ptr::read_volatile(self.ptr(off, 8) as *const u64) }
+    }
+
+    pub fn store_u64(&self, off: usize, v: u64) {
+        // SAFETY: as in load_u64; volatile because the GPU polls it.
+        unsafe { std::ptr::write_volatile(self.ptr(off, 8) as *mut u64, v) }
+    }
+
+    pub fn load_u32(&self, off: usize) -> u32 {
+        // SAFETY: in bounds (checked by ptr) and 4-byte aligned; volatile as in load_u64.
+        unsafe { std::ptr::read_volatile(self.ptr(off, 4) as *const u32) }
+    }
+
+    pub fn store_u32(&self, off: usize, v: u32) {
+        // SAFETY: as in load_u32.
+        unsafe { std::ptr::write_volatile(self.ptr(off, 4) as *mut u32, v) }
+    }
+}
+
+/// Called once with the error that ended a connection: stops the communicator and says why.
+pub type FaultHook = Arc<dyn Fn(String) + Send + Sync>;
+
+/// The sending half of a connection, as the proxy drives it.
+struct SendSide {
+    comm: Box<dyn SendComm>,
+    mr: Option<MemHandle>,
+    /// Steps whose data send was posted / completed.
+    posted: u64,
+    done: u64,
+    /// The size word of step `posted` went out, its data has not.
+    size_sent: bool,
+    /// Requests in posting order, with the step a data send completes.
+    inflight: VecDeque<(Request, Option<u64>)>,
+}
+
+impl SendSide {
+    fn progress(&mut self, blk: &HostBlock, layout: &Layout) -> Result<bool> {
+        let mr = self.mr.as_ref().expect("registered while in the proxy");
+        let mut moved = false;
+        let tail = blk.load_u64(SEND_TAIL);
+        // The kernel stores the size word and the slot before the tail (after a system fence).
+        fence(Ordering::Acquire);
+        while self.posted < tail && self.posted < self.done + NSTEPS {
+            let slot = (self.posted % NSTEPS) as usize;
+            let size_at = SEND_SIZES + 4 * slot;
+            let (proto, bytes) = layout
+                .decode(blk.load_u32(size_at))
+                .map_err(|e| Error::Internal(format!("the kernel's step {} carries a bad {e}", self.posted)))?;
+            if !self.size_sent {
+                // SAFETY: the word stays put until head passes this step, which waits for the
+                // data send posted after this one.
+                let Some(r) = (unsafe { self.comm.isend(blk.ptr(size_at, 4), 4, TAG_SIZE, mr)? }) else { break };
+                self.inflight.push_back((r, None));
+                self.size_sent = true;
+                moved = true;
+            }
+            let data = blk.ptr(layout.send_fifo(proto) + slot * layout.stride(proto), bytes);
+            // SAFETY: the kernel does not write this slot again before head passes the step,
+            // which happens only once this send has completed.
+            let Some(r) = (unsafe { self.comm.isend(data, bytes, TAG_DATA, mr)? }) else { break };
+            self.inflight.push_back((r, Some(self.posted)));
+            self.size_sent = false;
+            self.posted += 1;
+            moved = true;
+        }
+        while let Some((req, step)) = self.inflight.front() {
+            if self.comm.test(req)?.is_none() {
+                break;
+            }
+            if let Some(s) = *step {
+                self.done = s + 1;
+                fence(Ordering::Release);
+                blk.store_u64(SEND_HEAD, self.done);
+            }
+            self.inflight.pop_front();
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    fn busy(&self, blk: &HostBlock) -> bool {
+        !self.inflight.is_empty() || self.posted < blk.load_u64(SEND_TAIL)
+    }
+}
+
+impl Drop for SendSide {
+    fn drop(&mut self) {
+        if let Some(mr) = self.mr.take() {
+            if let Err(e) = self.comm.dereg_mr(mr) {
+                crate::nccl_warn!("NET: deregistering a send FIFO failed: {e}");
+            }
+        }
+    }
+}
+
+/// What a receive in flight is for.
+enum Expect {
+    /// The size word of this step.
+    Size(u64),
+    /// The bytes of this step: (step, bytes).
+    Data(u64, usize),
+}
+
+/// The receiving half of a connection, as the proxy drives it.
+struct RecvSide {
+    comm: Box<dyn RecvComm>,
+    mr: Option<MemHandle>,
+    /// Steps whose size word has been asked for.
+    sized: u64,
+    /// A size word's receive is in flight (its data's receive is posted after it lands).
+    size_pending: bool,
+    /// A step whose size word arrived but whose data receive could not be posted yet:
+    /// (step, protocol, bytes).
+    data_next: Option<(u64, u32, usize)>,
+    inflight: VecDeque<(Request, Expect)>,
+    /// The peer said goodbye: its communicator is closing, and its comm will close next.
+    peer_closed: bool,
+}
+
+impl RecvSide {
+    fn post(&mut self, buf: *mut u8, size: usize, tag: i32) -> Result<Option<Request>> {
+        let mr = self.mr.as_ref().expect("registered while in the proxy");
+        // SAFETY: buf..buf+size is a slot of the host block, which outlives the comm (the proxy
+        // entry drops the comm first), and the kernel leaves it alone until tail passes it.
+        unsafe { self.comm.irecv(&[RecvBuf { data: buf, size, tag }], &[mr]) }
+    }
+
+    fn progress(&mut self, blk: &HostBlock, layout: &Layout) -> Result<bool> {
+        let mut moved = false;
+        loop {
+            if let Some((step, proto, bytes)) = self.data_next {
+                let slot = (step % NSTEPS) as usize;
+                let at = blk.ptr(layout.recv_fifo(proto) + slot * layout.stride(proto), bytes);
+                let Some(r) = self.post(at, bytes, TAG_DATA)? else { return Ok(moved) };
+                self.inflight.push_back((r, Expect::Data(step, bytes)));
+                self.data_next = None;
+                moved = true;
+            }
+            // The next step's slot is free once the kernel has consumed the step FN_NSTEPS before.
+            if !self.size_pending && self.sized < blk.load_u64(RECV_HEAD) + NSTEPS {
+                let at = blk.ptr(RECV_SIZES + 4 * (self.sized % NSTEPS) as usize, 4);
+                if let Some(r) = self.post(at, 4, TAG_SIZE)? {
+                    self.inflight.push_back((r, Expect::Size(self.sized)));
+                    self.size_pending = true;
+                    moved = true;
+                }
+            }
+            let Some((req, what)) = self.inflight.front() else { return Ok(moved) };
+            let Some(got) = self.comm.test(req)? else { return Ok(moved) };
+            let got = got.first().copied().unwrap_or(0);
+            match *what {
+                Expect::Size(step) => {
+                    let word = blk.load_u32(RECV_SIZES + 4 * (step % NSTEPS) as usize);
+                    if got != 4 {
+                        return Err(Error::Remote(format!("step {step}: a size message of {got} bytes, expected 4")));
+                    }
+                    if word == GOODBYE {
+                        self.inflight.pop_front();
+                        self.peer_closed = true;
+                        return Ok(true);
+                    }
+                    let (proto, bytes) =
+                        layout.decode(word).map_err(|e| Error::Remote(format!("step {step}: garbage: {e}")))?;
+                    self.data_next = Some((step, proto, bytes));
+                    self.size_pending = false;
+                    self.sized += 1;
+                }
+                Expect::Data(step, bytes) => {
+                    if got != bytes {
+                        return Err(Error::Remote(format!(
+                            "step {step}: {got} bytes arrived where the size word announced {bytes}"
+                        )));
+                    }
+                    // The data is in place before the kernel sees the tail.
+                    fence(Ordering::Release);
+                    blk.store_u64(RECV_TAIL, step + 1);
+                }
+            }
+            self.inflight.pop_front();
+            moved = true;
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.data_next.is_some() || self.inflight.iter().any(|(_, e)| matches!(e, Expect::Data(..)))
+    }
+}
+
+impl Drop for RecvSide {
+    fn drop(&mut self) {
+        if let Some(mr) = self.mr.take() {
+            if let Err(e) = self.comm.dereg_mr(mr) {
+                crate::nccl_warn!("NET: deregistering a receive FIFO failed: {e}");
+            }
+        }
+    }
+}
+
+/// One connection (a peer on a channel) in the proxy: its two comms and their host block.
+pub struct Entry {
+    // Dropped in this order: the comms (which stop their threads) before the memory they use.
+    send: SendSide,
+    recv: RecvSide,
+    block: Arc<HostBlock>,
+    layout: Layout,
+    /// "rank 3 (host h, pid 7), channel 2": how faults name the connection.
+    who: String,
+    fault: FaultHook,
+    failed: bool,
+    id: u64,
+}
+
+impl Entry {
+    /// Registers `block` with both comms (host memory) and makes the entry.
+    pub fn new(
+        mut send: Box<dyn SendComm>,
+        mut recv: Box<dyn RecvComm>,
+        block: Arc<HostBlock>,
+        layout: Layout,
+        who: String,
+        fault: FaultHook,
+    ) -> Result<Entry> {
+        let len = block.len();
+        let smr = send.reg_mr(block.ptr(0, len), len, super::PtrKind::Host)?;
+        let send =
+            SendSide { comm: send, mr: Some(smr), posted: 0, done: 0, size_sent: false, inflight: VecDeque::new() };
+        let rmr = recv.reg_mr(block.ptr(0, len), len, super::PtrKind::Host)?;
+        let recv = RecvSide {
+            comm: recv,
+            mr: Some(rmr),
+            sized: 0,
+            size_pending: false,
+            data_next: None,
+            inflight: VecDeque::new(),
+            peer_closed: false,
+        };
+        Ok(Entry { send, recv, block, layout, who, fault, failed: false, id: 0 })
+    }
+
+    /// One round over both halves: (anything moved, a step still in flight).
+    fn progress(&mut self) -> (bool, bool) {
+        if self.failed || self.recv.peer_closed {
+            return (false, false);
+        }
+        let r =
+            self.send.progress(&self.block, &self.layout).map_err(|e| e.context("sending")).and_then(|s| {
+                Ok(s | self.recv.progress(&self.block, &self.layout).map_err(|e| e.context("receiving"))?)
+            });
+        match r {
+            Ok(moved) => (moved, self.send.busy(&self.block) || self.recv.busy()),
+            Err(e) => {
+                self.failed = true;
+                (self.fault)(format!("NET connection with {}: {e}", self.who));
+                (true, false)
+            }
+        }
+    }
+}
+
+/// Says goodbye on every connection of `entries` (taken out of the proxy), so their peers see a
+/// close and not a failure, waits at most [`GOODBYE_WAIT`] for the words to go out, then closes
+/// them.
+pub fn close(mut entries: Vec<Entry>) {
+    let reqs: Vec<Option<Request>> = entries.iter_mut().map(Entry::say_goodbye).collect();
+    let end = Instant::now() + GOODBYE_WAIT;
+    for (e, r) in entries.iter_mut().zip(reqs) {
+        let Some(r) = r else { continue };
+        while Instant::now() < end {
+            match e.send.comm.test(&r) {
+                Ok(None) => std::thread::yield_now(),
+                Ok(Some(_)) | Err(_) => break,
+            }
+        }
+    }
+}
+
+impl Entry {
+    /// Posts the goodbye word, unless the connection failed, its peer already left, or a step
+    /// is half sent (its size word went out: the peer expects its data next).
+    fn say_goodbye(&mut self) -> Option<Request> {
+        if self.failed || self.recv.peer_closed || self.send.size_sent {
+            return None;
+        }
+        self.block.store_u32(GOODBYE_AT, GOODBYE);
+        let mr = self.send.mr.as_ref()?;
+        // SAFETY: the word is in the block, which outlives the comm (field order of Entry).
+        unsafe { self.send.comm.isend(self.block.ptr(GOODBYE_AT, 4), 4, TAG_SIZE, mr) }.ok().flatten()
+    }
+}
+
+struct Inner {
+    entries: Mutex<Vec<Entry>>,
+    stop: AtomicBool,
+    next_id: AtomicU64,
+}
+
+/// The progress thread of one CUDA device in this process.
+pub struct Proxy {
+    inner: Arc<Inner>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The live proxies, by device; a proxy stops when its last user drops it.
+static PROXIES: Mutex<Vec<(i32, Weak<Proxy>)>> = Mutex::new(Vec::new());
+
+impl Proxy {
+    /// The proxy of `dev`, started if none runs.
+    pub fn for_device(dev: i32) -> Result<Arc<Proxy>> {
+        let mut all = PROXIES.lock();
+        all.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(p) = all.iter().find(|(d, _)| *d == dev).and_then(|(_, w)| w.upgrade()) {
+            return Ok(p);
+        }
+        let inner =
+            Arc::new(Inner { entries: Mutex::new(Vec::new()), stop: AtomicBool::new(false), next_id: 1.into() });
+        let run = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("nccl-proxy-d{dev}"))
+            .spawn(move || serve(&run))
+            .map_err(|e| Error::System(format!("NET: cannot start the proxy thread of device {dev}: {e}")))?;
+        let p = Arc::new(Proxy { inner, thread: Some(thread) });
+        all.push((dev, Arc::downgrade(&p)));
+        Ok(p)
+    }
+
+    /// Hands a connection to the thread; the id removes it.
+    pub fn add(&self, mut e: Entry) -> u64 {
+        e.id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = e.id;
+        self.inner.entries.lock().push(e);
+        id
+    }
+
+    /// How many of these connections' peers have said goodbye.
+    pub fn closed_by_peer(&self, ids: &[u64]) -> usize {
+        self.inner.entries.lock().iter().filter(|e| ids.contains(&e.id) && e.recv.peer_closed).count()
+    }
+
+    /// Takes connections out of the thread; the caller closes them ([`close`]) outside the
+    /// thread's lock.
+    pub fn remove(&self, ids: &[u64]) -> Vec<Entry> {
+        let mut entries = self.inner.entries.lock();
+        let (gone, kept) = std::mem::take(&mut *entries).into_iter().partition(|e| ids.contains(&e.id));
+        *entries = kept;
+        gone
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            // The thread checks `stop` at least every LONG_NAP.
+            let _ = t.join();
+        }
+    }
+}
+
+/// The thread: poll every connection, spin while something is in flight, nap when idle.
+fn serve(inner: &Inner) {
+    let mut last_move = Instant::now();
+    while !inner.stop.load(Ordering::Acquire) {
+        let (mut moved, mut busy) = (false, false);
+        for e in inner.entries.lock().iter_mut() {
+            let (m, b) = e.progress();
+            moved |= m;
+            busy |= b;
+        }
+        let now = Instant::now();
+        if moved {
+            last_move = now;
+        }
+        let idle = now - last_move;
+        if busy || idle < SPIN {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(if idle < LONG_IDLE { NAP } else { LONG_NAP });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::FN_PROTO_SIMPLE;
+
+    #[test]
+    fn layout_fits_and_aligns() {
+        let l = Layout { slot_bytes: 1 << 19 };
+        let mut ends = Vec::new();
+        for p in 0..FN_NUM_PROTOS {
+            for off in [l.send_fifo(p), l.recv_fifo(p)] {
+                assert_eq!(off % 128, 0, "protocol {p}: LL128 lines and vector stores need alignment");
+                ends.push((off, off + FN_NSTEPS as usize * l.stride(p)));
+            }
+        }
+        ends.sort();
+        assert!(ends[0].0 >= FIFOS && ends.windows(2).all(|w| w[0].1 <= w[1].0), "FIFOs overlap: {ends:?}");
+        assert_eq!(ends.last().unwrap().1, l.block_bytes());
+        assert!(RECV_SIZES + 4 * FN_NSTEPS as usize <= GOODBYE_AT && GOODBYE_AT + 4 <= FIFOS);
+        assert!(l.decode(GOODBYE).is_err(), "a goodbye is never a step");
+    }
+
+    #[test]
+    fn size_words_are_bounded() {
+        let l = Layout { slot_bytes: 1 << 16 };
+        let w = |p: u32, b: u32| b | p << FN_SIZE_PROTO_SHIFT;
+        assert_eq!(l.decode(w(FN_PROTO_SIMPLE, 1 << 16)), Ok((FN_PROTO_SIMPLE, 1 << 16)));
+        assert_eq!(l.decode(w(FN_PROTO_LL, 0)), Ok((FN_PROTO_LL, 0)));
+        assert!(l.decode(w(FN_PROTO_SIMPLE, (1 << 16) + 1)).is_err());
+        assert!(l.decode(w(FN_PROTO_LL, 32 * 1024 + 16)).unwrap_err().contains("bytes for a slot"));
+        assert!(l.decode(w(3, 8)).unwrap_err().contains("protocol 3"));
+    }
+}
