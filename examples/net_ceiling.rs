@@ -7,8 +7,12 @@
 //! touching no data: what is measured is proxy + net + sockets, not the kernels' copies in and
 //! out of the host FIFOs.
 //!
+//! Then the one-way latency of a step: 16-byte LL steps ping-ponged on channel 0 (what the
+//! proxies and the net add to a small message, without a GPU's launch or PCIe polls).
+//!
 //! usage: cargo run --release --example net_ceiling [channels (8)] [seconds (3)] [slot KiB (512)]
-//! Prints one line per direction and rank with GB/s; `scripts/net_bench.sh` runs it.
+//! Prints one line per direction and rank with GB/s, then the latency line; `scripts/net_bench.sh`
+//! runs it.
 
 use nccl::bootstrap::{new_unique_id, Bootstrap};
 use nccl::transport::net::conn::{NetTransport, Setup};
@@ -20,7 +24,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 const NSTEPS: u64 = 8;
+const LL: u32 = 0;
 const SIMPLE: u32 = 2;
+/// Round trips the latency phase times.
+const PINGS: u64 = 2000;
 const PROTO_SHIFT: u32 = 30;
 
 fn main() {
@@ -82,6 +89,7 @@ fn main() {
         out.extend(receivers.into_iter().map(|h| h.join().expect("receiver")));
         out
     });
+    let one_way = latency(&ranks);
     for (r, (_, t)) in ranks.iter().enumerate() {
         for dir in ["send", "recv"] {
             let bytes: u64 = moved.iter().filter(|m| m.0 == r && m.1 == dir).map(|m| m.2).sum();
@@ -94,6 +102,45 @@ fn main() {
             );
         }
     }
+    println!(
+        "net_ceiling: one-way latency of a 16-byte LL step: {:.1} us (mean of {PINGS} round trips)",
+        one_way.as_secs_f64() * 1e6
+    );
+}
+
+/// One-way latency of a 16-byte LL step on channel 0, from ping-pongs between the two ranks'
+/// threads (the connections are idle and drained when this starts).
+fn latency(ranks: &[(Bootstrap, NetTransport)]) -> Duration {
+    let conn = |r: usize| ranks[r].1.block(1 - r, 0).expect("channel 0").clone();
+    let (b0, b1) = (conn(0), conn(1));
+    let (base0, base1) = (b0.load_u64(SEND_TAIL), b1.load_u64(SEND_TAIL));
+    let post = |b: &HostBlock, s: u64| {
+        b.store_u32(SEND_SIZES + 4 * (s % NSTEPS) as usize, 16 | LL << PROTO_SHIFT);
+        fence(Ordering::SeqCst);
+        b.store_u64(SEND_TAIL, s + 1);
+    };
+    let take = |b: &HostBlock, s: u64| {
+        let end = Instant::now() + Duration::from_secs(10);
+        while b.load_u64(RECV_TAIL) <= s {
+            assert!(Instant::now() < end, "net_ceiling: a ping was lost");
+            thread::yield_now();
+        }
+        b.store_u64(RECV_HEAD, s + 1);
+    };
+    let start = Instant::now();
+    thread::scope(|sc| {
+        sc.spawn(|| {
+            for k in 0..PINGS {
+                take(&b1, base0 + k);
+                post(&b1, base1 + k);
+            }
+        });
+        for k in 0..PINGS {
+            post(&b0, base0 + k);
+            take(&b0, base1 + k);
+        }
+    });
+    start.elapsed() / (2 * PINGS as u32)
 }
 
 /// Posts full Simple slots on every connection as fast as the proxy frees them; returns the

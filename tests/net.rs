@@ -191,6 +191,20 @@ fn traffic_on_every_net() {
     }
 }
 
+/// The NET transport (proxy thread and all) over every net, the plugins included: a plugin of
+/// `maxRecvs` 1 and one of the v8 ABI carry steps of every protocol as the Socket net does.
+#[test]
+fn the_proxy_carries_steps_on_every_net() {
+    for (name, out) in on_every_net("transport") {
+        let want = if name.starts_with("Socket") {
+            "TRANSPORT OK over Socket".to_string()
+        } else {
+            format!("TRANSPORT OK over {name}")
+        };
+        assert!(out.contains(&want), "{name}: no {want:?}:\n{out}");
+    }
+}
+
 #[test]
 fn oversized_message_and_unknown_tag_fail_cleanly() {
     for (name, out) in on_every_net("bad-messages") {
@@ -335,6 +349,7 @@ fn child_entry() {
         "bad-messages" => bad_messages(),
         "recv-from-dying" => recv_from_dying(),
         "send-and-die" => send_and_die(),
+        "transport" => transport(),
         "select" => match net::init(&net::NetConfig { comm_id: 0x5e1ec7, ..Default::default() }) {
             Ok(n) => println!("NET {}", n.name()),
             Err(e) => println!("NETERR {e}"),
@@ -366,6 +381,92 @@ fn connect_pair(net: &dyn Net) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
 }
 
 /// A small deterministic generator (xorshift64*), so a failure can be replayed.
+/// Two ranks in threads connect through the bootstrap and the net of this process's
+/// environment; threads play the kernels on both ends of 2 channels in each direction: 200 steps
+/// of random protocols and sizes each, checked byte for byte where the step's protocol puts them.
+fn transport() {
+    use nccl::bootstrap::{new_unique_id, Bootstrap};
+    use nccl::transport::net::conn::{NetTransport, Setup};
+    use nccl::transport::net::proxy::{self, HostBlock, Layout};
+    use std::sync::atomic::{fence, Ordering};
+    use std::sync::Arc;
+    const STEPS: u64 = 200;
+    let limit = Duration::from_secs(30);
+    let id = new_unique_id().unwrap();
+    let ranks: Vec<_> = (0..2usize)
+        .map(|r| {
+            std::thread::spawn(move || {
+                let bs = Bootstrap::init(&id, r, 2, limit).unwrap();
+                let setup = Setup {
+                    dev: -1 - r as i32,
+                    fifo_bytes: 64 << 10,
+                    names: vec!["rank 0".into(), "rank 1".into()],
+                    fault: Arc::new(|m| panic!("NET fault: {m}")),
+                    timeout: limit,
+                    net: net::NetConfig::default(),
+                };
+                let t = NetTransport::connect(&bs, &[(1 - r, 0), (1 - r, 1)], &setup, &HostBlock::plain).unwrap();
+                bs.barrier().unwrap();
+                (bs, t)
+            })
+        })
+        .collect();
+    let ranks: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+    let wait = |what: &str, ok: &dyn Fn() -> bool| {
+        let end = Instant::now() + limit;
+        while !ok() {
+            assert!(Instant::now() < end, "timed out waiting for {what}");
+            std::thread::yield_now();
+        }
+    };
+    // Step s of stream `seed`: its protocol, bytes (whole lines for LL and LL128) and byte i.
+    let shape = |l: &Layout, seed: u64, s: u64| {
+        let mut rng = Rng(seed * 1000 + s + 1);
+        let proto = rng.below(3) as u32;
+        let line = [16, 128, 1][proto as usize];
+        (proto, rng.below(l.stride(proto) as u64 + 1) as usize / line * line)
+    };
+    let byte = |seed: u64, s: u64, i: usize| (seed as usize * 131 + s as usize * 7 + i * 13) as u8;
+    std::thread::scope(|sc| {
+        for (r, (_, t)) in ranks.iter().enumerate() {
+            for ch in 0..2 {
+                let (l, seed) = (t.layout(), (r * 2 + ch) as u64);
+                let send = t.block(1 - r, ch).unwrap().clone();
+                let recv = ranks[1 - r].1.block(r, ch).unwrap().clone();
+                sc.spawn(move || {
+                    for s in 0..STEPS {
+                        wait("a free slot", &|| send.load_u64(proxy::SEND_HEAD) + 8 > s);
+                        let (proto, bytes) = shape(&l, seed, s);
+                        let slot = l.send_fifo(proto) + (s % 8) as usize * l.stride(proto);
+                        for i in 0..bytes {
+                            // SAFETY: in the slot, which the proxy does not read before the tail.
+                            unsafe { send.ptr(slot + i, 1).write(byte(seed, s, i)) };
+                        }
+                        send.store_u32(proxy::SEND_SIZES + 4 * (s % 8) as usize, bytes as u32 | proto << 30);
+                        fence(Ordering::SeqCst);
+                        send.store_u64(proxy::SEND_TAIL, s + 1);
+                    }
+                });
+                sc.spawn(move || {
+                    for s in 0..STEPS {
+                        wait("a step", &|| recv.load_u64(proxy::RECV_TAIL) > s);
+                        fence(Ordering::Acquire);
+                        let (proto, bytes) = shape(&l, seed, s);
+                        let slot = l.recv_fifo(proto) + (s % 8) as usize * l.stride(proto);
+                        for i in 0..bytes {
+                            // SAFETY: in the slot, which the proxy does not write before the head moves.
+                            let got = unsafe { recv.ptr(slot + i, 1).read() };
+                            assert_eq!(got, byte(seed, s, i), "stream {seed} step {s} (protocol {proto}): byte {i}");
+                        }
+                        recv.store_u64(proxy::RECV_HEAD, s + 1);
+                    }
+                });
+            }
+        }
+    });
+    println!("TRANSPORT OK over {}", ranks[0].1.net_name);
+}
+
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {

@@ -13,6 +13,7 @@
 //! happens under one deadline that names what is still missing.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -347,7 +348,8 @@ pub struct Setup {
     pub fifo_bytes: usize,
     /// How messages name each rank.
     pub names: Vec<String>,
-    /// Called once per connection with the error that ended it (a peer gone).
+    /// Called with the error that first ended one of the connections (a peer gone); later
+    /// failures are only logged.
     pub fault: FaultHook,
     /// How long connecting may take in all.
     pub timeout: Duration,
@@ -411,6 +413,15 @@ impl NetTransport {
     ) -> Result<NetTransport> {
         let layout = Layout { slot_bytes: setup.fifo_bytes / crate::abi::FN_NSTEPS as usize };
         let proxy = Proxy::for_device(setup.dev)?;
+        // A dead peer fails all its connections at once: the first says so, the rest only log.
+        let (hook, told) = (setup.fault.clone(), Arc::new(AtomicBool::new(false)));
+        let fault: FaultHook = Arc::new(move |m: String| {
+            if told.swap(true, Ordering::AcqRel) {
+                crate::nccl_info!(Subsys::NET, "{m}");
+            } else {
+                hook(m);
+            }
+        });
         let mut t =
             NetTransport { proxy, ids: Vec::new(), blocks: HashMap::new(), layout, net_name: net_name.to_string() };
         for (peer, ch, send, recv) in links {
@@ -423,7 +434,7 @@ impl NetTransport {
                 )));
             }
             let what = format!("{}, channel {ch}", who.name(peer));
-            let entry = Entry::new(send, recv, block.clone(), layout, what, setup.fault.clone())?;
+            let entry = Entry::new(send, recv, block.clone(), layout, what, fault.clone())?;
             t.ids.push(t.proxy.add(entry));
             t.blocks.insert((peer, ch), block);
         }

@@ -271,14 +271,15 @@ fn send_some(fd: RawFd, buf: &[u8]) -> io::Result<Option<usize>> {
 }
 
 /// As [`send_some`], for several buffers in one call (`sendmsg`).
-fn send_parts(fd: RawFd, parts: &[&[u8]]) -> io::Result<Option<usize>> {
-    let iov: Vec<libc::iovec> =
-        parts.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() }).collect();
+///
+/// # Safety
+/// Every iovec must describe memory valid for reads during the call.
+unsafe fn send_iov(fd: RawFd, iov: &[libc::iovec]) -> io::Result<Option<usize>> {
     // SAFETY: a zeroed msghdr is valid (no name, no control data).
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
     msg.msg_iovlen = iov.len() as _;
-    // SAFETY: every iovec points into a slice valid for reads during the call; flags as in send_some.
+    // SAFETY: the caller vouches for the iovecs; flags as in send_some.
     nonblocking(|| unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) })
 }
 
@@ -933,39 +934,64 @@ struct SocketSend {
     order: VecDeque<usize>,
 }
 
+/// Messages whose control bytes (header and inline payload) go out in one `sendmsg`.
+const SEND_BATCH: usize = 8;
+
 impl SocketSend {
+    /// Writes the control bytes of the queued messages, several at a time, and hands the chunks
+    /// of each fully announced large message to the helper threads, in order.
     fn progress(&mut self) -> Result<()> {
         self.conn.shared.check()?;
         let peer = self.conn.shared.peer;
-        while let Some(&i) = self.order.front() {
-            let fd = self.conn.ctrl.as_raw_fd();
-            let r = self.reqs.get(i);
-            let inline = if r.size < MIN_CHUNK { r.size } else { 0 };
-            let total = HDR_BYTES + inline;
-            while r.written < total {
-                // The header and the inline payload in one call.
+        let fd = self.conn.ctrl.as_raw_fd();
+        while !self.order.is_empty() {
+            let mut iov = Vec::with_capacity(2 * SEND_BATCH);
+            for &i in self.order.iter().take(SEND_BATCH) {
+                let r = self.reqs.get(i);
+                let inline = r.inline();
                 let hdr = &r.hdr[r.written.min(HDR_BYTES)..];
                 let off = r.written.saturating_sub(HDR_BYTES);
-                // SAFETY: the isend caller keeps ptr..ptr+size valid until completion.
-                let payload = unsafe { std::slice::from_raw_parts((r.ptr + off) as *const u8, inline - off) };
-                let res = send_parts(fd, &[hdr, payload]);
-                match res {
-                    Ok(Some(n)) => r.written += n,
-                    Ok(None) => return Ok(()),
-                    Err(e) => {
-                        return Err(self
-                            .conn
-                            .fail(format!("NET/Socket: lost the connection to {peer} (control socket): {e}")))
-                    }
+                iov.push(libc::iovec { iov_base: hdr.as_ptr() as *mut libc::c_void, iov_len: hdr.len() });
+                iov.push(libc::iovec { iov_base: (r.ptr + off) as *mut libc::c_void, iov_len: inline - off });
+            }
+            // SAFETY: each header lives in its request's slot, which stays put until the request
+            // leaves `order`; each payload is the isend caller's, valid until completion.
+            let mut n = match unsafe { send_iov(fd, &iov) } {
+                Ok(Some(n)) => n,
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    return Err(self
+                        .conn
+                        .fail(format!("NET/Socket: lost the connection to {peer} (control socket): {e}")))
                 }
+            };
+            while let Some(&i) = self.order.front() {
+                let r = self.reqs.get(i);
+                let take = n.min(HDR_BYTES + r.inline() - r.written);
+                r.written += take;
+                n -= take;
+                if r.written < HDR_BYTES + r.inline() {
+                    break;
+                }
+                let (ptr, size, pending) = (r.ptr, r.size, r.pending.clone());
+                if size >= MIN_CHUNK {
+                    self.conn.post_chunks(ptr, size, &pending);
+                }
+                self.order.pop_front();
             }
-            let (ptr, size, pending) = (r.ptr, r.size, r.pending.clone());
-            if size >= MIN_CHUNK {
-                self.conn.post_chunks(ptr, size, &pending);
-            }
-            self.order.pop_front();
         }
         Ok(())
+    }
+}
+
+impl SendReq {
+    /// Bytes of the message that follow its header on the control socket.
+    fn inline(&self) -> usize {
+        if self.size < MIN_CHUNK {
+            self.size
+        } else {
+            0
+        }
     }
 }
 
@@ -991,8 +1017,8 @@ impl SendComm for SocketSend {
             pending: Arc::new(AtomicUsize::new(0)),
         };
         let Some(r) = self.reqs.insert(req) else { return Ok(None) };
+        // Written by the next `test`, together with whatever else was posted before it.
         self.order.push_back(r.0 & 0xff);
-        self.progress()?;
         Ok(Some(r))
     }
 
