@@ -73,6 +73,9 @@ pub struct CommShape {
     pub all_pairs_channels: usize,
     /// The Tree algorithm's hosts, depth and fan-out.
     pub tree: TreeShape,
+    /// Some pair of the communicator is on NET: the slowest hop goes through the proxies, which
+    /// prices algorithms, protocols and channels differently (`tuner`).
+    pub net: bool,
 }
 
 /// One kernel launch for one communicator.

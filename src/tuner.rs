@@ -3,7 +3,9 @@
 //! The model is NCCL's in shape: a collective of S bytes takes `hops × hop_us(proto) +
 //! wire(S) / bw(proto)`, where `hops` is the number of dependent FIFO steps on the critical path
 //! and `wire` the bytes each rank pushes over its link. The constants per protocol were measured
-//! on 2× H200 (NV18) with each protocol forced (see COST).
+//! on 2× H200 (NV18) with each protocol forced (see COST). A communicator with a pair on NET is
+//! priced by its slowest link, the proxies' (see NET_HOP_US), where channels cost latency, so the
+//! tuner also picks how many to use.
 //!
 //! `NCCL_ALGO` and `NCCL_PROTO` restrict the choice with NCCL's syntax (a comma list of names,
 //! case-insensitive; a leading `^` excludes the listed ones instead). `NCCL_ALGO` also takes
@@ -185,6 +187,41 @@ fn model_us(proto: u32, hops: f64, wire: f64, bw_scale: f64) -> f64 {
     hops * c.hop_us + wire / (c.gbps * bw_scale * 1e3)
 }
 
+/// A communicator with a pair on NET (docs/ARCHITECTURE.md, "Transports") moves every step of
+/// every protocol through the sender's and the receiver's proxy threads. Measured on one H100 with
+/// two processes as two hosts, CUDA MPS on (BENCHMARKS.md, "NET transport", commit 6fe470c): an
+/// 8-byte all-reduce (one hop) took 44 µs on one channel, about 8 of them the launch; each further
+/// channel added about 15 µs to a hop (8 KB: 50 µs on one channel, 159 on eight), as the one proxy
+/// thread serves the channels in turn; one channel carried 2 MB of Simple in 905 µs (2.3 GB/s of
+/// wire) and eight channels 8.2 GB/s.
+const NET_HOP_US: f64 = 36.0;
+const NET_CHANNEL_US: f64 = 15.0;
+const NET_CHANNEL_GBPS: f64 = 2.3;
+const NET_GBPS: f64 = 8.2;
+/// The fraction of Simple's NET bandwidth each protocol reaches, by fnProto. LL128 carried 1 MB in
+/// 1970 µs on one channel against Simple's 2 MB in 905 µs (0.23: each 60 KB slot is a round
+/// through both proxies); LL, not measured, is taken at half of that (16 KB slots, and half of
+/// every line is flags). Over host memory no protocol saves a hop: all publish a tail.
+const NET_PROTO_EFF: [f64; 3] = [0.11, 0.23, 1.0];
+
+fn net_us(proto: u32, hops: f64, wire: f64, bw_scale: f64, nch: usize) -> f64 {
+    let hop = NET_HOP_US + (nch.max(1) - 1) as f64 * NET_CHANNEL_US;
+    let gbps = (nch as f64 * NET_CHANNEL_GBPS).min(NET_GBPS) * NET_PROTO_EFF[proto as usize] * bw_scale;
+    hops * hop + wire / (gbps * 1e3)
+}
+
+/// The modelled time of an algorithm's kernel and the channels to run it on, at most `max_nch`.
+/// Over P2P every channel is used (the measured costs assume it); over NET the fewest channels
+/// that pay for their proxy rounds.
+fn price(shape: &CommShape, proto: u32, hops: f64, wire: f64, bw_scale: f64, max_nch: usize) -> (f64, usize) {
+    if !shape.net {
+        return (model_us(proto, hops, wire, bw_scale), max_nch);
+    }
+    (1..=max_nch.max(1))
+        .map(|nch| (net_us(proto, hops, wire, bw_scale, nch), nch))
+        .fold((f64::INFINITY, 1), |best, c| if c.0 < best.0 { c } else { best })
+}
+
 /// Bytes of the largest per-channel part when `count` elements of `elem` bytes are spread over
 /// `nch` channels (the kernels' channelPart rule: parts rounded up to 16 bytes).
 fn part_bytes(count: usize, elem: usize, nch: usize) -> usize {
@@ -231,7 +268,8 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
     };
     for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
         if allowed.protos[proto as usize] && allowed.ring_for(kind) {
-            consider(model_us(proto, hops, wire, 1.0), ring(proto));
+            let (t, nchannels) = price(shape, proto, hops, wire, 1.0, shape.nchannels);
+            consider(t, Choice { algo: FN_ALGO_RING, proto, nchannels });
         }
     }
     // Tree all-reduce: across hosts its log-depth latency beats the ring's 2(n - 1) hops; on one
@@ -243,8 +281,8 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         let (hops, wire) = tree_shape(shape, bytes);
         for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
             if allowed.protos[proto as usize] {
-                let c = Choice { algo: FN_ALGO_TREE, proto, nchannels: tch };
-                consider(model_us(proto, hops, wire, TREE_BW), c);
+                let (t, nchannels) = price(shape, proto, hops, wire, TREE_BW, tch);
+                consider(t, Choice { algo: FN_ALGO_TREE, proto, nchannels });
             }
         }
     }
@@ -257,8 +295,13 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
             let fits = n == 2 || (proto == FN_PROTO_LL && part_bytes(count, elem, nch) <= LL_SLOT_BYTES);
             if allowed.protos[proto as usize] && fits {
                 let scale = if n == 2 { ONESHOT_PAIR_BW } else { 1.0 };
-                let t = model_us(proto, 1.0, (n - 1) as f64 * bytes, scale);
-                consider(t, Choice { algo: FN_ALGO_ONESHOT, proto, nchannels: nch });
+                // More than two ranks: one LL slot per channel holds the part, so every channel.
+                let (t, nchannels) = if n == 2 {
+                    price(shape, proto, 1.0, (n - 1) as f64 * bytes, scale, nch)
+                } else {
+                    (model_us(proto, 1.0, (n - 1) as f64 * bytes, scale), nch)
+                };
+                consider(t, Choice { algo: FN_ALGO_ONESHOT, proto, nchannels });
             }
         }
     }
@@ -360,10 +403,10 @@ mod tests {
     use crate::topo::tree::TreeShape;
 
     fn shape(nranks: usize, nchannels: usize, all_pairs_channels: usize) -> CommShape {
-        CommShape { rank: 0, nranks, nchannels, all_pairs_channels, tree: TreeShape::chain(nranks) }
+        CommShape { rank: 0, nranks, nchannels, all_pairs_channels, tree: TreeShape::chain(nranks), net: false }
     }
     const TWO: CommShape =
-        CommShape { rank: 0, nranks: 2, nchannels: 64, all_pairs_channels: 64, tree: TreeShape::chain(2) };
+        CommShape { rank: 0, nranks: 2, nchannels: 64, all_pairs_channels: 64, tree: TreeShape::chain(2), net: false };
     /// 128 hosts of 8 ranks, 16 channels, 4 of them connecting every pair.
     const CLUSTER: CommShape = CommShape {
         rank: 0,
@@ -371,6 +414,7 @@ mod tests {
         nchannels: 16,
         all_pairs_channels: 4,
         tree: TreeShape { nhosts: 128, depth: 7 + 7, max_children: 3 },
+        net: false,
     };
 
     #[test]
@@ -505,6 +549,31 @@ mod tests {
         // One rank: the local copy.
         let one = shape(1, 64, 0);
         assert_eq!(choose(CollKind::AllReduce, 2, 4, &one, &Allowed::ALL).proto, FN_PROTO_SIMPLE);
+    }
+
+    #[test]
+    fn net_communicators_use_simple_and_few_channels_for_small_messages() {
+        let net = |n| CommShape { net: true, ..shape(n, 8, 4) };
+        let shm4 = Allowed::for_connections(4, true, false);
+        for (n, allowed) in [(2, Allowed::for_connections(2, true, false)), (4, shm4.clone())] {
+            let small = choose(CollKind::AllReduce, 2, 4, &net(n), &allowed);
+            assert_eq!((small.proto, small.nchannels), (FN_PROTO_SIMPLE, 1), "n={n}");
+            let large = choose(CollKind::AllReduce, 64 << 20, 4, &net(n), &allowed);
+            assert_eq!(large.proto, FN_PROTO_SIMPLE, "n={n}");
+            assert!(large.nchannels >= 4, "n={n}: {large:?}");
+            // Channels only grow with size.
+            let mut last = 0;
+            for count in (0..28).map(|b| 1usize << b) {
+                let c = choose(CollKind::AllReduce, count, 1, &net(n), &allowed);
+                assert!(c.nchannels >= last && c.nchannels <= 8, "n={n} count={count}: {c:?}");
+                last = c.nchannels;
+            }
+        }
+        // NCCL_PROTO=LL is still obeyed over NET.
+        let ll = parse_restrictions(None, Some("LL")).unwrap();
+        assert_eq!(choose(CollKind::AllGather, 1 << 20, 1, &net(4), &ll).proto, FN_PROTO_LL);
+        // Over P2P nothing changes: every channel.
+        assert_eq!(choose(CollKind::AllReduce, 2, 4, &shape(4, 8, 4), &shm4).nchannels, 8);
     }
 
     #[test]

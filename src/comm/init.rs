@@ -80,7 +80,8 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     }
     let max_per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
     let mut nchannels = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
-    if transport::net_pairs(&kinds) {
+    let on_net = transport::net_pairs(&kinds);
+    if on_net {
         nchannels = nchannels.min(net::conn::MAX_CHANNELS);
     }
     if let Some(max) = config.max_ctas {
@@ -188,6 +189,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         bootstrap,
         conns: plan,
         tree: trees.shape(),
+        net: on_net,
         limits,
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),

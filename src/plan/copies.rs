@@ -205,7 +205,7 @@ mod tests {
     use crate::topo::tree::TreeShape;
 
     fn shape(rank: usize, nranks: usize) -> CommShape {
-        CommShape { rank, nranks, nchannels: 64, all_pairs_channels: 64, tree: TreeShape::chain(nranks) }
+        CommShape { rank, nranks, nchannels: 64, all_pairs_channels: 64, tree: TreeShape::chain(nranks), net: false }
     }
 
     fn coll(kind: CollKind, rank: usize, count: usize, root: usize) -> Task {

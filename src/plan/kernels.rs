@@ -232,7 +232,7 @@ mod tests {
     }
 
     const SHAPE: CommShape =
-        CommShape { rank: 0, nranks: 3, nchannels: 4, all_pairs_channels: 4, tree: TreeShape::chain(3) };
+        CommShape { rank: 0, nranks: 3, nchannels: 4, all_pairs_channels: 4, tree: TreeShape::chain(3), net: false };
 
     fn plan0(ops: &[(CUstream, Task)]) -> Result<Vec<Launch>> {
         plan(&SHAPE, &Allowed::ALL, &|_| 4, ops)
@@ -342,13 +342,26 @@ mod tests {
 
     #[test]
     fn big_messages_are_split_the_same_way_on_both_ends() {
-        let two = CommShape { rank: 0, nranks: 2, nchannels: 64, all_pairs_channels: 64, tree: TreeShape::chain(2) };
+        let two = CommShape {
+            rank: 0,
+            nranks: 2,
+            nchannels: 64,
+            all_pairs_channels: 64,
+            tree: TreeShape::chain(2),
+            net: false,
+        };
         assert_eq!(p2p_parts(&two, 64, 8), 1);
         assert_eq!(p2p_parts(&two, 64, 1 << 20), 16);
         assert_eq!(p2p_parts(&two, 64, 1 << 30), 32);
         assert_eq!(p2p_parts(&two, 8, 1 << 30), 8);
-        let eight_on_one_gpu =
-            CommShape { rank: 0, nranks: 8, nchannels: 8, all_pairs_channels: 4, tree: TreeShape::chain(8) };
+        let eight_on_one_gpu = CommShape {
+            rank: 0,
+            nranks: 8,
+            nchannels: 8,
+            all_pairs_channels: 4,
+            tree: TreeShape::chain(8),
+            net: false,
+        };
         assert_eq!(p2p_parts(&eight_on_one_gpu, 8, 1 << 30), 1);
         let s = std::ptr::null_mut();
         let ops = vec![

@@ -80,7 +80,14 @@ mod tests {
 
     #[test]
     fn estimates_grow_with_size_and_follow_the_tuner() {
-        let shape = CommShape { rank: 0, nranks: 2, nchannels: 64, all_pairs_channels: 64, tree: TreeShape::chain(2) };
+        let shape = CommShape {
+            rank: 0,
+            nranks: 2,
+            nchannels: 64,
+            all_pairs_channels: 64,
+            tree: TreeShape::chain(2),
+            net: false,
+        };
         let ar = |count| {
             Task::Coll(CollTask {
                 kind: CollKind::AllReduce,

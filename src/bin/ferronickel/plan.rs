@@ -116,7 +116,8 @@ pub fn run(mut args: Args) -> CmdResult {
     let host_of: Vec<u64> = peers.iter().map(|p| p.host_hash).collect();
     let trees = Trees::new(&order, &host_of);
     let tree = trees.shape();
-    let shape = CommShape { rank: 0, nranks, nchannels, all_pairs_channels: conns.all_pairs_channels(), tree };
+    let net = transport::net_pairs(&kinds);
+    let shape = CommShape { rank: 0, nranks, nchannels, all_pairs_channels: conns.all_pairs_channels(), tree, net };
     // Each tree's root: the rank without a parent.
     let roots: Vec<usize> =
         (0..2).map(|w| (0..nranks).find(|&r| trees.rank_tree(w, r).up.is_none()).expect("a tree has a root")).collect();
