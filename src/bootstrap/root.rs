@@ -1,6 +1,10 @@
-//! The bootstrap root: collects one registration per rank, hands every rank the peer table, and
-//! stays until every rank reports its ring links up, so that init succeeds everywhere or fails
-//! everywhere with the same explanation.
+//! The bootstrap root: collects one registration per rank, hands each rank the address of its
+//! next rank on the ring, and stays until every rank reports its ring linked and the peer table
+//! gathered around it, so that init succeeds everywhere or fails everywhere with the same
+//! explanation.
+//!
+//! The root sends one address per rank, never the whole table: its messages and bytes grow
+//! linearly with ranks (docs/ARCHITECTURE.md, "Bootstrap at scale").
 //!
 //! [`RootState`] is the whole protocol as a pure state machine: it is fed registrations, ring
 //! reports, closed connections and the current time, and answers with [`Action`]s; it does no
@@ -44,20 +48,37 @@ pub struct Registration {
 pub enum Action<C> {
     /// Send `reason` to this connection as a refusal, log it, close it. The root goes on.
     Reject { conn: C, reason: String },
-    /// Every rank is in: send `table` to every connection (`conns[r]` is rank r's) and keep
-    /// them, waiting for each rank's ring report.
-    Table { conns: Vec<C>, table: Vec<SocketAddr> },
-    /// Every rank's ring is up: send Ready to every connection, then exit.
+    /// Every rank is in: send each connection (rank r's, at index r) the listen address of
+    /// rank r + 1 (mod n), and keep them, waiting for each rank's ring report.
+    Ring { links: Vec<(C, SocketAddr)> },
+    /// Every rank's ring is up and its table gathered: send Ready to every connection, then exit.
     Ready { conns: Vec<C> },
     /// Init cannot finish: send `text` to every connection still open, as a refusal of this
     /// kind, then exit.
     Fail { conns: Vec<C>, reason: RefuseReason, text: String },
 }
 
+impl<C> Action<C> {
+    /// The frames the edge sends for this action, by connection: all the root ever writes
+    /// after the handshake, so its cost can be counted without sockets.
+    pub fn messages(self) -> Vec<(C, Msg)> {
+        match self {
+            Action::Reject { conn, reason } => {
+                vec![(conn, Msg::Refused { reason: RefuseReason::Rejected, text: reason })]
+            }
+            Action::Ring { links } => links.into_iter().map(|(c, next)| (c, Msg::RingNext { next })).collect(),
+            Action::Ready { conns } => conns.into_iter().map(|c| (c, Msg::Ready)).collect(),
+            Action::Fail { conns, reason, text } => {
+                conns.into_iter().map(|c| (c, Msg::Refused { reason, text: text.clone() })).collect()
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Phase {
     Registering,
-    /// The table went out at this time; these ranks have reported their ring up.
+    /// The ring addresses went out at this time; these ranks have reported their ring up.
     Ring {
         since: Instant,
         ready: BTreeSet<usize>,
@@ -141,11 +162,13 @@ impl<C: Copy + Debug + Eq + Hash> RootState<C> {
             return None;
         }
         self.phase = Phase::Ring { since: now, ready: BTreeSet::new() };
-        let (conns, table) = self.slots.values().copied().unzip();
-        Some(Action::Table { conns, table })
+        // The slots are every rank 0..n in order: rank r's next is the following slot.
+        let addrs: Vec<SocketAddr> = self.slots.values().map(|&(_, a)| a).collect();
+        let links = self.slots.values().enumerate().map(|(r, &(c, _))| (c, addrs[(r + 1) % addrs.len()])).collect();
+        Some(Action::Ring { links })
     }
 
-    /// A registered rank reports its ring links up.
+    /// A registered rank reports its ring links up and the peer table gathered.
     pub fn on_ready(&mut self, conn: C) -> Option<Action<C>> {
         let rank = self.rank_of(conn)?;
         let Phase::Ring { ready, .. } = &mut self.phase else {
@@ -216,7 +239,8 @@ impl<C: Copy + Debug + Eq + Hash> RootState<C> {
         let n = self.nranks?.0;
         let text = match &self.phase {
             Phase::Ring { ready, .. } => format!(
-                "bootstrap: rank(s) {} did not link the ring within {timeout:?} after every rank had registered",
+                "bootstrap: rank(s) {} did not link the ring and gather the peer table within {timeout:?} after \
+                 every rank had registered",
                 brief((0..n).filter(|r| !ready.contains(r)))
             ),
             _ => format!(
@@ -320,46 +344,36 @@ fn run(mut acceptor: Acceptor, addr: SocketAddr) {
 }
 
 fn perform(action: Action<usize>, conns: &mut HashMap<usize, FrameStream>) {
+    let info = |text: &str| crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root: {text}");
+    match &action {
+        Action::Reject { reason, .. } => {
+            crate::nccl_warn_unrecorded!("Bootstrap root: refused a registration: {reason}")
+        }
+        Action::Ring { links } => {
+            info(&format!("all {} ranks registered; sending each its ring neighbour", links.len()))
+        }
+        Action::Ready { .. } => info("every rank linked its ring and gathered the peer table"),
+        Action::Fail { text, .. } => crate::nccl_warn_unrecorded!("{text}"),
+    }
+    // Only the ring addresses leave the connections open: the root waits on them for reports.
+    let keep = matches!(action, Action::Ring { .. });
     let deadline = Instant::now() + REPLY_TIMEOUT;
-    let send = |conns: &mut HashMap<usize, FrameStream>, c: usize, msg: &Msg, keep: bool| {
-        let Some(s) = conns.get_mut(&c) else { return };
-        if let Err(e) = s.send(msg, deadline) {
+    for (c, msg) in action.messages() {
+        let Some(s) = conns.get_mut(&c) else { continue };
+        if let Err(e) = s.send(&msg, deadline) {
             crate::nccl_warn_unrecorded!("Bootstrap root: could not reply to {}: {e}", s.peer());
         }
         if !keep {
             conns.remove(&c);
         }
-    };
-    match action {
-        Action::Reject { conn, reason } => {
-            crate::nccl_warn_unrecorded!("Bootstrap root: refused a registration: {reason}");
-            send(conns, conn, &Msg::Refused { reason: RefuseReason::Rejected, text: reason }, false);
-        }
-        Action::Table { conns: ranks, table } => {
-            crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root: all {} ranks registered", table.len());
-            let msg = Msg::PeerTable { peers: table };
-            ranks.into_iter().for_each(|c| send(conns, c, &msg, true));
-        }
-        Action::Ready { conns: ranks } => {
-            crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root: every rank linked its ring");
-            ranks.into_iter().for_each(|c| send(conns, c, &Msg::Ready, false));
-        }
-        Action::Fail { conns: ranks, reason, text } => {
-            crate::nccl_warn_unrecorded!("{text}");
-            let msg = Msg::Refused { reason, text };
-            ranks.into_iter().for_each(|c| send(conns, c, &msg, false));
-        }
     }
 }
 
-/// The reply a rank waits for after registering: only a table or a refusal are legal.
-pub fn check_reply(msg: Msg, rank: usize, nranks: usize, root: SocketAddr) -> Result<Vec<SocketAddr>> {
+/// The reply a rank waits for after registering: only its next rank's address or a refusal
+/// are legal.
+pub fn check_reply(msg: Msg, rank: usize, root: SocketAddr) -> Result<SocketAddr> {
     match msg {
-        Msg::PeerTable { peers } if peers.len() == nranks => Ok(peers),
-        Msg::PeerTable { peers } => Err(Error::Remote(format!(
-            "bootstrap: the root at {root} sent rank {rank} a table of {} peers, expected {nranks}",
-            peers.len()
-        ))),
+        Msg::RingNext { next } => Ok(next),
         other => Err(refusal(other, rank, root)),
     }
 }
@@ -429,10 +443,9 @@ mod tests {
         assert_eq!(s.on_register(10, reg(0, 3), t0 + T / 2), None);
         assert_eq!(s.poll(t0 + T / 2), None);
         let done = s.on_register(11, reg(1, 3), t0 + T / 2);
-        assert_eq!(
-            done,
-            Some(Action::Table { conns: vec![10, 11, 12], table: (0..3).map(|r| reg(r, 3).listen).collect() })
-        );
+        // Each rank gets its next rank's address, the last rank rank 0's.
+        let next = |r: u32| reg((r + 1) % 3, 3).listen;
+        assert_eq!(done, Some(Action::Ring { links: vec![(10, next(0)), (11, next(1)), (12, next(2))] }));
         // The ring phase has its own deadline, from the table.
         assert_eq!(s.deadline(), Some(t0 + T / 2 + T + RING_REPORT_MARGIN));
         assert_eq!(s.registered().collect::<Vec<_>>(), vec![10, 11, 12]);
@@ -446,10 +459,53 @@ mod tests {
         assert_eq!(s.on_closed(10, "closed"), None);
     }
 
+    /// Everything the root writes after the handshakes, for n = 1,000 ranks registering in a
+    /// scrambled order: one address and one Ready per rank, so O(n) bytes in all (the whole
+    /// table to every rank would be n^2 addresses: about 7 MB here, 2 GB at 8,192 ranks).
+    #[test]
+    fn root_sends_one_address_per_rank() {
+        use crate::bootstrap::wire::{encode, HEADER_LEN, MAX_ADDR_LEN};
+        const N: u32 = 1_000;
+        let t0 = Instant::now();
+        let mut s = RootState::default();
+        let mut ring = Vec::new();
+        for i in 0..N {
+            // 7919 is prime to N: a permutation of the ranks.
+            let r = i * 7919 % N;
+            if let Some(a) = s.on_register(10 + r, reg(r, N), t0) {
+                assert_eq!(i, N - 1, "nothing is sent before the last registration");
+                ring = a.messages();
+            }
+        }
+        assert_eq!(ring.len(), N as usize, "one message per rank");
+        for (r, (conn, msg)) in ring.iter().enumerate() {
+            assert_eq!(*conn, 10 + r as u32);
+            assert_eq!(*msg, Msg::RingNext { next: reg((r as u32 + 1) % N, N).listen });
+        }
+        let bytes = |msgs: &[(u32, Msg)]| msgs.iter().map(|(_, m)| encode(m).len()).collect::<Vec<_>>();
+        let ring_bytes = bytes(&ring);
+        assert!(ring_bytes.iter().all(|&b| b <= HEADER_LEN + MAX_ADDR_LEN), "O(1) bytes per rank");
+        // An IPv4 address is 7 bytes on the wire.
+        assert_eq!(ring_bytes.iter().sum::<usize>(), N as usize * (HEADER_LEN + 7));
+        let mut ready = Vec::new();
+        for r in 0..N {
+            if let Some(a) = s.on_ready(10 + r) {
+                ready = a.messages();
+            }
+        }
+        assert_eq!(ready.len(), N as usize);
+        assert!(ready.iter().all(|(_, m)| *m == Msg::Ready));
+        assert_eq!(bytes(&ready).iter().sum::<usize>(), N as usize * HEADER_LEN);
+    }
+
     #[test]
     fn single_rank_completes_at_once() {
         let mut s = RootState::default();
-        assert!(matches!(s.on_register(1u32, reg(0, 1), Instant::now()), Some(Action::Table { .. })));
+        // Its own next rank: itself (it links no ring, but the reply has one shape).
+        assert_eq!(
+            s.on_register(1u32, reg(0, 1), Instant::now()),
+            Some(Action::Ring { links: vec![(1, reg(0, 1).listen)] })
+        );
         assert_eq!(s.on_ready(1), Some(Action::Ready { conns: vec![1] }));
     }
 
@@ -494,10 +550,7 @@ mod tests {
             "rank 1 already registered by the process listening at 10.0.0.1:1001"
         );
         match s.on_register(3, reg(0, 2), t0) {
-            Some(Action::Table { conns, table }) => {
-                assert_eq!(conns, vec![3, 1]);
-                assert_eq!(table[1], reg(1, 2).listen);
-            }
+            Some(Action::Ring { links }) => assert_eq!(links, vec![(3, reg(1, 2).listen), (1, reg(0, 2).listen)]),
             other => panic!("{other:?}"),
         }
     }
@@ -536,7 +589,7 @@ mod tests {
         assert_eq!(s.poll(t0 + T), None, "the ranks get to report first");
         let (conns, why, text) = fail(s.poll(t0 + T + RING_REPORT_MARGIN));
         assert_eq!((conns, why), (vec![10, 11, 12], RefuseReason::Missing));
-        assert!(text.contains("rank(s) [0, 2] did not link the ring within 5s"), "{text}");
+        assert!(text.contains("rank(s) [0, 2] did not link the ring and gather the peer table within 5s"), "{text}");
     }
 
     #[test]
@@ -602,30 +655,26 @@ mod tests {
     #[test]
     fn replies_map_to_errors() {
         let root: SocketAddr = "10.0.0.9:9".parse().unwrap();
-        let peers = vec![root, root];
-        assert_eq!(check_reply(Msg::PeerTable { peers: peers.clone() }, 0, 2, root), Ok(peers));
-        assert!(matches!(check_reply(Msg::PeerTable { peers: vec![root] }, 0, 2, root), Err(Error::Remote(_))));
+        let next: SocketAddr = "10.0.0.1:1001".parse().unwrap();
+        assert_eq!(check_reply(Msg::RingNext { next }, 0, root), Ok(next));
+        assert!(matches!(check_reply(Msg::Ready, 0, root), Err(Error::Remote(_))));
         let text = "bootstrap: rank(s) [1] never registered".to_string();
         assert_eq!(
-            check_reply(Msg::Refused { reason: RefuseReason::Missing, text: text.clone() }, 0, 2, root),
+            check_reply(Msg::Refused { reason: RefuseReason::Missing, text: text.clone() }, 0, root),
             Err(Error::System(text.clone()))
         );
         assert_eq!(
-            check_reply(Msg::Refused { reason: RefuseReason::Lost, text: text.clone() }, 0, 2, root),
+            check_reply(Msg::Refused { reason: RefuseReason::Lost, text: text.clone() }, 0, root),
             Err(Error::Remote(text))
         );
         match check_reply(
             Msg::Refused { reason: RefuseReason::Rejected, text: "rank 1 already registered".into() },
             1,
-            2,
             root,
         ) {
             Err(Error::InvalidUsage(m)) => assert!(m.contains("refused rank 1: rank 1 already registered"), "{m}"),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(
-            check_reply(Msg::Data { tag: 0, seq: 0, payload: vec![] }, 0, 2, root),
-            Err(Error::Remote(_))
-        ));
+        assert!(matches!(check_reply(Msg::Data { tag: 0, seq: 0, payload: vec![] }, 0, root), Err(Error::Remote(_))));
     }
 }
