@@ -14,7 +14,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::io;
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::auth::Credentials;
@@ -279,25 +281,83 @@ pub fn spawn(listener: TcpListener, cred: Credentials) -> Result<()> {
         .map_err(|e| Error::System(format!("bootstrap: could not start the root thread: {e}")))
 }
 
+/// The registered ranks' connections, watched through one epoll descriptor that the acceptor
+/// polls like any other: each wake of the root then costs the same whatever the number of
+/// ranks, where a poll over every connection at each registration would be quadratic.
+/// A connection leaves the set when it is closed.
+struct Registered {
+    ep: OwnedFd,
+}
+
+impl Registered {
+    fn new() -> io::Result<Registered> {
+        // SAFETY: epoll_create1 takes no pointers.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor that nothing else owns.
+        Ok(Registered { ep: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    fn add(&self, conn: &FrameStream, key: usize) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: key as u64 };
+        // SAFETY: both descriptors are open, and ev is a valid event for the call to read.
+        match unsafe { libc::epoll_ctl(self.ep.as_raw_fd(), libc::EPOLL_CTL_ADD, conn.as_raw_fd(), &mut ev) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
+    /// The keys of connections readable now (a frame, or their end), a bounded batch at a time:
+    /// the rest stay ready and wake the next poll.
+    fn ready(&self) -> io::Result<Vec<usize>> {
+        const BATCH: usize = 1024;
+        let mut evs = vec![libc::epoll_event { events: 0, u64: 0 }; BATCH];
+        // SAFETY: evs has room for BATCH events; a zero timeout never blocks.
+        let n = unsafe { libc::epoll_wait(self.ep.as_raw_fd(), evs.as_mut_ptr(), BATCH as i32, 0) };
+        match usize::try_from(n) {
+            Ok(n) => Ok(evs[..n].iter().map(|e| e.u64 as usize).collect()),
+            Err(_) if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => Ok(Vec::new()),
+            Err(_) => Err(io::Error::last_os_error()),
+        }
+    }
+}
+
+impl AsRawFd for Registered {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ep.as_raw_fd()
+    }
+}
+
 fn run(mut acceptor: Acceptor, addr: SocketAddr) {
     crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root listening on {addr}");
+    let registered = match Registered::new() {
+        Ok(r) => r,
+        Err(e) => {
+            crate::nccl_warn_unrecorded!("Bootstrap root at {addr} cannot start: epoll_create1 failed: {e}");
+            return;
+        }
+    };
     let mut state = RootState::<usize>::default();
     // Every connection the root holds, by a serial number; removed as soon as it is answered.
     let mut conns: HashMap<usize, FrameStream> = HashMap::new();
+    // Connections that already hold a whole frame in their buffer: no poll would report them.
+    let mut buffered: Vec<usize> = Vec::new();
     let mut serial = 0;
     while !state.is_finished() {
         if let Some(action) = state.poll(Instant::now()) {
             perform(action, &mut conns);
             break;
         }
-        let keys: Vec<usize> = state.registered().collect();
-        let buffered: Vec<usize> = (0..keys.len()).filter(|&i| conns[&keys[i]].has_frame()).collect();
         let wake = match buffered.is_empty() {
-            false => Ok(Some(Wake::Watched(buffered))),
-            true => {
-                let watch: Vec<&dyn std::os::fd::AsRawFd> = keys.iter().map(|k| &conns[k] as _).collect();
-                acceptor.next(state.deadline(), &|| state.waiting_for(), &watch)
-            }
+            false => Ok(Some(Wake::Watched(std::mem::take(&mut buffered)))),
+            true => match acceptor.next(state.deadline(), &|| state.waiting_for(), &[&registered]) {
+                Ok(Some(Wake::Watched(_))) => {
+                    registered.ready().map(|keys| Some(Wake::Watched(keys))).map_err(Into::into)
+                }
+                other => other,
+            },
         };
         match wake {
             Ok(None) => {}
@@ -306,9 +366,9 @@ fn run(mut acceptor: Acceptor, addr: SocketAddr) {
                 return;
             }
             // Every readable rank in one pass: the ring reports of thousands of ranks arrive
-            // together, and one poll of every connection per report would be quadratic.
+            // together.
             Ok(Some(Wake::Watched(ready))) => {
-                for key in ready.into_iter().map(|i| keys[i]) {
+                for key in ready {
                     let Some(conn) = conns.get_mut(&key) else { continue };
                     let action = match conn.recv(MAX_CONTROL_BODY, Instant::now()) {
                         Ok(Msg::Ready) => state.on_ready(key),
@@ -317,6 +377,9 @@ fn run(mut acceptor: Acceptor, addr: SocketAddr) {
                         Err(NetError::Timeout) => None,
                         Err(e) => state.on_closed(key, &format!("failed ({e})")),
                     };
+                    if conn.has_frame() {
+                        buffered.push(key);
+                    }
                     if let Some(action) = action {
                         perform(action, &mut conns);
                     }
@@ -332,7 +395,17 @@ fn run(mut acceptor: Acceptor, addr: SocketAddr) {
                     continue;
                 };
                 let reg = Registration { rank, nranks, listen, timeout: Duration::from_millis(timeout_ms) };
+                if serial == 0 && (nranks as usize) <= MAX_RANKS {
+                    reserve_descriptors(nranks as usize);
+                }
                 serial += 1;
+                if let Err(e) = registered.add(&a.conn, serial) {
+                    crate::nccl_warn_unrecorded!("Bootstrap root at {addr} stops: cannot watch {}: {e}", a.from);
+                    return;
+                }
+                if a.conn.has_frame() {
+                    buffered.push(serial);
+                }
                 conns.insert(serial, a.conn);
                 if let Some(action) = state.on_register(serial, reg, Instant::now()) {
                     perform(action, &mut conns);
@@ -341,6 +414,49 @@ fn run(mut acceptor: Acceptor, addr: SocketAddr) {
         }
     }
     crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root at {addr} done");
+}
+
+/// Descriptors the root keeps free beyond its ranks' connections (the application's own, the
+/// ranks' listeners in this process, connections still authenticating).
+const SPARE_DESCRIPTORS: u64 = 256;
+
+/// The soft descriptor limit a root needs to hold `nranks` connections in a process that has
+/// `open` descriptors, given the current `soft` and `hard` limits: `None` when `soft` is
+/// enough, else the new soft limit and whether the hard limit cuts it short.
+fn descriptor_limit(soft: u64, hard: u64, open: u64, nranks: u64) -> Option<(u64, bool)> {
+    let want = open.saturating_add(nranks).saturating_add(SPARE_DESCRIPTORS);
+    (want > soft).then_some((want.min(hard).max(soft), want > hard))
+}
+
+/// The root holds every rank's connection until init ends: a process holding the root of
+/// 8,192 ranks needs 8,192 more descriptors, past the common soft limit of 1,024. Raises the
+/// soft limit toward the hard one for it (what users would otherwise do with `ulimit -n`), and
+/// warns when even the hard limit falls short.
+fn reserve_descriptors(nranks: usize) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: lim is a valid rlimit for getrlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count()) as u64;
+    let Some((soft, short)) = descriptor_limit(lim.rlim_cur, lim.rlim_max, open, nranks as u64) else { return };
+    let old = lim.rlim_cur;
+    lim.rlim_cur = soft;
+    // SAFETY: lim is a valid rlimit; the soft limit stays within the hard one.
+    if soft != old && unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        crate::nccl_info!(
+            crate::debug::Subsys::BOOTSTRAP,
+            "Bootstrap root: raised the descriptor limit from {old} to {soft} to hold {nranks} ranks' connections"
+        );
+    }
+    if short {
+        crate::nccl_warn_unrecorded!(
+            "Bootstrap root: {nranks} ranks need about {} descriptors in this process (it has {open} open), but \
+             RLIMIT_NOFILE's hard limit is {}; raise it (ulimit -Hn) or ranks may fail to register",
+            open + nranks as u64 + SPARE_DESCRIPTORS,
+            lim.rlim_max
+        );
+    }
 }
 
 fn perform(action: Action<usize>, conns: &mut HashMap<usize, FrameStream>) {
@@ -496,6 +612,20 @@ mod tests {
         assert_eq!(ready.len(), N as usize);
         assert!(ready.iter().all(|(_, m)| *m == Msg::Ready));
         assert_eq!(bytes(&ready).iter().sum::<usize>(), N as usize * HEADER_LEN);
+    }
+
+    #[test]
+    fn descriptor_limit_grows_by_nranks_within_the_hard_limit() {
+        let spare = SPARE_DESCRIPTORS;
+        // Few ranks: the usual soft limit is enough, nothing changes.
+        assert_eq!(descriptor_limit(1024, 1 << 20, 40, 8), None);
+        assert_eq!(descriptor_limit(1024, 1 << 20, 40, 1024), Some((40 + 1024 + spare, false)));
+        assert_eq!(descriptor_limit(1024, 1 << 20, 40, 8192), Some((40 + 8192 + spare, false)));
+        // The hard limit caps it and is reported short; a soft limit is never lowered.
+        assert_eq!(descriptor_limit(1024, 4096, 40, 8192), Some((4096, true)));
+        assert_eq!(descriptor_limit(4096, 4096, 40, 8192), Some((4096, true)));
+        assert_eq!(descriptor_limit(u64::MAX, u64::MAX, u64::MAX, 8), None);
+        assert_eq!(descriptor_limit(10, 5, 0, 1000), Some((10, true)));
     }
 
     #[test]
