@@ -6,10 +6,10 @@
 //! from the previous), and gathers every rank's listen address around it. The root thus sends
 //! O(n) bytes in all and each rank receives O(n), where a table sent by the root would be O(n^2)
 //! through one process (docs/ARCHITECTURE.md, "Bootstrap at scale"). Collectives
-//! ([`Bootstrap::allgather`], ...) run around the ring;
-//! point-to-point messages open a short-lived connection each, so a rank holds three sockets
-//! however many ranks there are. A thread per rank serves its listener, so a peer's send never
-//! waits for this rank to be inside a bootstrap call.
+//! ([`Bootstrap::allgather`], ...) run around the ring; point-to-point messages open a
+//! short-lived connection each, so a rank holds five sockets (its listener, a ring link and a
+//! liveness link to each neighbour) however many ranks there are. A thread per rank serves its
+//! listener, so a peer's send never waits for this rank to be inside a bootstrap call.
 //!
 //! Every connection, to the root and to a rank's listener, first proves that it holds the
 //! unique id's secret ([`auth`]); nothing else is read from it before. A rank whose connection
@@ -289,8 +289,8 @@ impl<O: liveness::Observer> liveness::Observer for Relay<O> {
 impl Bootstrap {
     /// Register with the root, receive the next rank's address, connect the ring (to next, from
     /// prev), gather the peer table around it, and wait until the root says every rank has done
-    /// so: init succeeds everywhere or fails everywhere. `timeout` bounds every wait (cut to [`root::MAX_TIMEOUT`]); on failure the
-    /// error names the missing, bad or lost rank(s).
+    /// so: init succeeds everywhere or fails everywhere. `timeout` bounds every wait (cut to
+    /// [`root::MAX_TIMEOUT`]); on failure the error names the missing, bad or lost rank(s).
     pub fn init(id: &BootstrapId, rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap> {
         if nranks == 0 || rank >= nranks {
             crate::bail_arg!("bootstrap: rank {rank} is out of range for nranks {nranks}");
@@ -366,7 +366,7 @@ impl Bootstrap {
                 }
                 Err(e) => format!("its listen address came around the ring malformed ({e})"),
             };
-            return Err(blame(self.me, root_conn, r, format!("rank {}: rank {r}'s {bad}", self.me.rank)));
+            return Err(blame(self.me, root_conn, r, format!("rank {r}'s {bad}")));
         }
         Ok(peers)
     }
