@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nccl::bootstrap::auth::{self, Role, Secret};
+use nccl::bootstrap::net::{self, FrameStream};
 use nccl::bootstrap::wire::{self, LinkKind, Msg, RefuseReason};
 use nccl::bootstrap::*;
 use nccl::error::Error;
@@ -668,6 +669,125 @@ fn a_rank_that_never_links_is_named() {
     }
     assert!(t0.elapsed() < SHORT + Duration::from_secs(2), "took {:?}", t0.elapsed());
     drop(dead_listener);
+}
+
+/// A rank played by hand, honest up to the gather of the peer table inside init: it registers
+/// as `rank` of `n`, takes its next rank's address from the root, links the ring both ways, and
+/// hands its links to `then` (which plays the gather its own way) while the root connection
+/// stays open. Uses the library's own framed streams, so only the gather is out of line.
+struct FakeRank {
+    root: FrameStream,
+    next: FrameStream,
+    prev: FrameStream,
+    /// The liveness links, held so that only what `then` does is seen.
+    _liveness: Vec<FrameStream>,
+    listen: SocketAddr,
+}
+
+fn fake_rank(id: BootstrapId, rank: usize, n: usize) -> FakeRank {
+    let cred = id.credentials();
+    let deadline = Instant::now() + HARD;
+    let mut acc = net::Acceptor::new(net::listen("127.0.0.1".parse().unwrap()).unwrap(), cred).unwrap();
+    let listen = acc.local_addr().unwrap();
+    let mut root = FrameStream::open(id.root, &cred, deadline, true).unwrap();
+    let reg = Msg::Register { rank: rank as u32, nranks: n as u32, listen, timeout_ms: SHORT.as_millis() as u64 };
+    root.send(&reg, deadline).unwrap();
+    let Ok(Msg::RingNext { next: next_addr }) = root.recv(wire::MAX_CONTROL_BODY, deadline) else {
+        panic!("the fake rank got no ring neighbour from the root")
+    };
+    let link = |kind| {
+        let mut s = FrameStream::open(next_addr, &cred, deadline, true).unwrap();
+        s.send(&Msg::Hello { from: rank as u32, link: kind }, deadline).unwrap();
+        s
+    };
+    let (next, live_out) = (link(LinkKind::Ring), link(LinkKind::Liveness));
+    let (mut prev, mut live_in) = (None, None);
+    while prev.is_none() || live_in.is_none() {
+        let Some(net::Wake::Arrival(a)) = acc.next(Some(deadline), &String::new, &[]).unwrap() else {
+            panic!("the fake rank's ring neighbour never linked")
+        };
+        match a.msg {
+            Msg::Hello { link: LinkKind::Ring, .. } => prev = Some(a.conn),
+            Msg::Hello { link: LinkKind::Liveness, .. } => live_in = Some(a.conn),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    FakeRank { root, next, prev: prev.unwrap(), _liveness: vec![live_out, live_in.unwrap()], listen }
+}
+
+/// Checks the honest ranks' init errors: all name `dead` in the root's words, promptly.
+fn all_name(errs: &[(Error, Instant)], dead: usize, words: &str, since: Instant) {
+    for (r, (e, at)) in errs.iter().enumerate() {
+        let m = e.to_string();
+        assert!(matches!(e, Error::Remote(_)), "rank {r}: {e:?}");
+        assert!(m.contains(&format!("rank {dead} (listening at")) && m.contains(words), "rank {r}: {m}");
+        let after = at.saturating_duration_since(since);
+        assert!(after < Duration::from_secs(2), "rank {r} failed {after:?} later: {m}");
+    }
+}
+
+/// A rank that dies once the ring is linked, while the others gather the peer table around it:
+/// every rank is named the same culprit within milliseconds, not at the timeout.
+#[test]
+fn a_rank_dying_while_the_table_is_gathered_is_named() {
+    let id = new_unique_id().unwrap();
+    let fake = std::thread::spawn(move || {
+        let mut f = fake_rank(id, 2, 4);
+        // Rank 1's address: the gather has begun.
+        let got = f.prev.recv(wire::MAX_DATA_BODY, Instant::now() + HARD).unwrap();
+        assert!(matches!(got, Msg::Data { tag: 1, seq: 1, .. }), "{got:?}");
+        drop(f);
+        Instant::now()
+    });
+    let errs = run_threads(3, move |i| {
+        let r = [0, 1, 3][i];
+        (expect_err(Bootstrap::init(&id, r, 4, HONEST)), Instant::now())
+    });
+    let died = fake.join().unwrap();
+    all_name(&errs, 2, "was lost during init: its connection to the root", died);
+}
+
+/// A rank whose address comes around the ring malformed, or other than the one it registered
+/// with the root: the rank that checks it reports it to the root, and every rank fails naming
+/// it, at once.
+#[test]
+fn a_bad_address_in_the_gathered_table_is_named() {
+    let wrong = SocketAddr::from(([127, 0, 0, 1], 9));
+    let mut encoded = Vec::new();
+    wire::put_addr(&mut encoded, &wrong);
+    for (block, words) in [
+        (encoded, "came around the ring as 127.0.0.1:9 but was registered as"),
+        (vec![0xff; 5], "came around the ring malformed"),
+        ([&encoded_v4()[..], &[0]].concat(), "came around the ring malformed"),
+    ] {
+        let id = new_unique_id().unwrap();
+        let t0 = Instant::now();
+        let fake = std::thread::spawn(move || {
+            let mut f = fake_rank(id, 2, 3);
+            let deadline = Instant::now() + HARD;
+            // Ring of three: send our block, forward rank 1's, and wait for the root's verdict.
+            f.next.send(&Msg::Data { tag: 2, seq: 1, payload: block }, deadline).unwrap();
+            let Ok(Msg::Data { tag: 1, seq: 1, payload }) = f.prev.recv(wire::MAX_DATA_BODY, deadline) else {
+                panic!("rank 1's block did not come")
+            };
+            f.next.send(&Msg::Data { tag: 1, seq: 1, payload }, deadline).unwrap();
+            let verdict = f.root.recv(wire::MAX_CONTROL_BODY, deadline);
+            // The root tells everyone else; the rank it blames is only dropped.
+            assert!(verdict.is_err(), "the blamed rank was told {verdict:?}");
+            f.listen
+        });
+        let errs = run_threads(2, move |r| (expect_err(Bootstrap::init(&id, r, 3, HONEST)), Instant::now()));
+        let listen = fake.join().unwrap();
+        all_name(&errs, 2, words, t0);
+        assert!(errs.iter().all(|(e, _)| e.to_string().contains(&listen.to_string())));
+    }
+}
+
+/// An IPv4 address as the wire writes it.
+fn encoded_v4() -> Vec<u8> {
+    let mut v = Vec::new();
+    wire::put_addr(&mut v, &SocketAddr::from(([127, 0, 0, 1], 7)));
+    v
 }
 
 #[test]

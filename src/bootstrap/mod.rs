@@ -1,12 +1,15 @@
 //! TCP bootstrap: the unique id, the root rendezvous and the ring of peers.
 //!
 //! `ncclGetUniqueId` ([`new_unique_id`]) starts a root listener; every rank's
-//! `ncclCommInitRank` ([`Bootstrap::init`]) registers its own listener with the root, gets the
-//! table of all listeners back, and links into a ring (a connection to the next rank, one from
-//! the previous). Collectives ([`Bootstrap::allgather`], ...) run around the ring;
-//! point-to-point messages open a short-lived connection each, so a rank holds three sockets
-//! however many ranks there are. A thread per rank serves its listener, so a peer's send never
-//! waits for this rank to be inside a bootstrap call.
+//! `ncclCommInitRank` ([`Bootstrap::init`]) registers its own listener with the root, gets back
+//! the address of its next rank only, links into a ring (a connection to the next rank, one
+//! from the previous), and gathers every rank's listen address around it. The root thus sends
+//! O(n) bytes in all and each rank receives O(n), where a table sent by the root would be O(n^2)
+//! through one process (docs/ARCHITECTURE.md, "Bootstrap at scale"). Collectives
+//! ([`Bootstrap::allgather`], ...) run around the ring; point-to-point messages open a
+//! short-lived connection each, so a rank holds five sockets (its listener, a ring link and a
+//! liveness link to each neighbour) however many ranks there are. A thread per rank serves its
+//! listener, so a peer's send never waits for this rank to be inside a bootstrap call.
 //!
 //! Every connection, to the root and to a rank's listener, first proves that it holds the
 //! unique id's secret ([`auth`]); nothing else is read from it before. A rank whose connection
@@ -29,6 +32,7 @@ pub mod wire;
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -126,8 +130,8 @@ pub fn share_id(parent: &Bootstrap, members: &[usize]) -> Result<BootstrapId> {
     BootstrapId::from_unique_id(&id)
 }
 
-/// How much longer than the root a rank waits for the peer table, so that when ranks are
-/// missing the root's report (which names them) arrives before the rank gives up on its own.
+/// How much longer than the root a rank waits for its ring neighbour's address, so that when
+/// ranks are missing the root's report (which names them) arrives before the rank gives up.
 const ROOT_REPORT_MARGIN: Duration = Duration::from_secs(1);
 /// How long a rank that hit a loss tries to tell a ring neighbour about it.
 const TELL_TIMEOUT: Duration = Duration::from_millis(500);
@@ -235,6 +239,8 @@ fn serve(mut acceptor: Acceptor, me: Me, shared: &Shared, stopped: &UnixStream, 
 pub struct Bootstrap {
     me: Me,
     timeout: Duration,
+    /// Every rank's listen address, for point-to-point sends. Gathered around the ring inside
+    /// [`Bootstrap::init`], which returns the handle only once it is complete.
     peers: Vec<SocketAddr>,
     listen: SocketAddr,
     /// `None` for a single rank.
@@ -281,10 +287,10 @@ impl<O: liveness::Observer> liveness::Observer for Relay<O> {
 }
 
 impl Bootstrap {
-    /// Register with the root, receive the peer table, connect the ring (to next, from prev),
-    /// and wait until the root says every rank's ring is up: init succeeds everywhere or fails
-    /// everywhere. `timeout` bounds every wait (cut to [`root::MAX_TIMEOUT`]); on failure the
-    /// error names the missing, bad or lost rank(s).
+    /// Register with the root, receive the next rank's address, connect the ring (to next, from
+    /// prev), gather the peer table around it, and wait until the root says every rank has done
+    /// so: init succeeds everywhere or fails everywhere. `timeout` bounds every wait (cut to
+    /// [`root::MAX_TIMEOUT`]); on failure the error names the missing, bad or lost rank(s).
     pub fn init(id: &BootstrapId, rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap> {
         if nranks == 0 || rank >= nranks {
             crate::bail_arg!("bootstrap: rank {rank} is out of range for nranks {nranks}");
@@ -306,23 +312,16 @@ impl Bootstrap {
         if id.root_by_rank0 && rank == 0 {
             root::spawn(net::listen_exact(id.root)?, cred)?;
         }
-        let (peers, mut root_conn) = register(id, me, listen, timeout, start)?;
-        let (ring, liveness) = match connect_ring(me, &peers, &shared, &mut root_conn, timeout)? {
+        let (next, mut root_conn) = register(id, me, listen, timeout, start)?;
+        let (ring, liveness) = match connect_ring(me, next, &shared, &mut root_conn, timeout)? {
             Some(Links { ring, liveness }) => (Some(Mutex::new(ring)), Some(liveness)),
             None => (None, None),
         };
-        wait_ready(me, &mut root_conn, id.root, timeout)?;
         let (lost_rx, lost_tx) = UnixStream::pair()?;
-        crate::nccl_info!(
-            Subsys::BOOTSTRAP,
-            "Bootstrap rank {rank}/{nranks} ready in {:?}: listening on {listen}, root {}",
-            start.elapsed(),
-            id.root
-        );
-        Ok(Bootstrap {
+        let mut b = Bootstrap {
             me,
             timeout,
-            peers,
+            peers: Vec::new(),
             listen,
             ring,
             liveness: Mutex::new(liveness),
@@ -331,7 +330,45 @@ impl Bootstrap {
             lost_rx,
             lost_tx,
             _listener: listener,
-        })
+        };
+        b.peers = b.gather_peers(next, &mut root_conn)?;
+        wait_ready(me, &mut root_conn, id.root, timeout)?;
+        crate::nccl_info!(
+            Subsys::BOOTSTRAP,
+            "Bootstrap rank {rank}/{nranks} ready in {:?}: listening on {listen}, root {}",
+            start.elapsed(),
+            id.root
+        );
+        Ok(b)
+    }
+
+    /// Every rank's listen address, indexed by rank: one ring allgather of one address per
+    /// rank (n - 1 steps), run by init before anything reads the table. The next rank's entry
+    /// must be the address it registered with the root. A failure is settled with the root, so
+    /// that every rank names the same culprit.
+    fn gather_peers(&self, next: SocketAddr, root_conn: &mut FrameStream) -> Result<Vec<SocketAddr>> {
+        let mut mine = Vec::with_capacity(MAX_ADDR_LEN);
+        wire::put_addr(&mut mine, &self.listen);
+        // The root connection stops the gather: a verdict from the root (a rank died, or named
+        // a bad address) ends every rank's wait at once, not only its ring neighbours'.
+        let blocks = self.allgather_until(&mine, &*root_conn).map_err(|e| root_verdict(self.me, root_conn, e))?;
+        let mut peers = Vec::with_capacity(blocks.len());
+        for (r, block) in blocks.iter().enumerate() {
+            let mut read = wire::Reader::new(block);
+            let addr = read.addr("listen address").and_then(|a| read.finish("listen address").map(|_| a));
+            let bad = match addr {
+                Ok(a) if r == self.me.next() && a != next => {
+                    format!("its listen address came around the ring as {a} but was registered as {next}")
+                }
+                Ok(a) => {
+                    peers.push(a);
+                    continue;
+                }
+                Err(e) => format!("its listen address came around the ring malformed ({e})"),
+            };
+            return Err(blame(self.me, root_conn, r, format!("rank {r}'s {bad}")));
+        }
+        Ok(peers)
     }
 
     pub fn rank(&self) -> usize {
@@ -375,6 +412,12 @@ impl Bootstrap {
     /// Every rank's bytes, indexed by rank (lengths may differ between ranks). Ring-based: in
     /// step s each rank forwards the block it received in step s-1.
     pub fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.allgather_until(mine, &self.lost_rx)
+    }
+
+    /// [`allgather`](Self::allgather), called off as soon as `stop` is readable: news of a
+    /// lost rank from the liveness watcher, or inside init the root's verdict.
+    fn allgather_until(&self, mine: &[u8], stop: &dyn AsRawFd) -> Result<Vec<Vec<u8>>> {
         let Me { rank, nranks: n, .. } = self.me;
         check_len(mine.len())?;
         let mut all = vec![Vec::new(); n];
@@ -387,7 +430,7 @@ impl Bootstrap {
             let (send, recv) = ((rank + n - step) % n, (rank + n - step - 1) % n);
             let frame = wire::encode_data(send as u32, op, &all[send]);
             let what = || format!("allgather #{op} step {step}");
-            let msg = self.ring_step(&mut ring, &what, &frame, true, deadline)?;
+            let msg = self.ring_step(&mut ring, &what, &frame, true, stop, deadline)?;
             all[recv] = self.ring_block(&mut ring, msg, recv, op)?;
         }
         Ok(all)
@@ -412,12 +455,13 @@ impl Bootstrap {
         let data = match mine {
             Some(d) => d.to_vec(),
             None => {
-                let msg = self.ring_step(&mut ring, &what, &[], true, deadline)?;
+                let msg = self.ring_step(&mut ring, &what, &[], true, &self.lost_rx, deadline)?;
                 self.ring_block(&mut ring, msg, root, op)?
             }
         };
         if self.me.next() != root {
-            self.ring_step(&mut ring, &what, &wire::encode_data(root as u32, op, &data), false, deadline)?;
+            let frame = wire::encode_data(root as u32, op, &data);
+            self.ring_step(&mut ring, &what, &frame, false, &self.lost_rx, deadline)?;
         }
         Ok(data)
     }
@@ -524,26 +568,21 @@ impl Bootstrap {
         what: &dyn Fn() -> String,
         bytes: &[u8],
         recv: bool,
+        stop: &dyn AsRawFd,
         deadline: Instant,
     ) -> Result<Option<Msg>> {
         let Me { rank, .. } = self.me;
         let (next, prev) = (self.me.next(), self.me.prev());
-        let r = FrameStream::ring_step(
-            &mut ring.next,
-            bytes,
-            recv.then_some(&mut ring.prev),
-            Some(&self.lost_rx),
-            deadline,
-        );
+        let r = FrameStream::ring_step(&mut ring.next, bytes, recv.then_some(&mut ring.prev), Some(stop), deadline);
         let (lost, text) = match r {
             Ok(Some(Msg::Lost { rank: lost, text })) => (lost as usize, text),
             Ok(msg) => return Ok(msg),
             // The liveness watcher found a rank lost (it records which before it wakes us); its
-            // neighbours learn it from their own watchers.
+            // neighbours learn it from their own watchers. Inside init, the root spoke instead.
             Err((_, NetError::Stopped)) => {
                 let e = match self.lost() {
                     Some(l) => self.lost_error(&l, &what()),
-                    None => Error::Internal(format!("bootstrap {}: called off with no rank lost", what())),
+                    None => Error::Remote(format!("bootstrap {}: rank {rank} was called off by the root", what())),
                 };
                 ring.broken = Some(e.clone());
                 return Err(e);
@@ -570,7 +609,12 @@ impl Bootstrap {
                 (lost, format!("its ring link {side} rank {rank} failed during bootstrap {} ({e})", what()))
             }
         };
-        let at = self.peers.get(lost).map_or_else(|| "no such rank".to_string(), |a| format!("listening at {a}"));
+        let at = match self.peers.get(lost) {
+            Some(a) => format!("listening at {a}"),
+            // Inside init, while the table is being gathered.
+            None if lost < self.me.nranks => "its address not gathered yet".to_string(),
+            None => "no such rank".to_string(),
+        };
         let e = Error::Remote(format!("bootstrap {}: rank {lost} ({at}) was lost: {text}", what()));
         ring.broken = Some(e.clone());
         let tell = wire::encode(&Msg::Lost { rank: lost as u32, text });
@@ -615,7 +659,7 @@ fn check_len(len: usize) -> Result<()> {
     }
 }
 
-/// Registers with the root and waits for the peer table (or the root's refusal). The
+/// Registers with the root and waits for the next rank's address (or the root's refusal). The
 /// connection stays open: the root learns through it that this rank's ring is up, or that it
 /// died, and tells this rank the same about the others.
 fn register(
@@ -624,7 +668,7 @@ fn register(
     listen: SocketAddr,
     timeout: Duration,
     start: Instant,
-) -> Result<(Vec<SocketAddr>, FrameStream)> {
+) -> Result<(SocketAddr, FrameStream)> {
     let (root, rank, nranks) = (id.root, me.rank, me.nranks);
     let mut conn = FrameStream::open(root, &me.cred, start + timeout, true).map_err(|e| match e {
         NetError::Refused(text) => {
@@ -636,7 +680,7 @@ fn register(
         )),
     })?;
     conn.set_label(format!(
-        "the peer table from the root at {root} (rank {rank} registered; the root waits for the others, \
+        "its ring neighbour's address from the root at {root} (rank {rank} registered; the root waits for the others, \
          and its own log names the missing ranks)"
     ));
     let deadline = Instant::now() + timeout + ROOT_REPORT_MARGIN;
@@ -648,16 +692,15 @@ fn register(
     };
     let what = format!("bootstrap: rank {rank} registering with the root at {root}");
     conn.send(&reg, deadline).map_err(|e| e.context(&what))?;
-    let table_bytes = 4 + nranks * MAX_ADDR_LEN;
-    let reply = conn.recv(table_bytes.max(MAX_CONTROL_BODY), deadline).map_err(|e| match e {
+    let reply = conn.recv(MAX_CONTROL_BODY, deadline).map_err(|e| match e {
         NetError::Timeout => Error::System(format!(
-            "bootstrap: rank {rank} got no peer table from the root at {root} within {:?}; \
+            "bootstrap: rank {rank} got no ring neighbour from the root at {root} within {:?}; \
              other ranks have not registered, or the root is stuck",
             timeout + ROOT_REPORT_MARGIN
         )),
         e => e.context(&what),
     })?;
-    Ok((root::check_reply(reply, rank, nranks, root)?, conn))
+    Ok((root::check_reply(reply, rank, root)?, conn))
 }
 
 /// How often init looks at the root connection while it waits for its ring link (which wakes
@@ -669,7 +712,7 @@ const ROOT_CHECK_EVERY: Duration = Duration::from_millis(10);
 /// at once.
 fn connect_ring(
     me: Me,
-    peers: &[SocketAddr],
+    next_addr: SocketAddr,
     shared: &Shared,
     root_conn: &mut FrameStream,
     timeout: Duration,
@@ -680,13 +723,13 @@ fn connect_ring(
     let deadline = Instant::now() + timeout;
     let (rank, next, prev) = (me.rank, me.next(), me.prev());
     let root = root_conn.peer();
-    let mut open = |kind: LinkKind| match open_link(me, peers[next], kind, deadline) {
+    let mut open = |kind: LinkKind| match open_link(me, next_addr, kind, deadline) {
         Ok(mut s) => {
             s.set_label(format!("rank {next} (ring next)"));
             Ok(s)
         }
         Err(e) => {
-            let text = format!("rank {rank} could not open its {kind:?} link to rank {next} at {} ({e})", peers[next]);
+            let text = format!("rank {rank} could not open its {kind:?} link to rank {next} at {next_addr} ({e})");
             Err(blame(me, root_conn, next, text))
         }
     };
@@ -764,7 +807,19 @@ fn blame(me: Me, root_conn: &mut FrameStream, lost: usize, text: String) -> Erro
     }
 }
 
-/// Tells the root this rank's ring is up and waits until every rank's is (or the root's
+/// After a ring failure inside init: the root's verdict if it comes at once (a rank that died
+/// closed its root connection too, and the root names it to every rank in the same words), else
+/// this rank's own error.
+fn root_verdict(me: Me, root_conn: &mut FrameStream, e: Error) -> Error {
+    let root = root_conn.peer();
+    match root_conn.recv(MAX_CONTROL_BODY, Instant::now() + TELL_TIMEOUT) {
+        Ok(msg) => root::refusal(msg, me.rank, root),
+        Err(NetError::Timeout) => e,
+        Err(lost) => lost.context(&format!("bootstrap: rank {} lost the root at {root} during init ({e})", me.rank)),
+    }
+}
+
+/// Tells the root this rank's ring is up (and its table gathered) and waits until every rank's is (or the root's
 /// explanation why init failed).
 fn wait_ready(me: Me, root_conn: &mut FrameStream, root: SocketAddr, timeout: Duration) -> Result<()> {
     let rank = me.rank;

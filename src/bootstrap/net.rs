@@ -453,8 +453,8 @@ impl FrameStream {
     /// Connects and authenticates both ways (see [`auth`]): the listener's challenge, our proof,
     /// the listener's proof. `patient`: retry refused connections until `deadline`, for a
     /// listener that may not be up yet (the root of an `NCCL_COMM_ID` run, started by rank 0);
-    /// otherwise a refusal is final (every rank's listener is up before the peer table goes
-    /// out, so a refusal means the peer is gone). A connection closed during the handshake is
+    /// otherwise a refusal is final (every rank's listener is up before the root sends the ring
+    /// addresses, so a refusal means the peer is gone). A connection closed during the handshake is
     /// retried either way: a listener shedding a flood of silent connections may have evicted it.
     pub fn open(
         addr: SocketAddr,

@@ -1,6 +1,10 @@
-//! The bootstrap root: collects one registration per rank, hands every rank the peer table, and
-//! stays until every rank reports its ring links up, so that init succeeds everywhere or fails
-//! everywhere with the same explanation.
+//! The bootstrap root: collects one registration per rank, hands each rank the address of its
+//! next rank on the ring, and stays until every rank reports its ring linked and the peer table
+//! gathered around it, so that init succeeds everywhere or fails everywhere with the same
+//! explanation.
+//!
+//! The root sends one address per rank, never the whole table: its messages and bytes grow
+//! linearly with ranks (docs/ARCHITECTURE.md, "Bootstrap at scale").
 //!
 //! [`RootState`] is the whole protocol as a pure state machine: it is fed registrations, ring
 //! reports, closed connections and the current time, and answers with [`Action`]s; it does no
@@ -10,7 +14,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::io;
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::auth::Credentials;
@@ -44,20 +50,37 @@ pub struct Registration {
 pub enum Action<C> {
     /// Send `reason` to this connection as a refusal, log it, close it. The root goes on.
     Reject { conn: C, reason: String },
-    /// Every rank is in: send `table` to every connection (`conns[r]` is rank r's) and keep
-    /// them, waiting for each rank's ring report.
-    Table { conns: Vec<C>, table: Vec<SocketAddr> },
-    /// Every rank's ring is up: send Ready to every connection, then exit.
+    /// Every rank is in: send each connection (rank r's, at index r) the listen address of
+    /// rank r + 1 (mod n), and keep them, waiting for each rank's ring report.
+    Ring { links: Vec<(C, SocketAddr)> },
+    /// Every rank's ring is up and its table gathered: send Ready to every connection, then exit.
     Ready { conns: Vec<C> },
     /// Init cannot finish: send `text` to every connection still open, as a refusal of this
     /// kind, then exit.
     Fail { conns: Vec<C>, reason: RefuseReason, text: String },
 }
 
+impl<C> Action<C> {
+    /// The frames the edge sends for this action, by connection: all the root ever writes
+    /// after the handshake, so its cost can be counted without sockets.
+    pub fn messages(self) -> Vec<(C, Msg)> {
+        match self {
+            Action::Reject { conn, reason } => {
+                vec![(conn, Msg::Refused { reason: RefuseReason::Rejected, text: reason })]
+            }
+            Action::Ring { links } => links.into_iter().map(|(c, next)| (c, Msg::RingNext { next })).collect(),
+            Action::Ready { conns } => conns.into_iter().map(|c| (c, Msg::Ready)).collect(),
+            Action::Fail { conns, reason, text } => {
+                conns.into_iter().map(|c| (c, Msg::Refused { reason, text: text.clone() })).collect()
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Phase {
     Registering,
-    /// The table went out at this time; these ranks have reported their ring up.
+    /// The ring addresses went out at this time; these ranks have reported their ring up.
     Ring {
         since: Instant,
         ready: BTreeSet<usize>,
@@ -141,11 +164,13 @@ impl<C: Copy + Debug + Eq + Hash> RootState<C> {
             return None;
         }
         self.phase = Phase::Ring { since: now, ready: BTreeSet::new() };
-        let (conns, table) = self.slots.values().copied().unzip();
-        Some(Action::Table { conns, table })
+        // The slots are every rank 0..n in order: rank r's next is the following slot.
+        let addrs: Vec<SocketAddr> = self.slots.values().map(|&(_, a)| a).collect();
+        let links = self.slots.values().enumerate().map(|(r, &(c, _))| (c, addrs[(r + 1) % addrs.len()])).collect();
+        Some(Action::Ring { links })
     }
 
-    /// A registered rank reports its ring links up.
+    /// A registered rank reports its ring links up and the peer table gathered.
     pub fn on_ready(&mut self, conn: C) -> Option<Action<C>> {
         let rank = self.rank_of(conn)?;
         let Phase::Ring { ready, .. } = &mut self.phase else {
@@ -216,7 +241,8 @@ impl<C: Copy + Debug + Eq + Hash> RootState<C> {
         let n = self.nranks?.0;
         let text = match &self.phase {
             Phase::Ring { ready, .. } => format!(
-                "bootstrap: rank(s) {} did not link the ring within {timeout:?} after every rank had registered",
+                "bootstrap: rank(s) {} did not link the ring and gather the peer table within {timeout:?} after \
+                 every rank had registered",
                 brief((0..n).filter(|r| !ready.contains(r)))
             ),
             _ => format!(
@@ -255,25 +281,83 @@ pub fn spawn(listener: TcpListener, cred: Credentials) -> Result<()> {
         .map_err(|e| Error::System(format!("bootstrap: could not start the root thread: {e}")))
 }
 
+/// The registered ranks' connections, watched through one epoll descriptor that the acceptor
+/// polls like any other: each wake of the root then costs the same whatever the number of
+/// ranks, where a poll over every connection at each registration would be quadratic.
+/// A connection leaves the set when it is closed.
+struct Registered {
+    ep: OwnedFd,
+}
+
+impl Registered {
+    fn new() -> io::Result<Registered> {
+        // SAFETY: epoll_create1 takes no pointers.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor that nothing else owns.
+        Ok(Registered { ep: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    fn add(&self, conn: &FrameStream, key: usize) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: key as u64 };
+        // SAFETY: both descriptors are open, and ev is a valid event for the call to read.
+        match unsafe { libc::epoll_ctl(self.ep.as_raw_fd(), libc::EPOLL_CTL_ADD, conn.as_raw_fd(), &mut ev) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
+    /// The keys of connections readable now (a frame, or their end), a bounded batch at a time:
+    /// the rest stay ready and wake the next poll.
+    fn ready(&self) -> io::Result<Vec<usize>> {
+        const BATCH: usize = 1024;
+        let mut evs = vec![libc::epoll_event { events: 0, u64: 0 }; BATCH];
+        // SAFETY: evs has room for BATCH events; a zero timeout never blocks.
+        let n = unsafe { libc::epoll_wait(self.ep.as_raw_fd(), evs.as_mut_ptr(), BATCH as i32, 0) };
+        match usize::try_from(n) {
+            Ok(n) => Ok(evs[..n].iter().map(|e| e.u64 as usize).collect()),
+            Err(_) if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => Ok(Vec::new()),
+            Err(_) => Err(io::Error::last_os_error()),
+        }
+    }
+}
+
+impl AsRawFd for Registered {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ep.as_raw_fd()
+    }
+}
+
 fn run(mut acceptor: Acceptor, addr: SocketAddr) {
     crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root listening on {addr}");
+    let registered = match Registered::new() {
+        Ok(r) => r,
+        Err(e) => {
+            crate::nccl_warn_unrecorded!("Bootstrap root at {addr} cannot start: epoll_create1 failed: {e}");
+            return;
+        }
+    };
     let mut state = RootState::<usize>::default();
     // Every connection the root holds, by a serial number; removed as soon as it is answered.
     let mut conns: HashMap<usize, FrameStream> = HashMap::new();
+    // Connections that already hold a whole frame in their buffer: no poll would report them.
+    let mut buffered: Vec<usize> = Vec::new();
     let mut serial = 0;
     while !state.is_finished() {
         if let Some(action) = state.poll(Instant::now()) {
             perform(action, &mut conns);
             break;
         }
-        let keys: Vec<usize> = state.registered().collect();
-        let buffered: Vec<usize> = (0..keys.len()).filter(|&i| conns[&keys[i]].has_frame()).collect();
         let wake = match buffered.is_empty() {
-            false => Ok(Some(Wake::Watched(buffered))),
-            true => {
-                let watch: Vec<&dyn std::os::fd::AsRawFd> = keys.iter().map(|k| &conns[k] as _).collect();
-                acceptor.next(state.deadline(), &|| state.waiting_for(), &watch)
-            }
+            false => Ok(Some(Wake::Watched(std::mem::take(&mut buffered)))),
+            true => match acceptor.next(state.deadline(), &|| state.waiting_for(), &[&registered]) {
+                Ok(Some(Wake::Watched(_))) => {
+                    registered.ready().map(|keys| Some(Wake::Watched(keys))).map_err(Into::into)
+                }
+                other => other,
+            },
         };
         match wake {
             Ok(None) => {}
@@ -282,9 +366,9 @@ fn run(mut acceptor: Acceptor, addr: SocketAddr) {
                 return;
             }
             // Every readable rank in one pass: the ring reports of thousands of ranks arrive
-            // together, and one poll of every connection per report would be quadratic.
+            // together.
             Ok(Some(Wake::Watched(ready))) => {
-                for key in ready.into_iter().map(|i| keys[i]) {
+                for key in ready {
                     let Some(conn) = conns.get_mut(&key) else { continue };
                     let action = match conn.recv(MAX_CONTROL_BODY, Instant::now()) {
                         Ok(Msg::Ready) => state.on_ready(key),
@@ -293,6 +377,9 @@ fn run(mut acceptor: Acceptor, addr: SocketAddr) {
                         Err(NetError::Timeout) => None,
                         Err(e) => state.on_closed(key, &format!("failed ({e})")),
                     };
+                    if conn.has_frame() {
+                        buffered.push(key);
+                    }
                     if let Some(action) = action {
                         perform(action, &mut conns);
                     }
@@ -308,7 +395,17 @@ fn run(mut acceptor: Acceptor, addr: SocketAddr) {
                     continue;
                 };
                 let reg = Registration { rank, nranks, listen, timeout: Duration::from_millis(timeout_ms) };
+                if serial == 0 && (nranks as usize) <= MAX_RANKS {
+                    reserve_descriptors(nranks as usize);
+                }
                 serial += 1;
+                if let Err(e) = registered.add(&a.conn, serial) {
+                    crate::nccl_warn_unrecorded!("Bootstrap root at {addr} stops: cannot watch {}: {e}", a.from);
+                    return;
+                }
+                if a.conn.has_frame() {
+                    buffered.push(serial);
+                }
                 conns.insert(serial, a.conn);
                 if let Some(action) = state.on_register(serial, reg, Instant::now()) {
                     perform(action, &mut conns);
@@ -319,47 +416,80 @@ fn run(mut acceptor: Acceptor, addr: SocketAddr) {
     crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root at {addr} done");
 }
 
+/// Descriptors the root keeps free beyond its ranks' connections (the application's own, the
+/// ranks' listeners in this process, connections still authenticating).
+const SPARE_DESCRIPTORS: u64 = 256;
+
+/// The soft descriptor limit a root needs to hold `nranks` connections in a process that has
+/// `open` descriptors, given the current `soft` and `hard` limits: `None` when `soft` is
+/// enough, else the new soft limit and whether the hard limit cuts it short.
+fn descriptor_limit(soft: u64, hard: u64, open: u64, nranks: u64) -> Option<(u64, bool)> {
+    let want = open.saturating_add(nranks).saturating_add(SPARE_DESCRIPTORS);
+    (want > soft).then_some((want.min(hard).max(soft), want > hard))
+}
+
+/// The root holds every rank's connection until init ends: a process holding the root of
+/// 8,192 ranks needs 8,192 more descriptors, past the common soft limit of 1,024. Raises the
+/// soft limit toward the hard one for it (what users would otherwise do with `ulimit -n`), and
+/// warns when even the hard limit falls short.
+fn reserve_descriptors(nranks: usize) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: lim is a valid rlimit for getrlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count()) as u64;
+    let Some((soft, short)) = descriptor_limit(lim.rlim_cur, lim.rlim_max, open, nranks as u64) else { return };
+    let old = lim.rlim_cur;
+    lim.rlim_cur = soft;
+    // SAFETY: lim is a valid rlimit; the soft limit stays within the hard one.
+    if soft != old && unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        crate::nccl_info!(
+            crate::debug::Subsys::BOOTSTRAP,
+            "Bootstrap root: raised the descriptor limit from {old} to {soft} to hold {nranks} ranks' connections"
+        );
+    }
+    if short {
+        crate::nccl_warn_unrecorded!(
+            "Bootstrap root: {nranks} ranks need about {} descriptors in this process (it has {open} open), but \
+             RLIMIT_NOFILE's hard limit is {}; raise it (ulimit -Hn) or ranks may fail to register",
+            open + nranks as u64 + SPARE_DESCRIPTORS,
+            lim.rlim_max
+        );
+    }
+}
+
 fn perform(action: Action<usize>, conns: &mut HashMap<usize, FrameStream>) {
+    let info = |text: &str| crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root: {text}");
+    match &action {
+        Action::Reject { reason, .. } => {
+            crate::nccl_warn_unrecorded!("Bootstrap root: refused a registration: {reason}")
+        }
+        Action::Ring { links } => {
+            info(&format!("all {} ranks registered; sending each its ring neighbour", links.len()))
+        }
+        Action::Ready { .. } => info("every rank linked its ring and gathered the peer table"),
+        Action::Fail { text, .. } => crate::nccl_warn_unrecorded!("{text}"),
+    }
+    // Only the ring addresses leave the connections open: the root waits on them for reports.
+    let keep = matches!(action, Action::Ring { .. });
     let deadline = Instant::now() + REPLY_TIMEOUT;
-    let send = |conns: &mut HashMap<usize, FrameStream>, c: usize, msg: &Msg, keep: bool| {
-        let Some(s) = conns.get_mut(&c) else { return };
-        if let Err(e) = s.send(msg, deadline) {
+    for (c, msg) in action.messages() {
+        let Some(s) = conns.get_mut(&c) else { continue };
+        if let Err(e) = s.send(&msg, deadline) {
             crate::nccl_warn_unrecorded!("Bootstrap root: could not reply to {}: {e}", s.peer());
         }
         if !keep {
             conns.remove(&c);
         }
-    };
-    match action {
-        Action::Reject { conn, reason } => {
-            crate::nccl_warn_unrecorded!("Bootstrap root: refused a registration: {reason}");
-            send(conns, conn, &Msg::Refused { reason: RefuseReason::Rejected, text: reason }, false);
-        }
-        Action::Table { conns: ranks, table } => {
-            crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root: all {} ranks registered", table.len());
-            let msg = Msg::PeerTable { peers: table };
-            ranks.into_iter().for_each(|c| send(conns, c, &msg, true));
-        }
-        Action::Ready { conns: ranks } => {
-            crate::nccl_info!(crate::debug::Subsys::BOOTSTRAP, "Bootstrap root: every rank linked its ring");
-            ranks.into_iter().for_each(|c| send(conns, c, &Msg::Ready, false));
-        }
-        Action::Fail { conns: ranks, reason, text } => {
-            crate::nccl_warn_unrecorded!("{text}");
-            let msg = Msg::Refused { reason, text };
-            ranks.into_iter().for_each(|c| send(conns, c, &msg, false));
-        }
     }
 }
 
-/// The reply a rank waits for after registering: only a table or a refusal are legal.
-pub fn check_reply(msg: Msg, rank: usize, nranks: usize, root: SocketAddr) -> Result<Vec<SocketAddr>> {
+/// The reply a rank waits for after registering: only its next rank's address or a refusal
+/// are legal.
+pub fn check_reply(msg: Msg, rank: usize, root: SocketAddr) -> Result<SocketAddr> {
     match msg {
-        Msg::PeerTable { peers } if peers.len() == nranks => Ok(peers),
-        Msg::PeerTable { peers } => Err(Error::Remote(format!(
-            "bootstrap: the root at {root} sent rank {rank} a table of {} peers, expected {nranks}",
-            peers.len()
-        ))),
+        Msg::RingNext { next } => Ok(next),
         other => Err(refusal(other, rank, root)),
     }
 }
@@ -429,10 +559,9 @@ mod tests {
         assert_eq!(s.on_register(10, reg(0, 3), t0 + T / 2), None);
         assert_eq!(s.poll(t0 + T / 2), None);
         let done = s.on_register(11, reg(1, 3), t0 + T / 2);
-        assert_eq!(
-            done,
-            Some(Action::Table { conns: vec![10, 11, 12], table: (0..3).map(|r| reg(r, 3).listen).collect() })
-        );
+        // Each rank gets its next rank's address, the last rank rank 0's.
+        let next = |r: u32| reg((r + 1) % 3, 3).listen;
+        assert_eq!(done, Some(Action::Ring { links: vec![(10, next(0)), (11, next(1)), (12, next(2))] }));
         // The ring phase has its own deadline, from the table.
         assert_eq!(s.deadline(), Some(t0 + T / 2 + T + RING_REPORT_MARGIN));
         assert_eq!(s.registered().collect::<Vec<_>>(), vec![10, 11, 12]);
@@ -446,10 +575,67 @@ mod tests {
         assert_eq!(s.on_closed(10, "closed"), None);
     }
 
+    /// Everything the root writes after the handshakes, for n = 1,000 ranks registering in a
+    /// scrambled order: one address and one Ready per rank, so O(n) bytes in all (the whole
+    /// table to every rank would be n^2 addresses: about 7 MB here, 2 GB at 8,192 ranks).
+    #[test]
+    fn root_sends_one_address_per_rank() {
+        use crate::bootstrap::wire::{encode, HEADER_LEN, MAX_ADDR_LEN};
+        const N: u32 = 1_000;
+        let t0 = Instant::now();
+        let mut s = RootState::default();
+        let mut ring = Vec::new();
+        for i in 0..N {
+            // 7919 is prime to N: a permutation of the ranks.
+            let r = i * 7919 % N;
+            if let Some(a) = s.on_register(10 + r, reg(r, N), t0) {
+                assert_eq!(i, N - 1, "nothing is sent before the last registration");
+                ring = a.messages();
+            }
+        }
+        assert_eq!(ring.len(), N as usize, "one message per rank");
+        for (r, (conn, msg)) in ring.iter().enumerate() {
+            assert_eq!(*conn, 10 + r as u32);
+            assert_eq!(*msg, Msg::RingNext { next: reg((r as u32 + 1) % N, N).listen });
+        }
+        let bytes = |msgs: &[(u32, Msg)]| msgs.iter().map(|(_, m)| encode(m).len()).collect::<Vec<_>>();
+        let ring_bytes = bytes(&ring);
+        assert!(ring_bytes.iter().all(|&b| b <= HEADER_LEN + MAX_ADDR_LEN), "O(1) bytes per rank");
+        // An IPv4 address is 7 bytes on the wire.
+        assert_eq!(ring_bytes.iter().sum::<usize>(), N as usize * (HEADER_LEN + 7));
+        let mut ready = Vec::new();
+        for r in 0..N {
+            if let Some(a) = s.on_ready(10 + r) {
+                ready = a.messages();
+            }
+        }
+        assert_eq!(ready.len(), N as usize);
+        assert!(ready.iter().all(|(_, m)| *m == Msg::Ready));
+        assert_eq!(bytes(&ready).iter().sum::<usize>(), N as usize * HEADER_LEN);
+    }
+
+    #[test]
+    fn descriptor_limit_grows_by_nranks_within_the_hard_limit() {
+        let spare = SPARE_DESCRIPTORS;
+        // Few ranks: the usual soft limit is enough, nothing changes.
+        assert_eq!(descriptor_limit(1024, 1 << 20, 40, 8), None);
+        assert_eq!(descriptor_limit(1024, 1 << 20, 40, 1024), Some((40 + 1024 + spare, false)));
+        assert_eq!(descriptor_limit(1024, 1 << 20, 40, 8192), Some((40 + 8192 + spare, false)));
+        // The hard limit caps it and is reported short; a soft limit is never lowered.
+        assert_eq!(descriptor_limit(1024, 4096, 40, 8192), Some((4096, true)));
+        assert_eq!(descriptor_limit(4096, 4096, 40, 8192), Some((4096, true)));
+        assert_eq!(descriptor_limit(u64::MAX, u64::MAX, u64::MAX, 8), None);
+        assert_eq!(descriptor_limit(10, 5, 0, 1000), Some((10, true)));
+    }
+
     #[test]
     fn single_rank_completes_at_once() {
         let mut s = RootState::default();
-        assert!(matches!(s.on_register(1u32, reg(0, 1), Instant::now()), Some(Action::Table { .. })));
+        // Its own next rank: itself (it links no ring, but the reply has one shape).
+        assert_eq!(
+            s.on_register(1u32, reg(0, 1), Instant::now()),
+            Some(Action::Ring { links: vec![(1, reg(0, 1).listen)] })
+        );
         assert_eq!(s.on_ready(1), Some(Action::Ready { conns: vec![1] }));
     }
 
@@ -494,10 +680,7 @@ mod tests {
             "rank 1 already registered by the process listening at 10.0.0.1:1001"
         );
         match s.on_register(3, reg(0, 2), t0) {
-            Some(Action::Table { conns, table }) => {
-                assert_eq!(conns, vec![3, 1]);
-                assert_eq!(table[1], reg(1, 2).listen);
-            }
+            Some(Action::Ring { links }) => assert_eq!(links, vec![(3, reg(1, 2).listen), (1, reg(0, 2).listen)]),
             other => panic!("{other:?}"),
         }
     }
@@ -536,7 +719,7 @@ mod tests {
         assert_eq!(s.poll(t0 + T), None, "the ranks get to report first");
         let (conns, why, text) = fail(s.poll(t0 + T + RING_REPORT_MARGIN));
         assert_eq!((conns, why), (vec![10, 11, 12], RefuseReason::Missing));
-        assert!(text.contains("rank(s) [0, 2] did not link the ring within 5s"), "{text}");
+        assert!(text.contains("rank(s) [0, 2] did not link the ring and gather the peer table within 5s"), "{text}");
     }
 
     #[test]
@@ -602,30 +785,26 @@ mod tests {
     #[test]
     fn replies_map_to_errors() {
         let root: SocketAddr = "10.0.0.9:9".parse().unwrap();
-        let peers = vec![root, root];
-        assert_eq!(check_reply(Msg::PeerTable { peers: peers.clone() }, 0, 2, root), Ok(peers));
-        assert!(matches!(check_reply(Msg::PeerTable { peers: vec![root] }, 0, 2, root), Err(Error::Remote(_))));
+        let next: SocketAddr = "10.0.0.1:1001".parse().unwrap();
+        assert_eq!(check_reply(Msg::RingNext { next }, 0, root), Ok(next));
+        assert!(matches!(check_reply(Msg::Ready, 0, root), Err(Error::Remote(_))));
         let text = "bootstrap: rank(s) [1] never registered".to_string();
         assert_eq!(
-            check_reply(Msg::Refused { reason: RefuseReason::Missing, text: text.clone() }, 0, 2, root),
+            check_reply(Msg::Refused { reason: RefuseReason::Missing, text: text.clone() }, 0, root),
             Err(Error::System(text.clone()))
         );
         assert_eq!(
-            check_reply(Msg::Refused { reason: RefuseReason::Lost, text: text.clone() }, 0, 2, root),
+            check_reply(Msg::Refused { reason: RefuseReason::Lost, text: text.clone() }, 0, root),
             Err(Error::Remote(text))
         );
         match check_reply(
             Msg::Refused { reason: RefuseReason::Rejected, text: "rank 1 already registered".into() },
             1,
-            2,
             root,
         ) {
             Err(Error::InvalidUsage(m)) => assert!(m.contains("refused rank 1: rank 1 already registered"), "{m}"),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(
-            check_reply(Msg::Data { tag: 0, seq: 0, payload: vec![] }, 0, 2, root),
-            Err(Error::Remote(_))
-        ));
+        assert!(matches!(check_reply(Msg::Data { tag: 0, seq: 0, payload: vec![] }, 0, root), Err(Error::Remote(_))));
     }
 }

@@ -14,7 +14,9 @@ pub const FRAME_TAG: [u8; 4] = *b"FNBS";
 /// Frame layout version; a peer speaking another one is refused rather than misread.
 /// 2: connections open with the challenge/response of [`super::auth`]; the magic moved from
 /// Register and Hello into Auth; Lost.
-pub const VERSION: u8 = 2;
+/// 3: the root sends each rank its ring neighbour's address ([`Msg::RingNext`]) instead of the
+/// whole peer table; ranks gather the table around the ring.
+pub const VERSION: u8 = 3;
 /// Tag, version, kind, two reserved zero bytes, body length (u32 little-endian).
 pub const HEADER_LEN: usize = 12;
 /// Largest body accepted from a connection that has not yet proved it holds the unique id.
@@ -51,8 +53,11 @@ pub enum Msg {
     /// Rank → root: who I am and where my listener is. `timeout_ms` tells a root started by
     /// `ncclGetUniqueId` (which cannot know the caller's timeout) how long to wait for the rest.
     Register { rank: u32, nranks: u32, listen: SocketAddr, timeout_ms: u64 },
-    /// Root → every rank: each rank's listen address, indexed by rank.
-    PeerTable { peers: Vec<SocketAddr> },
+    /// Root → each rank, once every rank has registered: the listen address of its next rank
+    /// on the ring. One address per rank, so the root's work grows linearly with ranks; the
+    /// ranks then gather the whole table around the ring (docs/ARCHITECTURE.md, "Bootstrap at
+    /// scale").
+    RingNext { next: SocketAddr },
     /// Root → rank: the registration failed; `text` is the whole explanation.
     Refused { reason: RefuseReason, text: String },
     /// First frame after authentication on a connection to a rank's listener.
@@ -79,7 +84,7 @@ impl Msg {
     pub fn kind_name(&self) -> &'static str {
         match self {
             Msg::Register { .. } => "Register",
-            Msg::PeerTable { .. } => "PeerTable",
+            Msg::RingNext { .. } => "RingNext",
             Msg::Refused { .. } => "Refused",
             Msg::Hello { .. } => "Hello",
             Msg::Data { .. } => "Data",
@@ -109,7 +114,7 @@ pub enum WireError {
 }
 
 const KIND_REGISTER: u8 = 1;
-const KIND_PEER_TABLE: u8 = 2;
+const KIND_RING_NEXT: u8 = 2;
 const KIND_REFUSED: u8 = 3;
 const KIND_HELLO: u8 = 4;
 const KIND_DATA: u8 = 5;
@@ -119,7 +124,7 @@ const KIND_PROVEN: u8 = 8;
 const KIND_LOST: u8 = 9;
 const KIND_READY: u8 = 10;
 
-/// The longest address [`put_addr`] writes (IPv6 with a scope), for bounding peer tables.
+/// The longest address [`put_addr`] writes (IPv6 with a scope), for bounding what carries one.
 pub const MAX_ADDR_LEN: usize = 23;
 
 const FAMILY_V4: u8 = 4;
@@ -237,10 +242,9 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             body.extend_from_slice(&timeout_ms.to_le_bytes());
             KIND_REGISTER
         }
-        Msg::PeerTable { peers } => {
-            body.extend_from_slice(&(peers.len() as u32).to_le_bytes());
-            peers.iter().for_each(|p| put_addr(&mut body, p));
-            KIND_PEER_TABLE
+        Msg::RingNext { next } => {
+            put_addr(&mut body, next);
+            KIND_RING_NEXT
         }
         Msg::Refused { reason, text } => {
             body.push(match reason {
@@ -357,15 +361,7 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Msg, WireError> {
             listen: r.addr("register listen address")?,
             timeout_ms: r.u64("register timeout")?,
         },
-        KIND_PEER_TABLE => {
-            let n = r.u32("peer count")? as usize;
-            // Each address takes at least 7 bytes: a lying count cannot make us over-allocate.
-            if n > r.remaining() / 7 {
-                return Err(WireError::Malformed(format!("peer table claims {n} peers in {} bytes", r.remaining())));
-            }
-            let peers = (0..n).map(|_| r.addr("peer address")).collect::<Result<_, _>>()?;
-            Msg::PeerTable { peers }
-        }
+        KIND_RING_NEXT => Msg::RingNext { next: r.addr("ring next address")? },
         KIND_REFUSED => {
             let reason = match r.u8("refusal reason")? {
                 0 => RefuseReason::Rejected,
@@ -415,8 +411,8 @@ mod tests {
                 listen: SocketAddr::V6(SocketAddrV6::new("fe80::1".parse().unwrap(), 9, 0, 7)),
                 timeout_ms: 0,
             },
-            Msg::PeerTable { peers: vec![] },
-            Msg::PeerTable { peers: vec![v4("127.0.0.1:1"), "[::1]:65535".parse().unwrap()] },
+            Msg::RingNext { next: v4("127.0.0.1:1") },
+            Msg::RingNext { next: SocketAddr::V6(SocketAddrV6::new("fe80::2".parse().unwrap(), 65535, 0, 3)) },
             Msg::Refused { reason: RefuseReason::Rejected, text: "rank 1 already registered".into() },
             Msg::Refused { reason: RefuseReason::Missing, text: String::new() },
             Msg::Refused { reason: RefuseReason::Lost, text: "rank 2 died".into() },
@@ -533,7 +529,8 @@ mod tests {
         malformed(KIND_LOST, &[0, 0, 0, 0, 0xff]);
         malformed(KIND_READY, &[0]);
         malformed(KIND_DATA, &[0; 11]);
-        malformed(KIND_PEER_TABLE, &[1, 0]);
+        malformed(KIND_RING_NEXT, &[FAMILY_V4, 127, 0, 0]);
+        malformed(KIND_RING_NEXT, &[]);
         malformed(KIND_REFUSED, &[]);
         // Trailing bytes after a complete body.
         let mut hello = encode(&Msg::Hello { from: 2, link: LinkKind::Ring })[HEADER_LEN..].to_vec();
@@ -543,8 +540,8 @@ mod tests {
         malformed(KIND_HELLO, &[0, 0, 0, 0, 9]);
         malformed(KIND_REFUSED, &[7]);
         malformed(KIND_REFUSED, &[0, 0xff, 0xfe]);
-        // A peer count larger than the bytes could hold.
-        malformed(KIND_PEER_TABLE, &u32::MAX.to_le_bytes());
+        // One address, not a table: anything after it is refused.
+        malformed(KIND_RING_NEXT, &[FAMILY_V4, 127, 0, 0, 1, 0, 9, FAMILY_V4]);
     }
 
     #[test]
