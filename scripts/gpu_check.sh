@@ -302,8 +302,10 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
     shm_step shm_${P}_procs_2 150 NCCL_PROTO=$P -- "$CHK" --mode procs --devs $DEVS2 --quick --failures-only
   done
   shm_step shm_threads_2 150 -- "$CHK" --mode threads --devs $DEVS2 --quick --failures-only
-  # A rank killed mid-collective over SHM: the survivors are told within seconds (tests/gpu/faults.cu).
+  # A rank killed mid-collective over SHM, 2 and 4 ranks: the survivors are told within seconds
+  # (tests/gpu/faults.cu).
   step shm_faults_2 shm 90 env NCCL_P2P_DISABLE=1 "$BUILD/faults" --devs $DEVS2
+  step shm_faults_4 shm 90 env NCCL_P2P_DISABLE=1 "$BUILD/faults" --devs $DEVS4
 else
   skip shm shm "reference NCCL refuses several ranks on one GPU"
 fi
