@@ -11,6 +11,7 @@
 // Checking (-c 1, default): after timing, one more call with fresh inputs, compared on the device
 // with the same generator/tolerance as tests/gpu/check.cu.
 #include "../tests/gpu/common.cuh"
+#include "size_arg.h"
 
 #include <dlfcn.h>
 #include <signal.h>
@@ -48,17 +49,6 @@ static void usage() {
       "                  [-b minbytes] [-e maxbytes] [-f factor | -i stepbytes] [-n iters] [-w warmup]\n"
       "                  [-d dtype] [-o sum|prod|max|min|avg|premulsum] [-r root] [-G [replays]]\n"
       "                  [-c 0|1] [-g ngpus] [--devs 0,1,..] [--timeout S]\n");
-}
-
-static size_t parseSize(const char* s) {
-  char* end;
-  double v = strtod(s, &end);
-  switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-  }
-  return (size_t)v;
 }
 
 static void parse(int argc, char** argv) {

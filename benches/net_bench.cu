@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "size_arg.h"
+
 #define CK(cmd)                                                                          \
   do {                                                                                   \
     cudaError_t e_ = (cmd);                                                              \
@@ -50,17 +52,6 @@ struct Shared {
   double us[8][kMaxSizes];  // per rank, per size: time per call
   int wrong[8];
 };
-
-static size_t parseSize(const char* s) {
-  char* end;
-  double v = strtod(s, &end);
-  switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-  }
-  return (size_t)v;
-}
 
 static int rankMain(int rank, int n, int dev, ncclUniqueId id, const std::vector<size_t>& sizes, double budget,
                     Shared* sh) {

@@ -78,6 +78,14 @@ pub struct CommShape {
     pub net: bool,
 }
 
+impl CommShape {
+    /// Rank 0 of `nranks` ranks on one host, every pair on P2P: the shape planner tests start from.
+    #[cfg(test)]
+    pub const fn one_host(nranks: usize, nchannels: usize, all_pairs_channels: usize) -> CommShape {
+        CommShape { rank: 0, nranks, nchannels, all_pairs_channels, tree: TreeShape::chain(nranks), net: false }
+    }
+}
+
 /// One kernel launch for one communicator.
 #[derive(Debug)]
 pub struct Launch {

@@ -403,10 +403,9 @@ mod tests {
     use crate::topo::tree::TreeShape;
 
     fn shape(nranks: usize, nchannels: usize, all_pairs_channels: usize) -> CommShape {
-        CommShape { rank: 0, nranks, nchannels, all_pairs_channels, tree: TreeShape::chain(nranks), net: false }
+        CommShape::one_host(nranks, nchannels, all_pairs_channels)
     }
-    const TWO: CommShape =
-        CommShape { rank: 0, nranks: 2, nchannels: 64, all_pairs_channels: 64, tree: TreeShape::chain(2), net: false };
+    const TWO: CommShape = CommShape::one_host(2, 64, 64);
     /// 128 hosts of 8 ranks, 16 channels, 4 of them connecting every pair.
     const CLUSTER: CommShape = CommShape {
         rank: 0,

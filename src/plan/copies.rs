@@ -202,10 +202,9 @@ mod tests {
     use super::*;
     use crate::cuda::CUstream;
     use crate::task::{CommShape, DevOp};
-    use crate::topo::tree::TreeShape;
 
     fn shape(rank: usize, nranks: usize) -> CommShape {
-        CommShape { rank, nranks, nchannels: 64, all_pairs_channels: 64, tree: TreeShape::chain(nranks), net: false }
+        CommShape { rank, ..CommShape::one_host(nranks, 64, 64) }
     }
 
     fn coll(kind: CollKind, rank: usize, count: usize, root: usize) -> Task {

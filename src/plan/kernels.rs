@@ -224,15 +224,13 @@ fn plan_p2p(
 mod tests {
     use super::*;
     use crate::task::DevOp;
-    use crate::topo::tree::TreeShape;
     use crate::types::ncclDataType_t;
 
     fn coll(kind: CollKind, dtype: ncclDataType_t, op: u32, count: usize) -> Task {
         Task::Coll(CollTask { kind, send: 0x1000, recv: 0x2000, count, dtype, op: DevOp::plain(op), root: 0 })
     }
 
-    const SHAPE: CommShape =
-        CommShape { rank: 0, nranks: 3, nchannels: 4, all_pairs_channels: 4, tree: TreeShape::chain(3), net: false };
+    const SHAPE: CommShape = CommShape::one_host(3, 4, 4);
 
     fn plan0(ops: &[(CUstream, Task)]) -> Result<Vec<Launch>> {
         plan(&SHAPE, &Allowed::ALL, &|_| 4, ops)
@@ -342,26 +340,12 @@ mod tests {
 
     #[test]
     fn big_messages_are_split_the_same_way_on_both_ends() {
-        let two = CommShape {
-            rank: 0,
-            nranks: 2,
-            nchannels: 64,
-            all_pairs_channels: 64,
-            tree: TreeShape::chain(2),
-            net: false,
-        };
+        let two = CommShape::one_host(2, 64, 64);
         assert_eq!(p2p_parts(&two, 64, 8), 1);
         assert_eq!(p2p_parts(&two, 64, 1 << 20), 16);
         assert_eq!(p2p_parts(&two, 64, 1 << 30), 32);
         assert_eq!(p2p_parts(&two, 8, 1 << 30), 8);
-        let eight_on_one_gpu = CommShape {
-            rank: 0,
-            nranks: 8,
-            nchannels: 8,
-            all_pairs_channels: 4,
-            tree: TreeShape::chain(8),
-            net: false,
-        };
+        let eight_on_one_gpu = CommShape::one_host(8, 8, 4);
         assert_eq!(p2p_parts(&eight_on_one_gpu, 8, 1 << 30), 1);
         let s = std::ptr::null_mut();
         let ops = vec![

@@ -76,18 +76,10 @@ pub fn estimate_us(tasks: &[(CommShape, Task)], allowed: &Allowed) -> f64 {
 mod tests {
     use super::*;
     use crate::task::{CollKind, CollTask, DevOp};
-    use crate::topo::tree::TreeShape;
 
     #[test]
     fn estimates_grow_with_size_and_follow_the_tuner() {
-        let shape = CommShape {
-            rank: 0,
-            nranks: 2,
-            nchannels: 64,
-            all_pairs_channels: 64,
-            tree: TreeShape::chain(2),
-            net: false,
-        };
+        let shape = CommShape::one_host(2, 64, 64);
         let ar = |count| {
             Task::Coll(CollTask {
                 kind: CollKind::AllReduce,
