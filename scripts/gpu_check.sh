@@ -185,7 +185,7 @@ fi
 # full matrix runs with NCCL_ALGO=allreduce:tree. Across hosts (processes on GPU 0 that each
 # claim a host by NCCL_HOSTID: check --hosts, with the NET transport) the trees join the hosts'
 # chains: 2 hosts of 2 ranks (a chain link and a link between hosts) and 4 hosts of 1 (the
-# double binary tree alone), when the checker has --hosts.
+# double binary tree alone).
 tree_step() {  # tree_step NAME TIMEOUT ALGO [ENV=VALUE...] -- CHECK ARGS...
   local name=$1 tmo=$2 algo=$3; shift 3
   local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
@@ -203,14 +203,10 @@ if [ "$LIB" = ours ] && [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   done
   tree_step tree_graph_4 120 Tree -- --graph --devs 0,0,0,0 --graph-iters 20
   tree_step tree_matrix_4 240 allreduce:tree -- --mode threads --devs 0,0,0,0 --failures-only
-  if grep -q -- '"--hosts"' tests/gpu/check.cu; then
-    tree_step tree_hosts_2x2 240 allreduce:tree -- --mode procs --devs 0,0,0,0 --hosts 2 --quick --failures-only
-    for P in LL LL128 Simple; do
-      tree_step tree_hosts_4_$P 200 Tree NCCL_PROTO=$P -- --mode procs --devs 0,0,0,0 --hosts 4 --colls AllReduce --quick --failures-only
-    done
-  else
-    skip tree_hosts tree "the checker has no --hosts (it comes with the NET transport)"
-  fi
+  tree_step tree_hosts_2x2 240 allreduce:tree -- --mode procs --devs 0,0,0,0 --hosts 2 --quick --failures-only
+  for P in LL LL128 Simple; do
+    tree_step tree_hosts_4_$P 200 Tree NCCL_PROTO=$P -- --mode procs --devs 0,0,0,0 --hosts 4 --colls AllReduce --quick --failures-only
+  done
   step tree_refuse_4 tree 60 bash -c '"${@:2}"; rc=$?; grep -m1 "no algorithm available for AllGather" "$1"
     [ $rc != 0 ] && grep -q "no algorithm available for AllGather" "$1"' _ "$LOG/tree_refuse_4.log" \
     env NCCL_DEBUG=WARN NCCL_ALGO=Tree "$CHK" --mode threads --devs 0,0,0,0 --colls AllGather --counts 7 --large-bytes 0

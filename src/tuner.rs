@@ -85,7 +85,7 @@ const TREE_BW: f64 = 0.92;
 pub const LL_SLOT_BYTES: usize = FN_LL_SLOT_LINES as usize * 8;
 
 /// What the user allows (NCCL_PROTO / NCCL_ALGO), read once per process.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allowed {
     /// By fnProto.
     pub protos: [bool; 3],
@@ -96,8 +96,9 @@ pub struct Allowed {
     pub oneshot: bool,
     /// Whether the tuner may move data with the copy engines instead of kernels.
     pub copy_engine: bool,
-    /// NCCL_ALGO as set, for the message of a collective it leaves no algorithm.
-    pub algo_env: Option<String>,
+    /// NCCL_ALGO as set, for the message of a collective it leaves no algorithm (a `&'static`
+    /// so that the per-launch intersection copies no string).
+    pub algo_env: Option<&'static str>,
 }
 
 impl Allowed {
@@ -119,7 +120,7 @@ impl Allowed {
         Err(Error::InvalidUsage(format!(
             "no algorithm available for {kind:?}: NCCL_ALGO={} leaves it none of the algorithms ferronickel runs it with \
              ({have}); NCCL fails here too. Restrict one collective with NCCL_ALGO=\"allreduce:tree\"",
-            self.algo_env.as_deref().unwrap_or("")
+            self.algo_env.unwrap_or("")
         )))
     }
 
@@ -139,7 +140,7 @@ impl Allowed {
             tree: self.tree && other.tree,
             oneshot: self.oneshot && other.oneshot,
             copy_engine: self.copy_engine && other.copy_engine,
-            algo_env: self.algo_env.clone().or_else(|| other.algo_env.clone()),
+            algo_env: self.algo_env.or(other.algo_env),
         }
     }
 }
@@ -357,7 +358,7 @@ fn parse_algo(setting: &str) -> Result<[(Vec<&'static str>, bool); 5]> {
 /// What NCCL_ALGO / NCCL_PROTO settings allow; an error for unknown names and for a protocol list
 /// that leaves nothing. A collective that NCCL_ALGO leaves no algorithm fails when it is called
 /// ([`Allowed::check`]), as in NCCL.
-pub fn parse_restrictions(algo: Option<&str>, proto: Option<&str>) -> Result<Allowed> {
+pub fn parse_restrictions(algo: Option<&'static str>, proto: Option<&str>) -> Result<Allowed> {
     let mut out = Allowed::ALL;
     let proto_excludes_only = proto.is_none_or(|s| s.trim().starts_with('^'));
     if let Some(setting) = algo {
@@ -366,7 +367,7 @@ pub fn parse_restrictions(algo: Option<&str>, proto: Option<&str>) -> Result<All
         out.tree = per_kind[0].0.contains(&"Tree");
         out.oneshot = !per_kind[0].1;
         out.copy_engine = per_kind.iter().all(|(_, inclusion)| !inclusion);
-        out.algo_env = Some(setting.to_string());
+        out.algo_env = Some(setting);
     }
     out.copy_engine &= proto_excludes_only;
     if let Some(setting) = proto {
@@ -429,9 +430,9 @@ mod tests {
         assert_eq!(parse_restrictions(None, None).unwrap(), Allowed::ALL);
         let a = parse_restrictions(Some("Ring"), Some("LL128")).unwrap();
         let ring_only = Allowed { ring: [true; 5], tree: false, oneshot: false, copy_engine: false, ..Allowed::ALL };
-        assert_eq!(a, Allowed { protos: [false, true, false], algo_env: Some("Ring".into()), ..ring_only.clone() });
+        assert_eq!(a, Allowed { protos: [false, true, false], algo_env: Some("Ring"), ..ring_only });
         let a = parse_restrictions(Some("^Tree"), Some("^LL")).unwrap();
-        let want = Allowed { protos: [false, true, true], tree: false, algo_env: Some("^Tree".into()), ..Allowed::ALL };
+        let want = Allowed { protos: [false, true, true], tree: false, algo_env: Some("^Tree"), ..Allowed::ALL };
         assert_eq!(a, want);
         assert!(!parse_restrictions(None, Some("Simple")).unwrap().copy_engine);
         // Tree alone: all-reduce runs it, the other collectives have nothing left and fail when called.
@@ -495,7 +496,7 @@ mod tests {
         assert_eq!(choose(CollKind::AllGather, 1 << 10, 4, &CLUSTER, &Allowed::ALL).algo, FN_ALGO_RING);
         // Forced protocols hold for the tree too.
         for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
-            let mut only = tree.clone();
+            let mut only = tree;
             only.protos = [false; 3];
             only.protos[proto as usize] = true;
             let c = choose(CollKind::AllReduce, 1 << 20, 4, &CLUSTER, &only);
@@ -554,7 +555,7 @@ mod tests {
     fn net_communicators_use_simple_and_few_channels_for_small_messages() {
         let net = |n| CommShape { net: true, ..shape(n, 8, 4) };
         let shm4 = Allowed::for_connections(4, true, false);
-        for (n, allowed) in [(2, Allowed::for_connections(2, true, false)), (4, shm4.clone())] {
+        for (n, allowed) in [(2, Allowed::for_connections(2, true, false)), (4, shm4)] {
             let small = choose(CollKind::AllReduce, 2, 4, &net(n), &allowed);
             assert_eq!((small.proto, small.nchannels), (FN_PROTO_SIMPLE, 1), "n={n}");
             let large = choose(CollKind::AllReduce, 64 << 20, 4, &net(n), &allowed);

@@ -75,7 +75,7 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
         .map(|((c, ops), ch)| Member {
             key: c.bootstrap.magic(),
             shape: c.shape(),
-            limits: c.limits.clone(),
+            limits: c.limits,
             conn_channels: ch,
             ops,
         })

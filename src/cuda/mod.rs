@@ -121,12 +121,6 @@ impl Context {
         Ok(CtxGuard(()))
     }
 
-    /// Makes this context current for the calling thread (init threads that own a device).
-    pub fn make_current(&self) -> Result<()> {
-        // SAFETY: ctx is a retained, valid context.
-        check(unsafe { sys::cuCtxSetCurrent(self.ctx) }, "cuCtxSetCurrent")
-    }
-
     pub fn raw(&self) -> CUcontext {
         self.ctx
     }
