@@ -1,6 +1,8 @@
 // net_bench.cu: all-reduce between processes that each claim a host of their own (NCCL_HOSTID),
 // so the library under test moves every byte through its NET transport (for ferronickel: the
-// proxy thread and the Socket net; for NVIDIA's NCCL: NET/Socket), all on one GPU.
+// proxy thread and the Socket net; for NVIDIA's NCCL: NET/Socket), all on one GPU. With
+// --one-host the processes keep the machine's host identity, so the library picks P2P or, under
+// NCCL_P2P_DISABLE=1, SHM; --gpus G puts rank r on GPU dev + r % G (NCCL needs a GPU per rank).
 //
 // Public NCCL API only: the same binary runs against either library (LD_LIBRARY_PATH). One process
 // per rank, forked after ncclGetUniqueId and before any CUDA call. Per size: warm-up, then `iters`
@@ -9,7 +11,7 @@
 // with inputs rank+1 is checked at its first, middle and last element (exact sums of small
 // integers in float).
 //
-// usage: net_bench [--nranks 2] [--dev 0] [--min 8] [--max 512M] [--budget-s 0.25]
+// usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host] [--min 8] [--max 512M] [--budget-s 0.25]
 // Output: "# net_bench ..." header, then rows "bytes time_us algbw_GBs busbw_GBs" and
 // "NET_BENCH: PASS|FAIL".
 #include <cuda_runtime.h>
@@ -53,11 +55,13 @@ struct Shared {
   int wrong[8];
 };
 
-static int rankMain(int rank, int n, int dev, ncclUniqueId id, const std::vector<size_t>& sizes, double budget,
-                    Shared* sh) {
-  char host[32];
-  snprintf(host, sizeof host, "fnbench%d", rank);
-  setenv("NCCL_HOSTID", host, 1);
+static int rankMain(int rank, int n, int dev, bool oneHost, ncclUniqueId id, const std::vector<size_t>& sizes,
+                    double budget, Shared* sh) {
+  if (!oneHost) {
+    char host[32];
+    snprintf(host, sizeof host, "fnbench%d", rank);
+    setenv("NCCL_HOSTID", host, 1);
+  }
   CK(cudaSetDevice(dev));
   ncclComm_t comm;
   NK(ncclCommInitRank(&comm, n, id, rank));
@@ -108,7 +112,8 @@ static int rankMain(int rank, int n, int dev, ncclUniqueId id, const std::vector
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  int n = 2, dev = 0;
+  int n = 2, dev = 0, gpus = 1;
+  bool oneHost = false;
   size_t minB = 8, maxB = 512 << 20;
   double budget = 0.25;
   for (int i = 1; i < argc; i++) {
@@ -119,15 +124,19 @@ int main(int argc, char** argv) {
     };
     if (a == "--nranks") n = atoi(need());
     else if (a == "--dev") dev = atoi(need());
+    else if (a == "--gpus") gpus = atoi(need());
+    else if (a == "--one-host") oneHost = true;
     else if (a == "--min") minB = parseSize(need());
     else if (a == "--max") maxB = parseSize(need());
     else if (a == "--budget-s") budget = atof(need());
     else {
-      fprintf(stderr, "usage: net_bench [--nranks 2] [--dev 0] [--min 8] [--max 512M] [--budget-s 0.25]\n");
+      fprintf(stderr,
+              "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host] [--min 8] [--max 512M] "
+              "[--budget-s 0.25]\n");
       return 2;
     }
   }
-  if (n < 2 || n > 8 || minB < 8 || maxB < minB) { fprintf(stderr, "net_bench: bad arguments\n"); return 2; }
+  if (n < 2 || n > 8 || gpus < 1 || minB < 8 || maxB < minB) { fprintf(stderr, "net_bench: bad arguments\n"); return 2; }
   std::vector<size_t> sizes;
   for (size_t s = minB; s <= maxB && sizes.size() < kMaxSizes; s *= 2) sizes.push_back(s);
   ncclUniqueId id;
@@ -137,13 +146,13 @@ int main(int argc, char** argv) {
   Shared* sh = new (m) Shared();
   int version = 0;
   ncclGetVersion(&version);
-  printf("# net_bench: all_reduce float sum, %d processes on GPU %d, each its own NCCL_HOSTID; NCCL version %d\n", n,
-         dev, version);
+  printf("# net_bench: all_reduce float sum, %d processes on GPU %d-%d, %s; NCCL version %d\n", n, dev,
+         dev + gpus - 1, oneHost ? "one host" : "each its own NCCL_HOSTID", version);
   printf("# %12s %12s %10s %10s\n", "bytes", "time_us", "algbw_GBs", "busbw_GBs");
   std::vector<pid_t> pids(n);
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
-    if (pids[r] == 0) _exit(rankMain(r, n, dev, id, sizes, budget, sh));
+    if (pids[r] == 0) _exit(rankMain(r, n, dev + r % gpus, oneHost, id, sizes, budget, sh));
   }
   int bad = 0;
   for (int r = 0; r < n; r++) {

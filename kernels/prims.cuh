@@ -33,6 +33,10 @@ struct Prims {
   char* sendBuff = nullptr;
   char* recvBuff = nullptr;
   uint64_t sendStep = 0, recvStep = 0;
+  // What the transports behind the two connections ask for (FN_CONN_TAIL_ALL, the proxy's
+  // size words): fixed for the communicator's life, so read once here instead of every step.
+  bool sendTailAll = false, recvTailAll = false;
+  volatile uint32_t* sendSizes = nullptr;
   const uint32_t stride;
   // Elements one step carries.
   const uint64_t slotElems;
@@ -44,10 +48,13 @@ struct Prims {
     if (s) {
       sendBuff = s->buffs[P];
       sendStep = *reinterpret_cast<volatile uint64_t*>(&s->step);
+      sendTailAll = s->flags & FN_CONN_TAIL_ALL;
+      sendSizes = s->sizes;
     }
     if (r) {
       recvBuff = r->buffs[P];
       recvStep = *reinterpret_cast<volatile uint64_t*>(&r->step);
+      recvTailAll = r->flags & FN_CONN_TAIL_ALL;
     }
   }
 
@@ -74,8 +81,7 @@ struct Prims {
       // The data carries its own flag (step + 1): no tail. Every thread checks for itself that the
       // receiver has freed the slot, and the receiver frees it once the whole group has read it.
       // A host-memory FIFO (FN_CONN_TAIL_ALL) adds Simple's tail in both directions.
-      const bool gated = R && (recvConn->flags & FN_CONN_TAIL_ALL);
-      if (gated) {
+      if (R && recvTailAll) {
         if (g.tid == 0) stop = waitCounter(comm, recvConn->tail, 0, recvStep);
         if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
       }
@@ -89,7 +95,7 @@ struct Prims {
         }
       }
       if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
-      if (g.tid == 0 && S && (sendConn->flags & FN_CONN_TAIL_ALL)) {
+      if (g.tid == 0 && S && sendTailAll) {
         const uint64_t words = divUp(n * sizeof(T), 8);
         publish(P == FN_PROTO_LL ? words * 16 : divUp(words, FN_LL128_LINE_WORDS) * 128);
       }
@@ -103,7 +109,7 @@ struct Prims {
   // Thread 0, after the group's slot stores (ordered by a barrier): the step's size and protocol for a proxy,
   // then a system fence, then the tail.
   __device__ __forceinline__ void publish(uint64_t bytes) {
-    if (sendConn->sizes) sendConn->sizes[sendStep % FN_NSTEPS] = uint32_t(bytes) | uint32_t(P) << FN_SIZE_PROTO_SHIFT;
+    if (sendSizes) sendSizes[sendStep % FN_NSTEPS] = uint32_t(bytes) | uint32_t(P) << FN_SIZE_PROTO_SHIFT;
     __threadfence_system();
     *sendConn->tail = sendStep + 1;
   }

@@ -133,6 +133,11 @@ build() {
     $TO mpicc -O2 -Wall -I"$INC" -I"$CUDA/include" -o "$BUILD/mpi_per_gpu" examples/mpi_per_gpu.c $LINK -L"$CUDA/lib64" -lcudart >"$LOG/build_mpi_example.log" 2>&1 & pids+=($!)
   fi
   $TO gcc -O2 -Wall -I"$INC" -I"$CUDA/include" -o "$BUILD/single_process" examples/single_process.c $LINK -L"$CUDA/lib64" -lcudart >"$LOG/build_single_example.log" 2>&1 & pids+=($!)
+  # The test net plugins, built apart from the library as a vendor's would be (tests/net.rs builds
+  # the same sources in CI): one exporting ncclNetPlugin_v11, one only _v8.
+  for v in 11 8; do
+    $TO gcc -shared -fPIC -O2 -Wall -Isrc/transport/net -DPLUGIN_VERSION=$v -o "$BUILD/libnccl-net-fntcp$v.so" tests/c/net_plugin_tcp.c >"$LOG/build_plugin$v.log" 2>&1 & pids+=($!)
+  done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   for f in "$LOG"/build_*.log; do [ -s "$f" ] && { echo "== $f"; cat "$f"; }; done
   return $rc
@@ -323,6 +328,20 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   net_step check_net_mixed_2x2 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 2 $Q --failures-only
   # One host with P2P and SHM both off: NET between ranks of one host, as NCCL falls back.
   net_step check_net_noshm_2 150 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "$CHK" --mode procs --devs 0,0 --quick --failures-only
+  # CUDA graphs over NET: an all-reduce, and every rank sending to and receiving from every other
+  # (connections a group makes while the stream is capturing).
+  net_step graph_net_4 120 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --graph --graph-iters 20
+  net_step graph_net_pairs_4 120 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --graph --graph-coll AllPairs --graph-iters 20 --graph-count 1M
+  # The matrix carried by an external net plugin (tests/c/net_plugin_tcp.c) loaded by
+  # NCCL_NET_PLUGIN as a path: v11, and v8 through the adapters. The log must name the plugin's net.
+  if [ "$LIB" = ours ]; then
+    for v in 11 8; do
+      step plugin_net_v${v}_2 net 200 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "${@:2}"; rc=$?
+        n=$(grep -c "via NET/FnTcp" "$1"); echo "connections through the plugin: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
+        _ "$LOG/plugin_net_v${v}_2.log" env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp$v.so" \
+        "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
+    done
+  fi
   [ "$LIB" = ours ] && net_step faults_net_2 90 "$BUILD/faults" --devs 0,0 --hosts 2
   [ "$LIB" = ours ] && net_step faults_net_4 90 "$BUILD/faults" --devs 0,0,0,0 --hosts 4
 fi

@@ -15,7 +15,8 @@
 //   matrix      every collective x dtype x op x in/out-of-place x root/peer x count, unaligned
 //               buffers, one large (>= 256 MB) case per collective; output poisoned with 0xA5,
 //               guard bytes around every output checked, host reference per element.
-//   --graph     capture one AllReduce per rank stream in a CUDA graph, replay N times with
+//   --graph     capture one AllReduce (--graph-coll: another collective; AllPairs sends to and
+//               receives from every rank) per rank stream in a CUDA graph, replay N times with
 //               fresh inputs written by a kernel on the same stream, verify every replay.
 //   --leak      N x (init comms, small allreduce, destroy); cudaMemGetInfo before/after.
 //   --watchdog  (meaningful for ferronickel) NCCL_WATCHDOG_TIMEOUT_MS=2000; rank 0 calls
@@ -85,6 +86,7 @@ struct Opts {
   bool tMatrix = false, tGraph = false, tLeak = false, tWatchdog = false;
   int graphIters = 100;
   size_t graphCount = 1048579;
+  int graphColl = 0;  // C_ALLREDUCE
   int leakIters = 100;
   int wdTimeoutMs = 2000;
   std::string wdMode = "never";
@@ -103,7 +105,8 @@ static void usage() {
       "             [--counts a,b,c] [--large-bytes N (0=off)] [--colls AllReduce,Reduce,...]\n"
       "             [--dtypes float32,int8,...] [--ops sum,prod,max,min,avg,pmsH,pmsD]\n"
       "             [--roots all|ends] [--no-unaligned] [--failures-only] [--dry-run (list case counts)]\n"
-      "             [--matrix] [--graph [--graph-iters N --graph-count N]] [--leak [--leak-iters N]]\n"
+      "             [--matrix] [--graph [--graph-iters N --graph-count N --graph-coll NAME]]\n"
+      "             [--leak [--leak-iters N]]\n"
       "             [--watchdog [--wd-timeout-ms N --wd-mode never|mismatch --wd-poll-s S]]\n"
       "             [--timeout S (global, default 1200)] [--case-timeout S (default 120)]\n");
 }
@@ -178,6 +181,12 @@ static void parseArgs(int argc, char** argv) {
     else if (a == "--graph") g.tGraph = true;
     else if (a == "--graph-iters") g.graphIters = atoi(need());
     else if (a == "--graph-count") g.graphCount = parseSize(need());
+    else if (a == "--graph-coll") {
+      const char* name = need();
+      g.graphColl = -1;
+      for (int c = 0; c < NCOLLS; c++) if (!strcasecmp(name, kCollName[c])) g.graphColl = c;
+      if (g.graphColl < 0 || g.graphColl == C_BCAST) { fprintf(stderr, "--graph-coll %s: unknown\n", name); exit(2); }
+    }
     else if (a == "--leak") g.tLeak = true;
     else if (a == "--leak-iters") g.leakIters = atoi(need());
     else if (a == "--watchdog") g.tWatchdog = true;
@@ -811,12 +820,16 @@ static void testMatrix() {
 // ---------------------------------------------------------------------------------------------
 static bool testGraph() {
   const int n = C.nranks;
-  const size_t cnt = g.graphCount;
-  Case c{C_ALLREDUCE, ncclFloat32, OP_SUM, 0, -1, 0, 0, cnt, 0, "graph"};
+  // Collectives whose buffers hold a block per rank take count / n per block. SendRecv shifts by
+  // n / 2, so with 4 ranks or more it reaches a rank that is not a ring neighbour.
+  Layout L1 = layoutOf(Case{g.graphColl, ncclFloat32, OP_SUM, 0, 0, 0, 0, 1, 0, ""}, n);
+  const size_t cnt = std::max<size_t>(1, (L1.sendExt > 1 || L1.recvExt > 1) ? g.graphCount / n : g.graphCount);
+  const int root = g.graphColl == C_SENDRECV ? std::max(1, n / 2) : collRooted(g.graphColl) ? n - 1 : -1;
+  Case c{g.graphColl, ncclFloat32, OP_SUM, 0, root, 0, 0, cnt, 0, "graph"};
   Layout L = layoutOf(c, n);
-  size_t total = 2 * GUARD + L.rExt * 4;
-  for (auto& R : C.local) ensureCap(R, total, total);
-  printf("%s# graph: AllReduce float sum count=%zu, %d replays\n", C.tag.c_str(), cnt, g.graphIters);
+  size_t rTotal = 2 * GUARD + L.rExt * 4, sTotal = 2 * GUARD + L.sendExt * 4;
+  for (auto& R : C.local) ensureCap(R, sTotal, rTotal);
+  printf("%s# graph: %s float sum count=%zu, %d replays\n", C.tag.c_str(), kCollName[c.coll], cnt, g.graphIters);
   std::vector<cudaGraph_t> graphs(C.local.size());
   std::vector<cudaGraphExec_t> execs(C.local.size());
   for (auto& R : C.local) {
@@ -826,9 +839,9 @@ static bool testGraph() {
   std::string err;
   NCCLCHECK(ncclGroupStart());
   for (auto& R : C.local) {
-    Ptrs p = ptrsOf(c, R);
-    ncclResult_t r = ncclAllReduce(p.send, p.recv, cnt, ncclFloat32, ncclSum, R.comm, R.stream);
-    if (r != ncclSuccess && err.empty()) err = std::string("ncclAllReduce during capture: ") + ncclGetErrorString(r) + " / " + ncclGetLastError(R.comm);
+    std::string what;
+    ncclResult_t r = issue(c, R, ptrsOf(c, R), ncclSum, what);
+    if (r != ncclSuccess && err.empty()) err = what + " during capture: " + ncclGetErrorString(r) + " / " + ncclGetLastError(R.comm);
   }
   ncclResult_t ge = ncclGroupEnd();
   if (ge != ncclSuccess && err.empty()) err = std::string("ncclGroupEnd during capture: ") + ncclGetErrorString(ge);
@@ -860,9 +873,10 @@ static bool testGraph() {
     for (size_t i = 0; i < C.local.size(); i++) {
       Rank& R = C.local[i];
       CUDACHECK(cudaSetDevice(R.dev));
-      CUDACHECK(cudaMemsetAsync(R.rbuf, POISON, total, R.stream));
+      CUDACHECK(cudaMemsetAsync(R.rbuf, POISON, rTotal, R.stream));
       Ptrs p = ptrsOf(c, R);
-      launchGen(p.send, cnt, ncclFloat32, VC_SUM, c.seed, R.rank, 0, R.stream);  // same stream: ordered
+      // Same stream: ordered before the replay.
+      if (rankHasInput(c, R.rank)) launchGen(p.send, L.sendExt, ncclFloat32, VC_SUM, c.seed, R.rank, 0, R.stream);
       CUDACHECK(cudaGraphLaunch(execs[i], R.stream));
     }
     if (!syncAll(g.caseTimeoutS)) hangExit();
