@@ -73,16 +73,38 @@ pub struct CommShape {
     pub all_pairs_channels: usize,
     /// The Tree algorithm's hosts, depth and fan-out.
     pub tree: TreeShape,
-    /// Some pair of the communicator is on NET: the slowest hop goes through the proxies, which
-    /// prices algorithms, protocols and channels differently (`tuner`).
-    pub net: bool,
+    /// The slowest kind of connection between two of its ranks: it prices algorithms, protocols
+    /// and channels (`tuner`).
+    pub link: Link,
+}
+
+/// What a hop between two ranks costs, by where its FIFOs sit: GPU memory (P2P), host memory that
+/// both GPUs reach over PCIe (SHM), or host memory drained by proxy threads (NET). Ordered from
+/// fastest to slowest, as the transports that make them are tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Link {
+    P2p,
+    Shm,
+    Net,
+}
+
+impl Link {
+    /// The slowest link of a communicator: `net` when some pair is on NET, else `host_fifos` when
+    /// some pair has its FIFOs in host memory (SHM).
+    pub fn slowest(net: bool, host_fifos: bool) -> Link {
+        match (net, host_fifos) {
+            (true, _) => Link::Net,
+            (false, true) => Link::Shm,
+            (false, false) => Link::P2p,
+        }
+    }
 }
 
 impl CommShape {
     /// Rank 0 of `nranks` ranks on one host, every pair on P2P: the shape planner tests start from.
     #[cfg(test)]
     pub const fn one_host(nranks: usize, nchannels: usize, all_pairs_channels: usize) -> CommShape {
-        CommShape { rank: 0, nranks, nchannels, all_pairs_channels, tree: TreeShape::chain(nranks), net: false }
+        CommShape { rank: 0, nranks, nchannels, all_pairs_channels, tree: TreeShape::chain(nranks), link: Link::P2p }
     }
 }
 

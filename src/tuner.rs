@@ -3,9 +3,9 @@
 //! The model is NCCL's in shape: a collective of S bytes takes `hops × hop_us(proto) +
 //! wire(S) / bw(proto)`, where `hops` is the number of dependent FIFO steps on the critical path
 //! and `wire` the bytes each rank pushes over its link. The constants per protocol were measured
-//! on 2× H200 (NV18) with each protocol forced (see COST). A communicator with a pair on NET is
-//! priced by its slowest link, the proxies' (see NET_HOP_US), where channels cost latency, so the
-//! tuner also picks how many to use.
+//! on 2× H200 (NV18) with each protocol forced (see COST). A communicator with a pair on SHM or
+//! NET is priced by its slowest link (see SHM_COST and NET_COST), where channels may cost
+//! latency, so the tuner also picks how many to use.
 //!
 //! `NCCL_ALGO` and `NCCL_PROTO` restrict the choice with NCCL's syntax (a comma list of names,
 //! case-insensitive; a leading `^` excludes the listed ones instead). `NCCL_ALGO` also takes
@@ -25,7 +25,7 @@ use crate::abi::{
     FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_TREE, FN_LL_SLOT_LINES, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE,
 };
 use crate::error::{Error, Result};
-use crate::task::{CollKind, CommShape};
+use crate::task::{CollKind, CommShape, Link};
 use std::sync::OnceLock;
 
 pub const ALGOS: [&str; 7] = ["Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"];
@@ -188,38 +188,71 @@ fn model_us(proto: u32, hops: f64, wire: f64, bw_scale: f64) -> f64 {
     hops * c.hop_us + wire / (c.gbps * bw_scale * 1e3)
 }
 
-/// A communicator with a pair on NET (docs/ARCHITECTURE.md, "Transports") moves every step of
-/// every protocol through the sender's and the receiver's proxy threads. Measured on one H100 with
-/// two processes as two hosts, CUDA MPS on (BENCHMARKS.md, "NET transport", commit 6fe470c): an
-/// 8-byte all-reduce (one hop) took 44 µs on one channel, about 8 of them the launch; each further
-/// channel added about 15 µs to a hop (8 KB: 50 µs on one channel, 159 on eight), as the one proxy
-/// thread serves the channels in turn; one channel carried 2 MB of Simple in 905 µs (2.3 GB/s of
-/// wire) and eight channels 8.2 GB/s.
-const NET_HOP_US: f64 = 36.0;
-const NET_CHANNEL_US: f64 = 15.0;
-const NET_CHANNEL_GBPS: f64 = 2.3;
-const NET_GBPS: f64 = 8.2;
-/// The fraction of Simple's NET bandwidth each protocol reaches, by fnProto. LL128 carried 1 MB in
-/// 1970 µs on one channel against Simple's 2 MB in 905 µs (0.23: each 60 KB slot is a round
-/// through both proxies); LL, not measured, is taken at half of that (16 KB slots, and half of
-/// every line is flags). Over host memory no protocol saves a hop: all publish a tail.
-const NET_PROTO_EFF: [f64; 3] = [0.11, 0.23, 1.0];
-
-fn net_us(proto: u32, hops: f64, wire: f64, bw_scale: f64, nch: usize) -> f64 {
-    let hop = NET_HOP_US + (nch.max(1) - 1) as f64 * NET_CHANNEL_US;
-    let gbps = (nch as f64 * NET_CHANNEL_GBPS).min(NET_GBPS) * NET_PROTO_EFF[proto as usize] * bw_scale;
-    hops * hop + wire / (gbps * 1e3)
+/// What a hop costs over a link whose FIFOs sit in host memory, by fnProto: a hop on one channel,
+/// what each further channel adds to it, the bandwidth of one channel and the most that every
+/// channel together reaches. Over host memory no protocol saves a hop: all publish a tail
+/// (docs/ARCHITECTURE.md, "Transports").
+struct HostLinkCost {
+    hop_us: [f64; 3],
+    channel_us: [f64; 3],
+    channel_gbps: [f64; 3],
+    gbps: [f64; 3],
 }
 
-/// The modelled time of an algorithm's kernel and the channels to run it on, at most `max_nch`.
-/// Over P2P every channel is used (the measured costs assume it); over NET the fewest channels
-/// that pay for their proxy rounds.
-fn price(shape: &CommShape, proto: u32, hops: f64, wire: f64, bw_scale: f64, max_nch: usize) -> (f64, usize) {
-    if !shape.net {
-        return (model_us(proto, hops, wire, bw_scale), max_nch);
+impl HostLinkCost {
+    fn us(&self, proto: u32, hops: f64, wire: f64, bw_scale: f64, nch: usize) -> f64 {
+        let p = proto as usize;
+        let hop = self.hop_us[p] + (nch.max(1) - 1) as f64 * self.channel_us[p];
+        let gbps = (nch as f64 * self.channel_gbps[p]).min(self.gbps[p]) * bw_scale;
+        hops * hop + wire / (gbps * 1e3)
     }
+}
+
+/// SHM: the sender's GPU writes the slot to host memory and the receiver's GPU reads it back over
+/// PCIe. Measured on 2× H200 with `NCCL_P2P_DISABLE=1` (BENCHMARKS.md, "SHM transport"), each
+/// protocol forced on 1, 2, 4 and 8 channels, all-reduce of two ranks:
+/// - Simple took 10.5–11 µs at 8 B on any number of channels (P2P's Simple hop, 3 µs, plus the
+///   launch; each channel is charged 0.1 µs, within the noise, so that the fewest channels that
+///   carry the bytes as fast win). It carried 12.6–14.4 GB/s on one channel, 28.7 on four, 30.3
+///   on eight and 34 on all of them (256 MB): modelled as 10 per channel up to 34, so that four
+///   channels carry large messages.
+/// - LL and LL128 took 24 µs on one channel (every line is polled across PCIe), and each further
+///   channel added about 7.5 µs to a hop (LL at 32 B: 39 µs on two channels). One channel of LL
+///   carried 0.63 GB/s (eight: 1.85), of LL128 1.85 (eight: 5.6).
+const SHM_COST: HostLinkCost = HostLinkCost {
+    hop_us: [9.5, 9.7, 3.0],
+    channel_us: [7.5, 7.5, 0.1],
+    channel_gbps: [0.63, 1.85, 10.0],
+    gbps: [1.85, 5.6, 34.0],
+};
+
+/// NET (docs/ARCHITECTURE.md, "Transports") moves every step of every protocol through the
+/// sender's and the receiver's proxy threads. Measured on one H100 with two processes as two
+/// hosts, CUDA MPS on (BENCHMARKS.md, "NET transport", commit 6fe470c): an 8-byte all-reduce (one
+/// hop) took 44 µs on one channel, about 8 of them the launch; each further channel added about
+/// 15 µs to a hop (8 KB: 50 µs on one channel, 159 on eight), as the one proxy thread serves the
+/// channels in turn; one channel carried 2 MB of Simple in 905 µs (2.3 GB/s of wire) and eight
+/// channels 8.2 GB/s. LL128 carried 1 MB in 1970 µs on one channel against Simple's 2 MB in 905 µs
+/// (0.23 of Simple's rate: each 60 KB slot is a round through both proxies); LL, not measured, is
+/// taken at half of that (16 KB slots, and half of every line is flags).
+const NET_COST: HostLinkCost = HostLinkCost {
+    hop_us: [36.0; 3],
+    channel_us: [15.0; 3],
+    channel_gbps: [2.3 * 0.11, 2.3 * 0.23, 2.3],
+    gbps: [8.2 * 0.11, 8.2 * 0.23, 8.2],
+};
+
+/// The modelled time of an algorithm's kernel and the channels to run it on, at most `max_nch`.
+/// Over P2P every channel is used (the measured costs assume it); over host memory the fewest
+/// channels that pay for themselves.
+fn price(shape: &CommShape, proto: u32, hops: f64, wire: f64, bw_scale: f64, max_nch: usize) -> (f64, usize) {
+    let cost = match shape.link {
+        Link::P2p => return (model_us(proto, hops, wire, bw_scale), max_nch),
+        Link::Shm => &SHM_COST,
+        Link::Net => &NET_COST,
+    };
     (1..=max_nch.max(1))
-        .map(|nch| (net_us(proto, hops, wire, bw_scale, nch), nch))
+        .map(|nch| (cost.us(proto, hops, wire, bw_scale, nch), nch))
         .fold((f64::INFINITY, 1), |best, c| if c.0 < best.0 { c } else { best })
 }
 
@@ -414,7 +447,7 @@ mod tests {
         nchannels: 16,
         all_pairs_channels: 4,
         tree: TreeShape { nhosts: 128, depth: 7 + 7, max_children: 3 },
-        net: false,
+        link: Link::P2p,
     };
 
     #[test]
@@ -553,7 +586,7 @@ mod tests {
 
     #[test]
     fn net_communicators_use_simple_and_few_channels_for_small_messages() {
-        let net = |n| CommShape { net: true, ..shape(n, 8, 4) };
+        let net = |n| CommShape { link: Link::Net, ..shape(n, 8, 4) };
         let shm4 = Allowed::for_connections(4, true, false);
         for (n, allowed) in [(2, Allowed::for_connections(2, true, false)), (4, shm4)] {
             let small = choose(CollKind::AllReduce, 2, 4, &net(n), &allowed);
@@ -574,6 +607,32 @@ mod tests {
         assert_eq!(choose(CollKind::AllGather, 1 << 20, 1, &net(4), &ll).proto, FN_PROTO_LL);
         // Over P2P nothing changes: every channel.
         assert_eq!(choose(CollKind::AllReduce, 2, 4, &shape(4, 8, 4), &shm4).nchannels, 8);
+    }
+
+    #[test]
+    fn shm_communicators_use_simple_and_few_channels_for_small_messages() {
+        let shm = |n| CommShape { link: Link::Shm, ..shape(n, 32, 4) };
+        for n in [2, 4] {
+            let allowed = Allowed::for_connections(n, true, false);
+            // LL and LL128 poll every line across PCIe: Simple at every size, on one channel
+            // while more would not carry the bytes faster.
+            let small = choose(CollKind::AllReduce, 2, 4, &shm(n), &allowed);
+            assert_eq!((small.proto, small.nchannels), (FN_PROTO_SIMPLE, 1), "n={n}");
+            let large = choose(CollKind::AllReduce, 64 << 20, 4, &shm(n), &allowed);
+            assert_eq!(large.proto, FN_PROTO_SIMPLE, "n={n}");
+            assert!((3..=32).contains(&large.nchannels), "n={n}: {large:?}");
+            for count in (0..28).map(|b| 1usize << b) {
+                assert_eq!(choose(CollKind::AllGather, count, 1, &shm(n), &allowed).proto, FN_PROTO_SIMPLE);
+            }
+        }
+        // Forcing a protocol still runs it, on the channels that suit it.
+        let ll = parse_restrictions(None, Some("LL")).unwrap();
+        let c = choose(CollKind::AllReduce, 2, 4, &shm(4), &ll.intersect(&Allowed::for_connections(4, true, false)));
+        assert_eq!((c.proto, c.nchannels), (FN_PROTO_LL, 1));
+        // A NET pair anywhere makes NET the link that prices the communicator.
+        assert_eq!(Link::slowest(true, true), Link::Net);
+        assert_eq!(Link::slowest(false, true), Link::Shm);
+        assert_eq!(Link::slowest(false, false), Link::P2p);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::abi::{self, fnDevComm, fnRing};
 use crate::bootstrap::{Bootstrap, BootstrapId};
 use crate::cuda::{self, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
+use crate::task::Link;
 use crate::topo::tree::Trees;
 use crate::topo::{self, PeerInfo, Ring};
 use crate::transport::p2p::{self, ConnPlan};
@@ -189,7 +190,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         bootstrap,
         conns: plan,
         tree: trees.shape(),
-        net: on_net,
+        link: Link::slowest(on_net, host_fifos),
         limits,
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),

@@ -16,7 +16,7 @@ use crate::bootstrap::liveness::Watcher;
 use crate::bootstrap::Bootstrap;
 use crate::cuda::{Context, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
-use crate::task::{CommShape, DevOp};
+use crate::task::{CommShape, DevOp, Link};
 use crate::topo::tree::TreeShape;
 use crate::transport::p2p::ConnPlan;
 use crate::transport::Connections;
@@ -79,8 +79,8 @@ pub struct Comm {
     pub conns: ConnPlan,
     /// The Tree algorithm's hosts, depth and fan-out (the trees themselves are in the device comm).
     pub tree: TreeShape,
-    /// Some pair of this communicator is on NET (alike on every rank).
-    pub net: bool,
+    /// The slowest kind of connection between two of its ranks (alike on every rank).
+    pub link: Link,
     /// What this communicator's connections allow the tuner (host-memory FIFOs rule out some
     /// kernels, and copy engines need P2P); intersected with NCCL_ALGO / NCCL_PROTO per launch.
     pub limits: Allowed,
@@ -128,7 +128,7 @@ impl Comm {
             bootstrap,
             conns: ConnPlan { nranks, ring_channels: 1, p2p_channels: 1, order: order.clone(), fifo_bytes: 0 },
             tree: TreeShape::chain(nranks),
-            net: false,
+            link: Link::P2p,
             limits: Allowed::ALL,
             user_ops: Mutex::new(Vec::new()),
             registrations: Mutex::new(HashSet::new()),
@@ -190,7 +190,7 @@ impl Comm {
             nchannels: self.conns.ring_channels,
             all_pairs_channels: self.conns.all_pairs_channels(),
             tree: self.tree,
-            net: self.net,
+            link: self.link,
         }
     }
 

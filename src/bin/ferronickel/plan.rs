@@ -12,7 +12,7 @@
 use crate::args::Args;
 use crate::{CmdResult, Report};
 use nccl::abi::FN_MAX_CHANNELS;
-use nccl::task::{CollKind, CommShape};
+use nccl::task::{CollKind, CommShape, Link};
 use nccl::topo::tree::Trees;
 use nccl::topo::{self, PeerInfo};
 use nccl::transport::p2p::{self, ConnPlan};
@@ -116,8 +116,8 @@ pub fn run(mut args: Args) -> CmdResult {
     let host_of: Vec<u64> = peers.iter().map(|p| p.host_hash).collect();
     let trees = Trees::new(&order, &host_of);
     let tree = trees.shape();
-    let net = transport::net_pairs(&kinds);
-    let shape = CommShape { rank: 0, nranks, nchannels, all_pairs_channels: conns.all_pairs_channels(), tree, net };
+    let link = Link::slowest(transport::net_pairs(&kinds), host_fifos);
+    let shape = CommShape { rank: 0, nranks, nchannels, all_pairs_channels: conns.all_pairs_channels(), tree, link };
     // Each tree's root: the rank without a parent.
     let roots: Vec<usize> =
         (0..2).map(|w| (0..nranks).find(|&r| trees.rank_tree(w, r).up.is_none()).expect("a tree has a root")).collect();
