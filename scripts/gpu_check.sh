@@ -333,13 +333,14 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   net_step graph_net_4 120 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --graph --graph-iters 20
   net_step graph_net_pairs_4 120 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --graph --graph-coll AllPairs --graph-iters 20 --graph-count 1M
   # The matrix carried by an external net plugin (tests/c/net_plugin_tcp.c) loaded by
-  # NCCL_NET_PLUGIN as a path: v11, and v8 through the adapters. The log must name the plugin's net.
+  # NCCL_NET_PLUGIN as a path: v11 (the full matrix unless --quick), and v8 through the adapters
+  # (quick). The log must name the plugin's net.
   if [ "$LIB" = ours ]; then
     for v in 11 8; do
       step plugin_net_v${v}_2 net 200 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "${@:2}"; rc=$?
         n=$(grep -c "via NET/FnTcp" "$1"); echo "connections through the plugin: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
         _ "$LOG/plugin_net_v${v}_2.log" env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp$v.so" \
-        "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
+        "$CHK" --mode procs --devs 0,0 --hosts 2 $([ $v = 11 ] && echo "$Q" || echo --quick) --failures-only
     done
   fi
   [ "$LIB" = ours ] && net_step faults_net_2 90 "$BUILD/faults" --devs 0,0 --hosts 2
