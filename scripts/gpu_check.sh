@@ -298,7 +298,7 @@ shm_step() {  # shm_step NAME TIMEOUT ENV... -- CHECK_ARGS...
 if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   DEVS4=0,0,0,0; [ "$NG" -ge 4 ] && DEVS4=0,1,2,3
   shm_step shm_procs_2 240 -- "$CHK" --mode procs --devs $DEVS2 $Q --failures-only
-  shm_step shm_procs_4 200 -- "$CHK" --mode procs --devs $DEVS4 --quick --failures-only
+  shm_step shm_procs_4 300 -- "$CHK" --mode procs --devs $DEVS4 $Q --failures-only
   for P in LL LL128 Simple; do
     shm_step shm_${P}_procs_2 150 NCCL_PROTO=$P -- "$CHK" --mode procs --devs $DEVS2 --quick --failures-only
   done
@@ -321,7 +321,9 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
       _ "$LOG/$name.log" "$@"
   }
   net_step check_net_2 300 "$CHK" --mode procs --devs 0,0 --hosts 2 $Q --failures-only
-  net_step check_net_4 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
+  net_step check_net_4 300 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 $Q --failures-only
+  # Ring forced across hosts (Tree forced: the tree group's tree_hosts_4_* steps).
+  net_step check_net_ring_4 150 NCCL_ALGO=Ring "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
   for P in LL LL128 Simple; do
     net_step check_net_${P}_2 200 NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
   done
