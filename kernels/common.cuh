@@ -111,13 +111,15 @@ struct WaitClock {
 };
 
 // Spins until *ctr + add > target (the step's FIFO condition). Returns FN_DEV_OK, or nonzero when
-// the caller must stop (see WaitClock).
+// the caller must stop (see WaitClock). `seen`, when given, receives the value that satisfied it.
 __device__ __noinline__ int waitCounter(const fnDevComm* comm, const volatile uint64_t* ctr, uint64_t add,
-                                        uint64_t target) {
+                                        uint64_t target, uint64_t* seen = nullptr) {
   WaitClock clock;
-  while (loadAcquireSys(ctr) + add <= target) {
+  uint64_t v;
+  while ((v = loadAcquireSys(ctr)) + add <= target) {
     if (const int stop = clock.tick(comm)) return stop;
   }
+  if (seen) *seen = v;
   return FN_DEV_OK;
 }
 

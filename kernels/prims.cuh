@@ -37,6 +37,10 @@ struct Prims {
   // size words): fixed for the communicator's life, so read once here instead of every step.
   bool sendTailAll = false, recvTailAll = false;
   volatile uint32_t* sendSizes = nullptr;
+  // The receiver's head as this thread last read it: slots up to headSeen + FN_NSTEPS - 1 are
+  // known free, so a step reads head again (across PCIe when the FIFO is in host memory) only
+  // when the FIFO looks full. 0 until the first read.
+  uint64_t headSeen = 0;
   const uint32_t stride;
   // Elements one step carries.
   const uint64_t slotElems;
@@ -71,7 +75,7 @@ struct Prims {
     if constexpr (P == FN_PROTO_SIMPLE) {
       if (g.tid == 0) {
         if (R) stop = waitCounter(comm, recvConn->tail, 0, recvStep);
-        if (S && stop == FN_DEV_OK) stop = waitCounter(comm, sendConn->head, FN_NSTEPS, sendStep);
+        if (S && stop == FN_DEV_OK) stop = waitSendSlot();
       }
       if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
       reduceCopy<T, Op, F>(g, op, reinterpret_cast<const T*>(rslot), usrc, udst, reinterpret_cast<T*>(sslot), n);
@@ -85,7 +89,7 @@ struct Prims {
         if (g.tid == 0) stop = waitCounter(comm, recvConn->tail, 0, recvStep);
         if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
       }
-      if (S) stop = waitCounter(comm, sendConn->head, FN_NSTEPS, sendStep);
+      if (S) stop = waitSendSlot();
       if (stop == FN_DEV_OK) {
         if constexpr (P == FN_PROTO_LL) {
           stop = llMove<T, Op, F>(g, comm, op, rslot, uint32_t(recvStep + 1), sslot, uint32_t(sendStep + 1), usrc,
@@ -104,6 +108,12 @@ struct Prims {
     if (S) sendStep++;
     if (R) recvStep++;
     return true;
+  }
+
+  // Waits until the receiver has freed the slot of sendStep (see headSeen).
+  __device__ __forceinline__ int waitSendSlot() {
+    if (headSeen + FN_NSTEPS > sendStep) return FN_DEV_OK;
+    return waitCounter(comm, sendConn->head, FN_NSTEPS, sendStep, &headSeen);
   }
 
   // Thread 0, after the group's slot stores (ordered by a barrier): the step's size and protocol for a proxy,
