@@ -330,6 +330,14 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   net_step check_net_mixed_2x2 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 2 $Q --failures-only
   # One host with P2P and SHM both off: NET between ranks of one host, as NCCL falls back.
   net_step check_net_noshm_2 150 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "$CHK" --mode procs --devs 0,0 --quick --failures-only
+  # Runtime connections (NCCL_RUNTIME_CONNECT, default on): 4 hosts of 2 ranks, where all-to-all
+  # and every pair's send/recv reach peers that init left unconnected; the log must show pairs
+  # connected at runtime. Then everything connected at init (NCCL_RUNTIME_CONNECT=0).
+  step check_net_runtime_8 net 240 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "${@:2}"; rc=$?
+    n=$(grep -c "connected at runtime" "$1"); echo "pairs connected at runtime: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
+    _ "$LOG/check_net_runtime_8.log" "$CHK" --mode procs --devs 0,0,0,0,0,0,0,0 --hosts 4 --quick --failures-only \
+    --colls AlltoAll,AllPairs,SendRecv,Gather,Scatter,AllReduce
+  net_step check_net_eager_4 150 NCCL_RUNTIME_CONNECT=0 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
   # CUDA graphs over NET: an all-reduce, and every rank sending to and receiving from every other
   # (connections a group makes while the stream is capturing).
   net_step graph_net_4 120 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --graph --graph-iters 20

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::task::Link;
 use crate::topo::tree::Trees;
 use crate::topo::{self, PeerInfo, Ring};
-use crate::transport::p2p::{self, ConnPlan};
+use crate::transport::p2p::ConnPlan;
 use crate::transport::{self, net, Connections, Kind, NetNeeds, Path, Settings};
 use crate::tuner::Allowed;
 use crate::types::NCCL_SPLIT_NOCOLOR;
@@ -94,13 +94,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let order = topo::ring_order(&peers);
     let ring = Ring::new(&order, rank);
     let trees = Trees::new(&order, &peers.iter().map(|p| p.host_hash).collect::<Vec<_>>());
-    let plan = ConnPlan {
-        nranks,
-        ring_channels: nchannels,
-        p2p_channels: (p2p::p2p_nchannels().clamp(1, abi::FN_MAX_CHANNELS as i64)) as usize,
-        order,
-        fifo_bytes: p2p::fifo_bytes(p2p::buffsize()),
-    };
+    let plan = ConnPlan::from_env(nchannels, order, &trees);
 
     // A NET connection that fails later stops the communicator and names the peer, as a lost
     // rank does (comm::watch).
@@ -189,6 +183,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         config,
         bootstrap,
         conns: plan,
+        runtime_peers: Mutex::new(HashSet::new()),
         tree: trees.shape(),
         link: Link::slowest(on_net, host_fifos),
         limits,
@@ -202,7 +197,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         gpu: Some(Gpu {
             launch_state: Mutex::new(LaunchState::new(last)),
             copy_marks: [Event::new()?, Event::new()?],
-            res: Some(Resources { _transport: transport, dev_comm, _conns: conns, _ring_ranks: ring_ranks, flags }),
+            res: Some(Resources { transport: Mutex::new(transport), dev_comm, conns, _ring_ranks: ring_ranks, flags }),
             ctx,
         }),
         leak: AtomicBool::new(false),

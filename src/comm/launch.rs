@@ -68,6 +68,13 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
         }
     }
     let allowed = tuner::restrictions()?;
+    // Peers this group sends to or receives from for the first time connect now, on both sides.
+    for (c, ops) in &per_comm {
+        c.connect_peers(ops.iter().filter_map(|(_, t)| match t {
+            Task::Send { peer, .. } | Task::Recv { peer, .. } => Some(*peer),
+            _ => None,
+        }))?;
+    }
     let conn_channels: Vec<_> = per_comm.iter().map(|(c, _)| move |peer| c.conn_channels(peer)).collect();
     let members: Vec<Member> = per_comm
         .iter()

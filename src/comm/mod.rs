@@ -53,10 +53,12 @@ pub struct UserOp {
 
 /// Device resources, released with the communicator's context current.
 struct Resources {
-    /// Our FIFO arenas and our mappings of the peers' (unregistered and unmapped on drop).
-    _transport: Connections,
+    /// Our FIFO arenas and our mappings of the peers' (unregistered and unmapped on drop), and
+    /// the NET connections, to which a group may add a peer (`Comm::connect_peers`).
+    transport: Mutex<Connections>,
     dev_comm: DeviceBuffer,
-    _conns: DeviceBuffer,
+    /// The kernels' connection table, `conns[peer * FN_MAX_CHANNELS + ch]`.
+    conns: DeviceBuffer,
     _ring_ranks: DeviceBuffer,
     /// [abort requested by the host, error reported by the device]; shared with the liveness
     /// watcher, which raises the abort flag when a peer is lost.
@@ -75,8 +77,11 @@ pub struct Comm {
     pub cc_major: i32,
     pub config: CommConfig,
     pub bootstrap: Bootstrap,
-    /// Which connections exist and how many channels each has (rings use `ring_channels`).
+    /// Which connections exist after init and how many channels each has (rings use
+    /// `ring_channels`).
     pub conns: ConnPlan,
+    /// Peers connected since, when a group first needed them (`plan.p2p_channels` each).
+    runtime_peers: Mutex<HashSet<usize>>,
     /// The Tree algorithm's hosts, depth and fan-out (the trees themselves are in the device comm).
     pub tree: TreeShape,
     /// The slowest kind of connection between two of its ranks (alike on every rank).
@@ -126,7 +131,8 @@ impl Comm {
             cc_major,
             config: CommConfig { blocking: true, ..Default::default() },
             bootstrap,
-            conns: ConnPlan { nranks, ring_channels: 1, p2p_channels: 1, order: order.clone(), fifo_bytes: 0 },
+            conns: ConnPlan::new(1, 1, order.clone(), 0, crate::transport::p2p::InitPairs::All),
+            runtime_peers: Mutex::new(HashSet::new()),
             tree: TreeShape::chain(nranks),
             link: Link::P2p,
             limits: Allowed::ALL,
@@ -194,9 +200,41 @@ impl Comm {
         }
     }
 
-    /// Channels of our connection with `peer`.
+    /// Channels of our connection with `peer` (0: not connected yet).
     pub fn conn_channels(&self, peer: usize) -> usize {
-        self.conns.channels(self.rank, peer)
+        match self.conns.channels(self.rank, peer) {
+            0 if self.runtime_peers.lock().contains(&peer) => self.conns.p2p_channels,
+            n => n,
+        }
+    }
+
+    /// Connects the peers of a group's sends and receives that are not connected yet (NCCL's
+    /// runtime connect; docs/ARCHITECTURE.md, "Scale"), and adds them to the kernels' table
+    /// before anything is launched. Each such peer is in the matching group on its side (NCCL's
+    /// rule for send/recv), and both take their new peers in ascending rank order: the smallest
+    /// pair still to connect is then first on both its ranks, so no two ranks wait on each other.
+    pub fn connect_peers(&self, peers: impl IntoIterator<Item = usize>) -> Result<()> {
+        let mut new: Vec<usize> = peers.into_iter().filter(|&p| p != self.rank && self.conn_channels(p) == 0).collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        new.sort_unstable();
+        new.dedup();
+        let (gpu, res) = self.gpu()?;
+        let _ctx = gpu.ctx.enter()?;
+        // Allocations and copies inside a user's stream capture (the first send of a graph).
+        let _relaxed = crate::cuda::module::RelaxedCapture::new()?;
+        let stream = crate::cuda::Stream::non_blocking()?;
+        let mut transport = res.transport.lock();
+        for p in new {
+            let conns = transport
+                .connect_runtime(&self.bootstrap, &self.conns, p)
+                .map_err(|e| e.context(&format!("rank {}: connecting to rank {p} on first use", self.rank)))?;
+            let at = p * abi::FN_MAX_CHANNELS as usize * std::mem::size_of::<abi::fnConn>();
+            res.conns.write_on(&stream, at, &conns)?;
+            self.runtime_peers.lock().insert(p);
+        }
+        Ok(())
     }
 
     /// Waits until our last launch finished, or the deadline passes (then false).

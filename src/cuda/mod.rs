@@ -229,6 +229,22 @@ impl DeviceBuffer {
         )
     }
 
+    /// Copies a host value into the buffer at `offset` on `stream` and waits for it: unlike
+    /// [`DeviceBuffer::write`] (the legacy stream), it does not wait behind kernels of other
+    /// streams, which may be spinning on a peer.
+    pub fn write_on<T: Copy>(&self, stream: &Stream, offset: usize, items: &[T]) -> Result<()> {
+        let bytes = std::mem::size_of_val(items);
+        if offset + bytes > self.len {
+            return Err(Error::Internal(format!("device write of {bytes} B at {offset} overflows {} B", self.len)));
+        }
+        let (dst, src) = (self.ptr + offset as u64, items.as_ptr() as *const c_void);
+        // SAFETY: bounds checked above; the source slice outlives the copy, which is waited for
+        // before returning.
+        let rc = unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src, bytes, stream.0) };
+        check(rc, "cuMemcpyHtoDAsync")?;
+        stream_synchronize(stream.0)
+    }
+
     /// Copies the buffer's first `out.len()` items back to the host (synchronous).
     pub fn read<T: Copy>(&self, out: &mut [T]) -> Result<()> {
         let bytes = std::mem::size_of_val(out);

@@ -102,13 +102,14 @@ fn device(dev: i32) -> Result<&'static DeviceKernels> {
     Ok(slot.get_or_init(DeviceKernels::new))
 }
 
-/// Switches the calling thread to relaxed stream-capture mode while it lives: loading code is
-/// not allowed while a stream of the context is being captured in global mode, and a kernel may
-/// be first needed inside a user's CUDA-graph capture.
-struct RelaxedCapture(sys::CUstreamCaptureMode);
+/// Switches the calling thread to relaxed stream-capture mode while it lives: loading code, and
+/// the allocations and copies of a connection made on first use, are not allowed while a stream of
+/// the context is being captured in global mode, and both may be first needed inside a user's
+/// CUDA-graph capture.
+pub struct RelaxedCapture(sys::CUstreamCaptureMode);
 
 impl RelaxedCapture {
-    fn new() -> Result<RelaxedCapture> {
+    pub fn new() -> Result<RelaxedCapture> {
         let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: valid in/out pointer; the previous mode comes back in `mode`.
         check(unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }, "cuThreadExchangeStreamCaptureMode")?;

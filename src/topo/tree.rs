@@ -146,6 +146,29 @@ impl Trees {
         fnTree { up: t.up.map_or(-1, |u| u as i32), down }
     }
 
+    /// The trees' edges between hosts, each `(a, b)` with a < b: one host's first rank and its
+    /// parent host's, in either tree. The other edges are chain links between ring neighbours.
+    pub fn host_edges(&self) -> Vec<(usize, usize)> {
+        let mut edges: Vec<(usize, usize)> = self
+            .between
+            .iter()
+            .flat_map(|tree| {
+                tree.iter().enumerate().filter_map(|(h, node)| {
+                    let (a, b) = (self.hosts[h][0], self.hosts[node.parent?][0]);
+                    Some((a.min(b), a.max(b)))
+                })
+            })
+            .collect();
+        edges.sort_unstable();
+        edges.dedup();
+        edges
+    }
+
+    /// Each rank's host, as an index into the hosts in ring order.
+    pub fn host_index(&self) -> Vec<u32> {
+        self.place.iter().map(|&(h, _)| h as u32).collect()
+    }
+
     pub fn shape(&self) -> TreeShape {
         let mut depth = 0;
         let mut max_children = 0;

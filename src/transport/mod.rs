@@ -278,8 +278,8 @@ pub struct Connections {
     p2p: P2pTransport,
     shm: ShmTransport,
     /// Present when any rank of the communicator has a NET connection (setting it up takes
-    /// every rank).
-    net: Option<NetTransport>,
+    /// every rank), with what connecting another peer at runtime needs.
+    net: Option<(NetTransport, Setup)>,
 }
 
 /// What the NET transport needs beyond the connection plan.
@@ -334,7 +334,7 @@ impl Connections {
             let (bases, flags) = match (kind, &self.net) {
                 (Kind::P2p, _) => (&self.p2p.bases, 0),
                 (Kind::Shm, _) => (&self.shm.bases, FN_CONN_TAIL_ALL),
-                (Kind::Net, Some(net)) => {
+                (Kind::Net, Some((net, _))) => {
                     for ch in 0..plan.channels(rank, p) {
                         let conn = net.conn(p, ch).expect("NET connects every (peer, channel) of the plan");
                         table[p * FN_MAX_CHANNELS as usize + ch] = conn;
@@ -352,6 +352,29 @@ impl Connections {
         table
     }
 
+    /// Connects `peer`, which `plan` left to connect when a group first needs it (a send/recv
+    /// peer on another host, so over NET), on `plan.p2p_channels` channels; returns the device
+    /// connections by channel, for the caller to add to the table. Only the two ranks take part.
+    pub fn connect_runtime(&mut self, bootstrap: &Bootstrap, plan: &ConnPlan, peer: usize) -> Result<Vec<fnConn>> {
+        let rank = bootstrap.rank();
+        let kind = self.kinds[rank][peer];
+        let Some((net, setup)) = self.net.as_mut().filter(|_| kind == Kind::Net) else {
+            return Err(Error::Internal(format!(
+                "rank {rank}: the connection plan left rank {peer} ({}) to connect at runtime, which only NET does",
+                kind.name()
+            )));
+        };
+        let nch = plan.p2p_channels;
+        net.connect_pair(bootstrap, peer, nch, setup, &host_block)?;
+        crate::nccl_info!(
+            crate::debug::Subsys::INIT | crate::debug::Subsys::NET,
+            "Channel 00-{:02} : {rank} <-> {peer} via NET/{}/proxy, connected at runtime",
+            nch - 1,
+            net.net_name
+        );
+        Ok((0..nch).map(|ch| net.conn(peer, ch).expect("connect_pair connected every channel")).collect())
+    }
+
     /// One INFO line per peer, NCCL-style: which channels, and over what.
     fn log(&self, plan: &ConnPlan, rank: usize, peers: &[PeerInfo]) {
         for (p, info) in peers.iter().enumerate() {
@@ -363,7 +386,7 @@ impl Connections {
                 (Kind::P2p, _) if peers[rank].same_process(info) => "P2P/direct pointer".to_string(),
                 (Kind::P2p, _) => "P2P/IPC".to_string(),
                 (Kind::Shm, _) => "SHM/direct/direct".to_string(),
-                (Kind::Net, Some(net)) => format!("NET/{}/proxy", net.net_name),
+                (Kind::Net, Some((net, _))) => format!("NET/{}/proxy", net.net_name),
                 (Kind::Net, None) => "NET".to_string(),
             };
             crate::nccl_info!(
@@ -385,7 +408,7 @@ fn connect_net(
     peers: &[PeerInfo],
     kinds: &[Kind],
     needs: NetNeeds,
-) -> Result<NetTransport> {
+) -> Result<(NetTransport, Setup)> {
     let rank = bootstrap.rank();
     let conns: Vec<(usize, usize)> = (0..plan.nranks)
         .filter(|&p| p != rank && kinds[p] == Kind::Net)
@@ -399,12 +422,15 @@ fn connect_net(
         timeout: needs.timeout,
         net: needs.config,
     };
-    NetTransport::connect(bootstrap, &conns, &setup, &|bytes| {
-        let mem = crate::cuda::HostMapped::zeroed(bytes.div_ceil(4))?;
-        // SAFETY: the pinned allocation lives as long as its owner, moved into the block; `dev`
-        // is the same memory as our GPU maps it.
-        Ok(unsafe { HostBlock::new(mem.host_ptr(), mem.dev, bytes, Box::new(mem)) })
-    })
+    Ok((NetTransport::connect(bootstrap, &conns, &setup, &host_block)?, setup))
+}
+
+/// A NET connection's block: pinned host memory mapped for our GPU.
+fn host_block(bytes: usize) -> Result<HostBlock> {
+    let mem = crate::cuda::HostMapped::zeroed(bytes.div_ceil(4))?;
+    // SAFETY: the pinned allocation lives as long as its owner, moved into the block; `dev` is the
+    // same memory as our GPU maps it.
+    Ok(unsafe { HostBlock::new(mem.host_ptr(), mem.dev, bytes, Box::new(mem)) })
 }
 
 #[cfg(test)]

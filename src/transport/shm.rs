@@ -264,6 +264,7 @@ impl ShmTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::p2p::InitPairs;
     use std::time::{Duration, Instant};
 
     const CHILD_ENV: &str = "FERRONICKEL_TEST_SHM_CHILD";
@@ -299,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_record_that_does_not_match_the_layout_is_refused() {
-        let plan = ConnPlan { nranks: 2, ring_channels: 2, p2p_channels: 1, order: vec![0, 1], fifo_bytes: 1 << 16 };
+        let plan = ConnPlan::new(2, 1, vec![0, 1], 1 << 16, InitPairs::All);
         let kinds = vec![vec![Kind::Shm; 2]; 2];
         let peer = |rank, pid| PeerInfo { rank, host_hash: 1, pid, dev: 0, bus_id: [0; 16], host: [0; 32] };
         let peers = [peer(0, 100), peer(1, 200)];

@@ -11,11 +11,10 @@
 
 use crate::args::Args;
 use crate::{CmdResult, Report};
-use nccl::abi::FN_MAX_CHANNELS;
 use nccl::task::{CollKind, CommShape, Link};
 use nccl::topo::tree::Trees;
 use nccl::topo::{self, PeerInfo};
-use nccl::transport::p2p::{self, ConnPlan};
+use nccl::transport::p2p::ConnPlan;
 use nccl::transport::{self, Path, Settings};
 use nccl::tuner::{self, Allowed};
 use serde_json::json;
@@ -106,15 +105,9 @@ pub fn run(mut args: Args) -> CmdResult {
         nchannels = nchannels.min(nccl::transport::net::conn::MAX_CHANNELS);
     }
     let order = topo::ring_order(&peers);
-    let conns = ConnPlan {
-        nranks,
-        ring_channels: nchannels,
-        p2p_channels: p2p::p2p_nchannels().clamp(1, FN_MAX_CHANNELS as i64) as usize,
-        order: order.clone(),
-        fifo_bytes: p2p::fifo_bytes(p2p::buffsize()),
-    };
     let host_of: Vec<u64> = peers.iter().map(|p| p.host_hash).collect();
     let trees = Trees::new(&order, &host_of);
+    let conns = ConnPlan::from_env(nchannels, order.clone(), &trees);
     let tree = trees.shape();
     let link = Link::slowest(transport::net_pairs(&kinds), host_fifos);
     let shape = CommShape { rank: 0, nranks, nchannels, all_pairs_channels: conns.all_pairs_channels(), tree, link };

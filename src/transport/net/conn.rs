@@ -33,6 +33,8 @@ const INTRO_BYTES: usize = 8 + 8 + NONCE_LEN + auth::MAC_LEN;
 const INTRO_TAG: &[u8; 8] = b"FNNETINT";
 /// The net tag of the introduction message.
 const TAG_INTRO: i32 = 0x1d;
+/// The bootstrap tag of a runtime connection's handle and challenge ([`NetTransport::connect_pair`]).
+const TAG_PAIR: u32 = 0xc0ec7;
 /// Accepted connections whose introduction has not arrived, beyond those we expect.
 const MAX_EXTRA_CANDIDATES: usize = 64;
 
@@ -341,6 +343,7 @@ impl Candidate {
 }
 
 /// How [`NetTransport::connect`] sets up this rank's connections.
+#[derive(Clone)]
 pub struct Setup {
     /// The CUDA device whose proxy thread drives the connections.
     pub dev: i32,
@@ -362,6 +365,8 @@ pub struct NetTransport {
     ids: Vec<u64>,
     blocks: HashMap<(usize, usize), Arc<HostBlock>>,
     layout: Layout,
+    /// Told once when a peer fails its connections (the rest only log).
+    fault: FaultHook,
     /// The net's name ("Socket" or the plugin's), for logs.
     pub net_name: String,
 }
@@ -403,6 +408,53 @@ impl NetTransport {
         Self::start(links, setup, &who, net.name(), alloc)
     }
 
+    /// Connects this rank to `peer` on channels `0..nch` after init, when a group first needs the
+    /// pair (NCCL's runtime connect; docs/ARCHITECTURE.md, "Scale"). Only the two ranks take
+    /// part: each listens afresh, sends the other its handle and a fresh challenge through the
+    /// bootstrap (authenticated, with its deadline), and they connect, accept and introduce
+    /// themselves as at init.
+    pub fn connect_pair(
+        &mut self,
+        bootstrap: &Bootstrap,
+        peer: usize,
+        nch: usize,
+        setup: &Setup,
+        alloc: &dyn Fn(usize) -> Result<HostBlock>,
+    ) -> Result<()> {
+        let (rank, nranks) = (bootstrap.rank(), bootstrap.nranks());
+        if peer == rank || peer >= nranks || nch == 0 || nch > MAX_CHANNELS {
+            return Err(Error::Internal(format!("NET: rank {rank} cannot connect to rank {peer} on {nch} channels")));
+        }
+        let deadline = Instant::now() + setup.timeout;
+        let net = super::init(&NetConfig { comm_id: bootstrap.magic(), ..setup.net.clone() })?;
+        let (handle, mut listener) = net.listen(0)?;
+        let challenge = auth::nonce()?;
+        bootstrap.send(peer, TAG_PAIR, &[&handle[..], &challenge[..]].concat())?;
+        let theirs = bootstrap.recv(peer, TAG_PAIR)?;
+        if theirs.len() != super::HANDLE_BYTES + NONCE_LEN {
+            return Err(Error::Internal(format!(
+                "NET: rank {peer} sent a runtime connection record of {} bytes",
+                theirs.len()
+            )));
+        }
+        // Only our entry and the peer's are read.
+        let mut handles = vec![[0u8; super::HANDLE_BYTES]; nranks];
+        let mut challenges = vec![[0u8; NONCE_LEN]; nranks];
+        (handles[rank], challenges[rank]) = (handle, challenge);
+        handles[peer] = theirs[..super::HANDLE_BYTES].try_into().expect("handle bytes");
+        challenges[peer] = theirs[super::HANDLE_BYTES..].try_into().expect("nonce bytes");
+        let who = Peers {
+            rank,
+            handles: &handles,
+            challenges: &challenges,
+            names: &setup.names,
+            cred: bootstrap.credentials(),
+        };
+        let conns: Vec<(usize, usize)> = (0..nch).map(|ch| (peer, ch)).collect();
+        let links = establish(&*net, &mut *listener, &who, &conns, deadline)?;
+        self.add(links, &who, alloc)
+    }
+
     /// Gives each link its host block and hands it to the proxy.
     pub fn start(
         links: Vec<Link>,
@@ -422,8 +474,29 @@ impl NetTransport {
                 hook(m);
             }
         });
-        let mut t =
-            NetTransport { proxy, ids: Vec::new(), blocks: HashMap::new(), layout, net_name: net_name.to_string() };
+        let mut t = NetTransport {
+            proxy,
+            ids: Vec::new(),
+            blocks: HashMap::new(),
+            layout,
+            fault,
+            net_name: net_name.to_string(),
+        };
+        t.add(links, who, alloc)?;
+        crate::nccl_info!(
+            Subsys::INIT | Subsys::NET,
+            "NET/{net_name}: rank {} has {} connections through the proxy of device {}",
+            who.rank,
+            t.blocks.len(),
+            setup.dev
+        );
+        Ok(t)
+    }
+
+    /// Gives each link its host block and hands it to the proxy.
+    fn add(&mut self, links: Vec<Link>, who: &Peers, alloc: &dyn Fn(usize) -> Result<HostBlock>) -> Result<()> {
+        let layout = self.layout;
+        let t = self;
         for (peer, ch, send, recv) in links {
             let block = Arc::new(alloc(layout.block_bytes())?);
             if block.len() < layout.block_bytes() {
@@ -434,18 +507,11 @@ impl NetTransport {
                 )));
             }
             let what = format!("{}, channel {ch}", who.name(peer));
-            let entry = Entry::new(send, recv, block.clone(), layout, what, fault.clone())?;
+            let entry = Entry::new(send, recv, block.clone(), layout, what, t.fault.clone())?;
             t.ids.push(t.proxy.add(entry));
             t.blocks.insert((peer, ch), block);
         }
-        crate::nccl_info!(
-            Subsys::INIT | Subsys::NET,
-            "NET/{net_name}: rank {} has {} connections through the proxy of device {}",
-            who.rank,
-            t.blocks.len(),
-            setup.dev
-        );
-        Ok(t)
+        Ok(())
     }
 
     /// The kernels' view of the connection with `peer` on `ch`; `None` if there is none.
@@ -664,6 +730,83 @@ mod tests {
         drop(t0);
         wait_for("rank 1 to see both goodbyes", || t1.closed_by_peer() == 2);
         assert!(f1.lock().is_empty(), "{:?}", f1.lock());
+    }
+
+    /// NCCL's runtime connect: three ranks with no connection at init each connect the two
+    /// others after it, in ascending rank order, so each pair is made while its ranks also owe
+    /// the third (0 takes 1 then 2, 1 takes 0 then 2, 2 takes 0 then 1); then every pair carries
+    /// steps both ways, byte for byte.
+    #[test]
+    fn runtime_pairs_connect_in_crossing_orders_and_carry_steps() {
+        let id = new_unique_id().unwrap();
+        let names = ["rank 0", "rank 1", "rank 2"];
+        let hs: Vec<_> = (0..3)
+            .map(|r| {
+                thread::spawn(move || {
+                    let bs = Bootstrap::init(&id, r, 3, LIMIT).unwrap();
+                    let faults = Faults::default();
+                    let su = setup(&names, &faults);
+                    let mut t = NetTransport::connect(&bs, &[], &su, &HostBlock::plain).unwrap();
+                    assert!(t.block((r + 1) % 3, 0).is_none());
+                    for peer in (0..3).filter(|&p| p != r) {
+                        t.connect_pair(&bs, peer, 2, &su, &HostBlock::plain).unwrap();
+                    }
+                    bs.barrier().unwrap();
+                    (t, faults)
+                })
+            })
+            .collect();
+        let ranks: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        let l = ranks[0].0.layout();
+        thread::scope(|sc| {
+            for a in 0..3 {
+                for b in (0..3).filter(|&b| b != a) {
+                    let seed = 1000 + 10 * a as u64 + b as u64;
+                    let sb = ranks[a].0.block(b, 1).unwrap().clone();
+                    let rb = ranks[b].0.block(a, 1).unwrap().clone();
+                    sc.spawn(move || fake_sender(&sb, l, seed, 100));
+                    sc.spawn(move || fake_receiver(&rb, l, seed, 100));
+                }
+            }
+        });
+        for (r, (t, f)) in ranks.iter().enumerate() {
+            assert!(f.lock().is_empty(), "rank {r}: {:?}", f.lock());
+            assert!(t.conn((r + 1) % 3, 1).is_some() && t.conn((r + 1) % 3, 2).is_none());
+        }
+    }
+
+    /// A runtime peer that never takes part is named when the bootstrap's deadline passes, and
+    /// one whose record is not a handle and a challenge is refused before anything is connected.
+    #[test]
+    fn a_runtime_peer_absent_or_hostile_is_named() {
+        let id = new_unique_id().unwrap();
+        let short = Duration::from_secs(2);
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                thread::spawn(move || {
+                    let bs = Bootstrap::init(&id, r, 2, short).unwrap();
+                    let faults = Faults::default();
+                    let su = setup(&["rank 0", "rank 1"], &faults);
+                    let mut t = NetTransport::connect(&bs, &[], &su, &HostBlock::plain).unwrap();
+                    if r == 1 {
+                        // Absent at first, then a record of the wrong size.
+                        thread::sleep(short + Duration::from_secs(1));
+                        bs.send(0, TAG_PAIR, &[7; 9]).unwrap();
+                        thread::sleep(Duration::from_secs(1));
+                        return None;
+                    }
+                    let start = Instant::now();
+                    let absent = t.connect_pair(&bs, 1, 1, &su, &HostBlock::plain).err().unwrap().to_string();
+                    assert!(start.elapsed() < short + Duration::from_secs(2), "{:?}", start.elapsed());
+                    let hostile = t.connect_pair(&bs, 1, 1, &su, &HostBlock::plain).err().unwrap().to_string();
+                    assert!(t.block(1, 0).is_none());
+                    Some((absent, hostile))
+                })
+            })
+            .collect();
+        let (absent, hostile) = hs.into_iter().filter_map(|h| h.join().unwrap()).next().unwrap();
+        assert!(absent.contains("rank 1"), "{absent}");
+        assert!(hostile.contains("rank 1 sent a runtime connection record of 9 bytes"), "{hostile}");
     }
 
     /// Two ranks' links made with `establish` over the Socket net, without a bootstrap, so a
