@@ -89,6 +89,10 @@ enum fnConnFlags {
    * fence, and the receiver waits for the tail before it reads the slot. LL and LL128 flags are
    * still written and checked. */
   FN_CONN_TAIL_ALL = 1,
+  /* The FIFO is in host memory that both GPUs map (SHM), with no proxy: LL128 publishes and waits
+   * for a tail as above (its 128-byte lines do not arrive whole over PCIe), while LL's 16-byte
+   * lines, each 8-byte half carrying its own flag, do arrive whole, so LL runs as over P2P. */
+  FN_CONN_TAIL_LL128 = 2,
 };
 
 /* fnConnSend.sizes entries: low bits the step's bytes (a slot is always smaller), top two its protocol. */

@@ -33,9 +33,10 @@ struct Prims {
   char* sendBuff = nullptr;
   char* recvBuff = nullptr;
   uint64_t sendStep = 0, recvStep = 0;
-  // What the transports behind the two connections ask for (FN_CONN_TAIL_ALL, the proxy's
-  // size words): fixed for the communicator's life, so read once here instead of every step.
-  bool sendTailAll = false, recvTailAll = false;
+  // What the transports behind the two connections ask for (whether P publishes and waits for
+  // a tail, the proxy's size words): fixed for the communicator's life, so read once here
+  // instead of every step.
+  bool sendTailed = false, recvTailed = false;
   volatile uint32_t* sendSizes = nullptr;
   // The receiver's head as this thread last read it: slots up to headSeen + FN_NSTEPS - 1 are
   // known free, so a step reads head again (across PCIe when the FIFO is in host memory) only
@@ -52,13 +53,13 @@ struct Prims {
     if (s) {
       sendBuff = s->buffs[P];
       sendStep = *reinterpret_cast<volatile uint64_t*>(&s->step);
-      sendTailAll = s->flags & FN_CONN_TAIL_ALL;
+      sendTailed = tailed(s->flags);
       sendSizes = s->sizes;
     }
     if (r) {
       recvBuff = r->buffs[P];
       recvStep = *reinterpret_cast<volatile uint64_t*>(&r->step);
-      recvTailAll = r->flags & FN_CONN_TAIL_ALL;
+      recvTailed = tailed(r->flags);
     }
   }
 
@@ -84,8 +85,8 @@ struct Prims {
     } else {
       // The data carries its own flag (step + 1): no tail. Every thread checks for itself that the
       // receiver has freed the slot, and the receiver frees it once the whole group has read it.
-      // A host-memory FIFO (FN_CONN_TAIL_ALL) adds Simple's tail in both directions.
-      if (R && recvTailAll) {
+      // A host-memory FIFO that asks for it (fnConnFlags) adds Simple's tail in both directions.
+      if (R && recvTailed) {
         if (g.tid == 0) stop = waitCounter(comm, recvConn->tail, 0, recvStep);
         if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
       }
@@ -99,7 +100,7 @@ struct Prims {
         }
       }
       if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
-      if (g.tid == 0 && S && sendTailAll) {
+      if (g.tid == 0 && S && sendTailed) {
         const uint64_t words = divUp(n * sizeof(T), 8);
         publish(P == FN_PROTO_LL ? words * 16 : divUp(words, FN_LL128_LINE_WORDS) * 128);
       }
@@ -108,6 +109,12 @@ struct Prims {
     if (S) sendStep++;
     if (R) recvStep++;
     return true;
+  }
+
+  // Whether protocol P publishes and waits for a tail on a connection with these fnConnFlags
+  // (Simple always does).
+  __device__ static bool tailed(uint32_t flags) {
+    return (flags & FN_CONN_TAIL_ALL) || (P == FN_PROTO_LL128 && (flags & FN_CONN_TAIL_LL128));
   }
 
   // Waits until the receiver has freed the slot of sendStep (see headSeen).

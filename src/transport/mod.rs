@@ -12,7 +12,7 @@ pub mod net;
 pub mod p2p;
 pub mod shm;
 
-use crate::abi::{fnConn, FN_CONN_TAIL_ALL, FN_MAX_CHANNELS};
+use crate::abi::{fnConn, FN_CONN_TAIL_LL128, FN_MAX_CHANNELS};
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
 use crate::topo::PeerInfo;
@@ -232,8 +232,8 @@ pub fn net_pairs(kinds: &Kinds) -> bool {
 }
 
 /// Whether any connection of the communicator, between any two of its ranks, has its FIFOs in
-/// host memory (SHM, NET): the kernels then publish a tail for every protocol (FN_CONN_TAIL_ALL),
-/// which the one-shot all-reduce of more than two ranks does not. Every rank must restrict its
+/// host memory (SHM, NET): the kernels then publish a tail for LL128 (SHM) or every protocol
+/// (NET), which the one-shot all-reduce of more than two ranks does not. Every rank must restrict its
 /// choices alike (each plans its own kernels), hence the whole communicator, not our pairs only.
 pub fn host_fifos(kinds: &Kinds) -> bool {
     kinds.iter().enumerate().any(|(r, row)| row.iter().enumerate().any(|(p, k)| p != r && *k != Kind::P2p))
@@ -326,14 +326,14 @@ impl Connections {
     }
 
     /// The device-side connection table: conns[peer * FN_MAX_CHANNELS + ch]. P2P and SHM
-    /// connections join two arenas of the same layout; only SHM's carry FN_CONN_TAIL_ALL.
+    /// connections join two arenas of the same layout; only SHM's carry FN_CONN_TAIL_LL128.
     pub fn table(&self, plan: &ConnPlan, rank: usize) -> Vec<fnConn> {
         let mut table = vec![fnConn::default(); plan.nranks * FN_MAX_CHANNELS as usize];
         for p in (0..plan.nranks).filter(|&p| p != rank) {
             let kind = self.kinds[rank][p];
             let (bases, flags) = match (kind, &self.net) {
                 (Kind::P2p, _) => (&self.p2p.bases, 0),
-                (Kind::Shm, _) => (&self.shm.bases, FN_CONN_TAIL_ALL),
+                (Kind::Shm, _) => (&self.shm.bases, FN_CONN_TAIL_LL128),
                 (Kind::Net, Some((net, _))) => {
                     for ch in 0..plan.channels(rank, p) {
                         let conn = net.conn(p, ch).expect("NET connects every (peer, channel) of the plan");

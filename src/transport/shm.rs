@@ -7,7 +7,8 @@
 //! (portable, device-mapped). A peer in another process opens `/proc/<pid>/fd/<fd>`, checks that
 //! it is the memfd it expects, maps and registers it too; a peer in the same process uses the
 //! owner's registration. Over host memory a 128-byte store does not arrive whole, so both halves
-//! of every SHM connection carry `FN_CONN_TAIL_ALL`: every protocol publishes a tail.
+//! of every SHM connection carry `FN_CONN_TAIL_LL128`: LL128 publishes a tail, as Simple does;
+//! LL's 16-byte lines arrive whole and run as over P2P.
 
 use super::p2p::{ArenaLayout, ConnPlan};
 use super::Kind;
