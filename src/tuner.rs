@@ -211,19 +211,22 @@ impl HostLinkCost {
 /// SHM: the sender's GPU writes the slot to host memory and the receiver's GPU reads it back over
 /// PCIe. Measured on 2× H200 with `NCCL_P2P_DISABLE=1` (BENCHMARKS.md, "SHM transport"), each
 /// protocol forced on 1, 2, 4 and 8 channels, all-reduce of two ranks:
-/// - Simple took 10.5–11 µs at 8 B on any number of channels (P2P's Simple hop, 3 µs, plus the
+/// - Simple took 10.5–12 µs at 8 B on any number of channels (P2P's Simple hop, 3 µs, plus the
 ///   launch; each channel is charged 0.1 µs, within the noise, so that the fewest channels that
 ///   carry the bytes as fast win). It carried 12.6–14.4 GB/s on one channel, 28.7 on four, 30.3
 ///   on eight and 34 on all of them (256 MB): modelled as 10 per channel up to 34, so that four
 ///   channels carry large messages.
-/// - LL and LL128 took 24 µs on one channel (every line is polled across PCIe), and each further
-///   channel added about 7.5 µs to a hop (LL at 32 B: 39 µs on two channels). One channel of LL
-///   carried 0.63 GB/s (eight: 1.85), of LL128 1.85 (eight: 5.6).
+/// - LL took 22 µs on one channel (every line is polled across PCIe) and each further channel
+///   added about 0.5 µs to a hop; one channel carried 1.76 GB/s, eight 4.1.
+/// - LL128, which also waits for a tail (FN_CONN_TAIL_LL128), took 24–25 µs on one channel, each
+///   further channel adding about 7.5 µs to a hop; one channel carried 1.85–2.8 GB/s, eight 5.6.
+///
+/// So Simple wins at every size, as the tuner picks it.
 const SHM_COST: HostLinkCost = HostLinkCost {
-    hop_us: [9.5, 9.7, 3.0],
-    channel_us: [7.5, 7.5, 0.1],
-    channel_gbps: [0.63, 1.85, 10.0],
-    gbps: [1.85, 5.6, 34.0],
+    hop_us: [8.0, 9.7, 3.0],
+    channel_us: [0.5, 7.5, 0.1],
+    channel_gbps: [1.76, 1.85, 10.0],
+    gbps: [4.1, 5.6, 34.0],
 };
 
 /// NET (docs/ARCHITECTURE.md, "Transports") moves every step of every protocol through the

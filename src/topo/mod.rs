@@ -171,6 +171,34 @@ mod tests {
         assert_eq!(ring_order(&peers), vec![0, 2, 1, 3]);
     }
 
+    /// 1,024 hosts of 8 GPUs whose ranks are dealt round-robin (rank r on host r % 1,024): the ring
+    /// still visits each host's 8 ranks one after the other, in GPU order, so it crosses the
+    /// network exactly twice per host (once in, once out).
+    #[test]
+    fn ring_visits_each_host_once_at_1024_hosts_of_8() {
+        let (hosts, gpus) = (1024u64, 8usize);
+        let n = hosts as usize * gpus;
+        let buses: Vec<String> = (0..gpus).map(|g| format!("0000:{:02X}:00.0", 0x10 + g)).collect();
+        let peers: Vec<PeerInfo> = (0..n)
+            .map(|r| peer(r as u32, 0x9e37 * (r as u64 % hosts) + 1, r as u32, &buses[r / hosts as usize]))
+            .collect();
+        let order = ring_order(&peers);
+        let mut seen = order.clone();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..n).collect::<Vec<_>>(), "every rank once");
+        let host = |i: usize| peers[order[i % n]].host_hash;
+        let crossings = (0..n).filter(|&i| host(i) != host(i + 1)).count();
+        assert_eq!(crossings, hosts as usize, "each host is entered once and left once");
+        for chunk in order.chunks(gpus) {
+            let buses: Vec<_> = chunk.iter().map(|&r| peers[r].bus_id).collect();
+            assert!(chunk.iter().all(|&r| peers[r].host_hash == peers[chunk[0]].host_hash));
+            assert!(buses.windows(2).all(|w| w[0] < w[1]), "GPU order within a host");
+        }
+        // A rank's neighbours are its places either side in that order.
+        let ring = Ring::new(&order, order[5]);
+        assert_eq!((ring.prev, ring.next), (order[4], order[6]));
+    }
+
     #[test]
     fn ring_neighbours_are_consistent() {
         for n in 1..=9 {
