@@ -87,6 +87,19 @@ fn check_intro(b: &[u8], cred: &Credentials, me: usize, challenge: &Nonce) -> st
     Ok(Claim { rank: field(0), ch: field(8) })
 }
 
+/// A rank's connection record, as the bootstrap carried it: its listener's handle, then its
+/// challenge nonce. Anything else is refused, naming the rank.
+fn split_record(b: &[u8], from: usize) -> Result<(Handle, Nonce)> {
+    if b.len() != super::HANDLE_BYTES + NONCE_LEN {
+        return Err(Error::Internal(format!(
+            "NET: rank {from} sent a connection record of {} bytes, not a handle and a challenge",
+            b.len()
+        )));
+    }
+    let (h, c) = b.split_at(super::HANDLE_BYTES);
+    Ok((h.try_into().expect("handle bytes"), c.try_into().expect("nonce bytes")))
+}
+
 /// A connection on its way: our send comm (connecting, then sending its introduction) and the
 /// receive comm accepted from the peer.
 struct Pending {
@@ -130,7 +143,13 @@ pub struct Peers<'a> {
     pub cred: Credentials,
 }
 
-impl Peers<'_> {
+impl<'a> Peers<'a> {
+    /// This rank of `bootstrap`, with every rank's handle and challenge (only ours and those of
+    /// the peers we connect are read).
+    fn of(bootstrap: &Bootstrap, handles: &'a [Handle], challenges: &'a [Nonce], names: &'a [String]) -> Peers<'a> {
+        Peers { rank: bootstrap.rank(), handles, challenges, names, cred: bootstrap.credentials() }
+    }
+
     fn name(&self, r: usize) -> String {
         self.names.get(r).cloned().unwrap_or_else(|| format!("rank {r}"))
     }
@@ -382,7 +401,7 @@ impl NetTransport {
         setup: &Setup,
         alloc: &dyn Fn(usize) -> Result<HostBlock>,
     ) -> Result<NetTransport> {
-        let (rank, nranks) = (bootstrap.rank(), bootstrap.nranks());
+        let nranks = bootstrap.nranks();
         let deadline = Instant::now() + setup.timeout;
         let net = super::init(&NetConfig { comm_id: bootstrap.magic(), ..setup.net.clone() })?;
         let (handle, mut listener) = net.listen(0)?;
@@ -391,19 +410,11 @@ impl NetTransport {
         let mut handles = Vec::with_capacity(nranks);
         let mut challenges = Vec::with_capacity(nranks);
         for (r, b) in all.iter().enumerate() {
-            if b.len() != super::HANDLE_BYTES + NONCE_LEN {
-                return Err(Error::Internal(format!("NET: rank {r} published a handle of {} bytes", b.len())));
-            }
-            handles.push(b[..super::HANDLE_BYTES].try_into().expect("handle bytes"));
-            challenges.push(b[super::HANDLE_BYTES..].try_into().expect("nonce bytes"));
+            let (h, c) = split_record(b, r)?;
+            handles.push(h);
+            challenges.push(c);
         }
-        let who = Peers {
-            rank,
-            handles: &handles,
-            challenges: &challenges,
-            names: &setup.names,
-            cred: bootstrap.credentials(),
-        };
+        let who = Peers::of(bootstrap, &handles, &challenges, &setup.names);
         let links = establish(&*net, &mut *listener, &who, conns, deadline)?;
         Self::start(links, setup, &who, net.name(), alloc)
     }
@@ -430,26 +441,13 @@ impl NetTransport {
         let (handle, mut listener) = net.listen(0)?;
         let challenge = auth::nonce()?;
         bootstrap.send(peer, TAG_PAIR, &[&handle[..], &challenge[..]].concat())?;
-        let theirs = bootstrap.recv(peer, TAG_PAIR)?;
-        if theirs.len() != super::HANDLE_BYTES + NONCE_LEN {
-            return Err(Error::Internal(format!(
-                "NET: rank {peer} sent a runtime connection record of {} bytes",
-                theirs.len()
-            )));
-        }
+        let theirs = split_record(&bootstrap.recv(peer, TAG_PAIR)?, peer)?;
         // Only our entry and the peer's are read.
         let mut handles = vec![[0u8; super::HANDLE_BYTES]; nranks];
         let mut challenges = vec![[0u8; NONCE_LEN]; nranks];
         (handles[rank], challenges[rank]) = (handle, challenge);
-        handles[peer] = theirs[..super::HANDLE_BYTES].try_into().expect("handle bytes");
-        challenges[peer] = theirs[super::HANDLE_BYTES..].try_into().expect("nonce bytes");
-        let who = Peers {
-            rank,
-            handles: &handles,
-            challenges: &challenges,
-            names: &setup.names,
-            cred: bootstrap.credentials(),
-        };
+        (handles[peer], challenges[peer]) = theirs;
+        let who = Peers::of(bootstrap, &handles, &challenges, &setup.names);
         let conns: Vec<(usize, usize)> = (0..nch).map(|ch| (peer, ch)).collect();
         let links = establish(&*net, &mut *listener, &who, &conns, deadline)?;
         self.add(links, &who, alloc)
@@ -806,7 +804,7 @@ mod tests {
             .collect();
         let (absent, hostile) = hs.into_iter().filter_map(|h| h.join().unwrap()).next().unwrap();
         assert!(absent.contains("rank 1"), "{absent}");
-        assert!(hostile.contains("rank 1 sent a runtime connection record of 9 bytes"), "{hostile}");
+        assert!(hostile.contains("rank 1 sent a connection record of 9 bytes"), "{hostile}");
     }
 
     /// Two ranks' links made with `establish` over the Socket net, without a bootstrap, so a
