@@ -773,6 +773,40 @@ mod tests {
         }
     }
 
+    /// A runtime peer that reaches its group seconds after us (a slow rank) still connects, and
+    /// the pair carries steps.
+    #[test]
+    fn a_late_runtime_peer_still_connects() {
+        let id = new_unique_id().unwrap();
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                thread::spawn(move || {
+                    let bs = Bootstrap::init(&id, r, 2, LIMIT).unwrap();
+                    let faults = Faults::default();
+                    let su = setup(&["rank 0", "rank 1"], &faults);
+                    let mut t = NetTransport::connect(&bs, &[], &su, &HostBlock::plain).unwrap();
+                    if r == 1 {
+                        thread::sleep(Duration::from_secs(3));
+                    }
+                    t.connect_pair(&bs, 1 - r, 1, &su, &HostBlock::plain).unwrap();
+                    bs.barrier().unwrap();
+                    (t, faults)
+                })
+            })
+            .collect();
+        let ranks: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        let l = ranks[0].0.layout();
+        thread::scope(|sc| {
+            for a in 0..2 {
+                let (sb, rb) =
+                    (ranks[a].0.block(1 - a, 0).unwrap().clone(), ranks[1 - a].0.block(a, 0).unwrap().clone());
+                sc.spawn(move || fake_sender(&sb, l, 500 + a as u64, 50));
+                sc.spawn(move || fake_receiver(&rb, l, 500 + a as u64, 50));
+            }
+        });
+        assert!(ranks.iter().all(|(_, f)| f.lock().is_empty()));
+    }
+
     /// A runtime peer that never takes part is named when the bootstrap's deadline passes, and
     /// one whose record is not a handle and a challenge is refused before anything is connected.
     #[test]
