@@ -730,81 +730,80 @@ mod tests {
         assert!(f1.lock().is_empty(), "{:?}", f1.lock());
     }
 
+    /// `n` ranks in threads, each with a NET transport that connected nothing at init, each then
+    /// running `connect(rank, bootstrap, transport, setup)`; returned after a barrier.
+    fn runtime_ranks(
+        n: usize,
+        connect: fn(usize, &Bootstrap, &mut NetTransport, &Setup),
+    ) -> Vec<(NetTransport, Faults)> {
+        let id = new_unique_id().unwrap();
+        let names: Vec<String> = (0..n).map(|r| format!("rank {r}")).collect();
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let names = names.clone();
+                thread::spawn(move || {
+                    let bs = Bootstrap::init(&id, r, n, LIMIT).unwrap();
+                    let faults = Faults::default();
+                    let su = setup(&names.iter().map(String::as_str).collect::<Vec<_>>(), &faults);
+                    let mut t = NetTransport::connect(&bs, &[], &su, &HostBlock::plain).unwrap();
+                    assert!(t.block((r + 1) % n, 0).is_none(), "nothing connected at init");
+                    connect(r, &bs, &mut t, &su);
+                    bs.barrier().unwrap();
+                    (t, faults)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    /// Every pair of `ranks` carries `steps` steps both ways on channel `ch`, byte for byte, and
+    /// nobody reports a fault.
+    fn cross_every_pair(ranks: &[(NetTransport, Faults)], ch: usize, steps: u64) {
+        let (n, l) = (ranks.len(), ranks[0].0.layout());
+        thread::scope(|sc| {
+            for a in 0..n {
+                for b in (0..n).filter(|&b| b != a) {
+                    let seed = 1000 + 10 * a as u64 + b as u64;
+                    let sb = ranks[a].0.block(b, ch).unwrap().clone();
+                    let rb = ranks[b].0.block(a, ch).unwrap().clone();
+                    sc.spawn(move || fake_sender(&sb, l, seed, steps));
+                    sc.spawn(move || fake_receiver(&rb, l, seed, steps));
+                }
+            }
+        });
+        for (r, (_, f)) in ranks.iter().enumerate() {
+            assert!(f.lock().is_empty(), "rank {r}: {:?}", f.lock());
+        }
+    }
+
     /// NCCL's runtime connect: three ranks with no connection at init each connect the two
     /// others after it, in ascending rank order, so each pair is made while its ranks also owe
     /// the third (0 takes 1 then 2, 1 takes 0 then 2, 2 takes 0 then 1); then every pair carries
     /// steps both ways, byte for byte.
     #[test]
     fn runtime_pairs_connect_in_crossing_orders_and_carry_steps() {
-        let id = new_unique_id().unwrap();
-        let names = ["rank 0", "rank 1", "rank 2"];
-        let hs: Vec<_> = (0..3)
-            .map(|r| {
-                thread::spawn(move || {
-                    let bs = Bootstrap::init(&id, r, 3, LIMIT).unwrap();
-                    let faults = Faults::default();
-                    let su = setup(&names, &faults);
-                    let mut t = NetTransport::connect(&bs, &[], &su, &HostBlock::plain).unwrap();
-                    assert!(t.block((r + 1) % 3, 0).is_none());
-                    for peer in (0..3).filter(|&p| p != r) {
-                        t.connect_pair(&bs, peer, 2, &su, &HostBlock::plain).unwrap();
-                    }
-                    bs.barrier().unwrap();
-                    (t, faults)
-                })
-            })
-            .collect();
-        let ranks: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-        let l = ranks[0].0.layout();
-        thread::scope(|sc| {
-            for a in 0..3 {
-                for b in (0..3).filter(|&b| b != a) {
-                    let seed = 1000 + 10 * a as u64 + b as u64;
-                    let sb = ranks[a].0.block(b, 1).unwrap().clone();
-                    let rb = ranks[b].0.block(a, 1).unwrap().clone();
-                    sc.spawn(move || fake_sender(&sb, l, seed, 100));
-                    sc.spawn(move || fake_receiver(&rb, l, seed, 100));
-                }
+        let ranks = runtime_ranks(3, |r, bs, t, su| {
+            for peer in (0..3).filter(|&p| p != r) {
+                t.connect_pair(bs, peer, 2, su, &HostBlock::plain).unwrap();
             }
         });
-        for (r, (t, f)) in ranks.iter().enumerate() {
-            assert!(f.lock().is_empty(), "rank {r}: {:?}", f.lock());
+        cross_every_pair(&ranks, 1, 100);
+        for (r, (t, _)) in ranks.iter().enumerate() {
             assert!(t.conn((r + 1) % 3, 1).is_some() && t.conn((r + 1) % 3, 2).is_none());
         }
     }
 
-    /// A runtime peer that reaches its group seconds after us (a slow rank) still connects, and
-    /// the pair carries steps.
+    /// A runtime peer that reaches its group 10 s after us (a slow rank) still connects, and the
+    /// pair carries steps.
     #[test]
     fn a_late_runtime_peer_still_connects() {
-        let id = new_unique_id().unwrap();
-        let hs: Vec<_> = (0..2)
-            .map(|r| {
-                thread::spawn(move || {
-                    let bs = Bootstrap::init(&id, r, 2, LIMIT).unwrap();
-                    let faults = Faults::default();
-                    let su = setup(&["rank 0", "rank 1"], &faults);
-                    let mut t = NetTransport::connect(&bs, &[], &su, &HostBlock::plain).unwrap();
-                    if r == 1 {
-                        thread::sleep(Duration::from_secs(3));
-                    }
-                    t.connect_pair(&bs, 1 - r, 1, &su, &HostBlock::plain).unwrap();
-                    bs.barrier().unwrap();
-                    (t, faults)
-                })
-            })
-            .collect();
-        let ranks: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-        let l = ranks[0].0.layout();
-        thread::scope(|sc| {
-            for a in 0..2 {
-                let (sb, rb) =
-                    (ranks[a].0.block(1 - a, 0).unwrap().clone(), ranks[1 - a].0.block(a, 0).unwrap().clone());
-                sc.spawn(move || fake_sender(&sb, l, 500 + a as u64, 50));
-                sc.spawn(move || fake_receiver(&rb, l, 500 + a as u64, 50));
+        let ranks = runtime_ranks(2, |r, bs, t, su| {
+            if r == 1 {
+                thread::sleep(Duration::from_secs(10));
             }
+            t.connect_pair(bs, 1 - r, 1, su, &HostBlock::plain).unwrap();
         });
-        assert!(ranks.iter().all(|(_, f)| f.lock().is_empty()));
+        cross_every_pair(&ranks, 0, 50);
     }
 
     /// A runtime peer that never takes part is named when the bootstrap's deadline passes, and
