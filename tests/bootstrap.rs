@@ -8,11 +8,13 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nccl::bootstrap::auth::{self, Role, Secret};
-use nccl::bootstrap::net::{self, FrameStream};
-use nccl::bootstrap::wire::{self, LinkKind, Msg, RefuseReason};
 use nccl::bootstrap::*;
 use nccl::error::Error;
+use nccl::socket::acceptor::{self, Acceptor, Wake};
+use nccl::socket::addr::listen;
+use nccl::socket::auth::{self, Role, Secret};
+use nccl::socket::frame::FrameStream;
+use nccl::socket::wire::{self, LinkKind, Msg, RefuseReason};
 use nccl::types::ncclUniqueId;
 
 /// Timeout given to ranks that are expected to succeed: generous, the machine may be loaded.
@@ -687,7 +689,7 @@ struct FakeRank {
 fn fake_rank(id: BootstrapId, rank: usize, n: usize) -> FakeRank {
     let cred = id.credentials();
     let deadline = Instant::now() + HARD;
-    let mut acc = net::Acceptor::new(net::listen("127.0.0.1".parse().unwrap()).unwrap(), cred).unwrap();
+    let mut acc = Acceptor::new(listen("127.0.0.1".parse().unwrap()).unwrap(), cred).unwrap();
     let listen = acc.local_addr().unwrap();
     let mut root = FrameStream::open(id.root, &cred, deadline, true).unwrap();
     let reg = Msg::Register { rank: rank as u32, nranks: n as u32, listen, timeout_ms: SHORT.as_millis() as u64 };
@@ -703,7 +705,7 @@ fn fake_rank(id: BootstrapId, rank: usize, n: usize) -> FakeRank {
     let (next, live_out) = (link(LinkKind::Ring), link(LinkKind::Liveness));
     let (mut prev, mut live_in) = (None, None);
     while prev.is_none() || live_in.is_none() {
-        let Some(net::Wake::Arrival(a)) = acc.next(Some(deadline), &String::new, &[]).unwrap() else {
+        let Some(Wake::Arrival(a)) = acc.next(Some(deadline), &String::new, &[]).unwrap() else {
             panic!("the fake rank's ring neighbour never linked")
         };
         match a.msg {
@@ -954,7 +956,7 @@ fn silent_floods_delay_nobody() {
     // SAFETY: as in raise_fd_limit.
     assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
     // More than a listener reads at once, so that eviction is exercised; within the limit.
-    let flood = (net::max_pending() + 200).min(lim.rlim_cur as usize / 6);
+    let flood = (acceptor::max_pending() + 200).min(lim.rlim_cur as usize / 6);
     let id = new_unique_id().unwrap();
     let on_root = silent_flood(id.root, flood).join().unwrap();
     assert!(on_root.len() > flood / 2, "only {} of {flood} flood connections opened", on_root.len());

@@ -17,10 +17,10 @@
 
 use std::net::SocketAddr;
 
-use super::auth::{Secret, SECRET_LEN};
-use super::wire::{put_addr, Reader};
 use super::BootstrapId;
 use crate::error::{Error, Result};
+use crate::socket::auth::{Secret, SECRET_LEN};
+use crate::socket::wire::{put_addr, Reader};
 use crate::types::ncclUniqueId;
 
 const ID_TAG: [u8; 4] = *b"FNID";
@@ -57,7 +57,7 @@ impl BootstrapId {
             return Err(bad(format!("it does not start with {:?}: never filled by ncclGetUniqueId?", "FNID")));
         }
         let mut r = Reader::new(&b[4..]);
-        let wire = |e: super::wire::WireError| bad(e.to_string());
+        let wire = |e: crate::socket::wire::WireError| bad(e.to_string());
         let version = r.u8("version").map_err(wire)?;
         if version != ID_VERSION {
             return Err(bad(format!("layout version {version}, this library reads {ID_VERSION}")));
@@ -106,28 +106,6 @@ pub fn comm_id_magic(root: &SocketAddr) -> u64 {
     h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     h ^= h >> 31;
     h.max(1)
-}
-
-/// Splits `NCCL_COMM_ID`'s `<host>:<port>` (`[v6addr]:port` for IPv6 literals).
-pub fn split_host_port(s: &str) -> Result<(&str, u16)> {
-    let bad = |why: &str| {
-        Error::InvalidArgument(format!(
-            "NCCL_COMM_ID={s:?} is not <host>:<port> ({why}); e.g. NCCL_COMM_ID=10.0.0.1:29500"
-        ))
-    };
-    let (host, port) = s.trim().rsplit_once(':').ok_or_else(|| bad("no ':'"))?;
-    let host = match host.strip_prefix('[') {
-        Some(h) => h.strip_suffix(']').ok_or_else(|| bad("unclosed '['"))?,
-        None if host.contains(':') => return Err(bad("IPv6 addresses need brackets: [addr]:port")),
-        None => host,
-    };
-    if host.is_empty() {
-        return Err(bad("empty host"));
-    }
-    match port.parse::<u16>() {
-        Ok(p) if p != 0 => Ok((host, p)),
-        _ => Err(bad("the port must be 1..65535")),
-    }
 }
 
 #[cfg(test)]
@@ -227,18 +205,5 @@ mod tests {
         assert_eq!(s, BootstrapId::from_comm_id(a, Some("hunter2")));
         assert_ne!(s.secret, BootstrapId::from_comm_id(a, Some("hunter3")).secret);
         assert_ne!(i.secret, BootstrapId::from_comm_id(b, None).secret);
-    }
-
-    #[test]
-    fn host_port_parsing() {
-        assert_eq!(split_host_port("10.0.0.1:29500"), Ok(("10.0.0.1", 29500)));
-        assert_eq!(split_host_port(" node-3.cluster:80 "), Ok(("node-3.cluster", 80)));
-        assert_eq!(split_host_port("[::1]:7"), Ok(("::1", 7)));
-        for bad in ["10.0.0.1", "10.0.0.1:0", "10.0.0.1:70000", ":80", "::1:80", "[::1:80", "host:x"] {
-            assert!(
-                matches!(split_host_port(bad), Err(Error::InvalidArgument(m)) if m.contains("NCCL_COMM_ID")),
-                "{bad}"
-            );
-        }
     }
 }

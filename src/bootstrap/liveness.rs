@@ -28,9 +28,9 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::net::{self, FrameStream, NetError};
-use super::wire::{self, Msg};
 use crate::error::{Error, Result};
+use crate::socket::frame::{self, FrameStream, NetError};
+use crate::socket::wire::{self, Msg};
 
 /// How often each rank tells its neighbours it is alive.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -191,9 +191,9 @@ fn watch(
             }
             next_beat = now + HEARTBEAT_EVERY;
         }
-        let mut fds = vec![net::pollfd(&asleep, libc::POLLIN)];
-        fds.extend(sides.iter().map(|s| net::pollfd(&s.link, if s.done { 0 } else { libc::POLLIN })));
-        if let Err(e) = net::poll(&mut fds, Some(next_beat.saturating_duration_since(Instant::now()))) {
+        let mut fds = vec![frame::pollfd(&asleep, libc::POLLIN)];
+        fds.extend(sides.iter().map(|s| frame::pollfd(&s.link, if s.done { 0 } else { libc::POLLIN })));
+        if let Err(e) = frame::poll(&mut fds, Some(next_beat.saturating_duration_since(Instant::now()))) {
             crate::nccl_warn!("Liveness watcher of rank {me} stops: poll failed: {e}");
             return;
         }

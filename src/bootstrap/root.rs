@@ -19,11 +19,12 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use super::auth::Credentials;
-use super::net::{Acceptor, FrameStream, NetError, Wake};
-use super::wire::{Msg, RefuseReason, MAX_CONTROL_BODY};
 use super::MAX_RANKS;
 use crate::error::{Error, Result};
+use crate::socket::acceptor::{Acceptor, Wake};
+use crate::socket::auth::Credentials;
+use crate::socket::frame::{FrameStream, NetError};
+use crate::socket::wire::{Msg, RefuseReason, MAX_CONTROL_BODY};
 
 /// How much longer than the ranks the root waits for ring reports, so that a rank that could
 /// not link to a neighbour reports that neighbour (naming the culprit) before the root gives up
@@ -580,7 +581,7 @@ mod tests {
     /// table to every rank would be n^2 addresses: about 7 MB here, 2 GB at 8,192 ranks).
     #[test]
     fn root_sends_one_address_per_rank() {
-        use crate::bootstrap::wire::{encode, HEADER_LEN, MAX_ADDR_LEN};
+        use crate::socket::wire::{encode, HEADER_LEN, MAX_ADDR_LEN};
         const N: u32 = 1_000;
         let t0 = Instant::now();
         let mut s = RootState::default();

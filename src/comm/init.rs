@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::task::Link;
 use crate::topo::tree::Trees;
 use crate::topo::{self, PeerInfo, Ring};
-use crate::transport::p2p::ConnPlan;
+use crate::transport::conn_plan::ConnPlan;
 use crate::transport::{self, net, Connections, Kind, NetNeeds, Path, Settings};
 use crate::tuner::Allowed;
 use crate::types::NCCL_SPLIT_NOCOLOR;

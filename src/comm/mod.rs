@@ -18,7 +18,7 @@ use crate::cuda::{Context, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
 use crate::task::{CommShape, DevOp, Link};
 use crate::topo::tree::TreeShape;
-use crate::transport::p2p::ConnPlan;
+use crate::transport::conn_plan::ConnPlan;
 use crate::transport::Connections;
 use crate::tuner::Allowed;
 use crate::types::ncclDataType_t;
@@ -131,7 +131,7 @@ impl Comm {
             cc_major,
             config: CommConfig { blocking: true, ..Default::default() },
             bootstrap,
-            conns: ConnPlan::new(1, 1, order.clone(), 0, crate::transport::p2p::InitPairs::All),
+            conns: ConnPlan::new(1, 1, order.clone(), 0, crate::transport::conn_plan::InitPairs::All),
             runtime_peers: Mutex::new(HashSet::new()),
             tree: TreeShape::chain(nranks),
             link: Link::P2p,

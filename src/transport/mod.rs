@@ -2,284 +2,101 @@
 //!
 //! Every pair of ranks gets one kind, tried in NCCL's order: P2P (the GPUs reach each other's
 //! memory: [`p2p`]), then SHM (same host, FIFOs in shared host memory: [`shm`]), then NET (another
-//! host, or nothing else allowed: the network API in [`net`]). [`select`] decides it, a pure
-//! function of both ranks' [`PeerInfo`], their [`Settings`] and the link between their GPUs.
-//! [`Connections`] then sets up this rank's half of every connection, exchanges what peers need
-//! over the bootstrap, and builds the `fnConn` table the kernels read; NET connections come from
-//! [`net::conn::NetTransport`] and its proxy thread.
+//! host, or nothing else allowed: the network API in [`net`], the NET transport in
+//! [`net::conn`]). [`select`] decides it. Every transport is one [`Transport`] behind one entry of
+//! [`TRANSPORTS`], set up in NCCL's two steps ([`TransportSetup::setup`], then [`Half::connect`])
+//! and freed by `Drop`; [`Connections`] runs the steps for every kind at once and builds the
+//! `fnConn` table the kernels read without knowing which kinds exist.
 
+pub mod arena;
+pub mod conn_plan;
+pub mod fifo;
 pub mod net;
 pub mod p2p;
+pub mod select;
 pub mod shm;
 
-use crate::abi::{fnConn, FN_CONN_TAIL_LL128, FN_MAX_CHANNELS};
+use std::time::Duration;
+
+use crate::abi::{fnConn, FN_MAX_CHANNELS};
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
 use crate::topo::PeerInfo;
-use net::conn::{NetTransport, Setup};
-use net::proxy::{FaultHook, HostBlock};
-use p2p::{arena_conn, ArenaAddr, ArenaLayout, ConnPlan, P2pTransport};
-use shm::{ShmAddr, ShmTransport};
-use std::time::Duration;
+use conn_plan::ConnPlan;
+use net::proxy::FaultHook;
+pub use select::{exchange_kinds, host_fifos, net_pairs, select, Kind, Kinds, Path, Settings};
 
-/// How a pair of ranks is connected. Ordered by preference (P2P first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Kind {
-    /// FIFOs in GPU memory that the peer's GPU writes directly (same process or CUDA IPC).
-    P2p,
-    /// FIFOs in host memory shared by both processes and mapped into both GPUs.
-    Shm,
-    /// Through the network, with a proxy thread on each side.
-    Net,
+/// Every transport, in the order their first steps run and their records sit in a rank's
+/// published record. A new transport is a module with its `SETUP`, a line here and its place in
+/// [`select`].
+const TRANSPORTS: [TransportSetup; 3] = [p2p::SETUP, shm::SETUP, net::conn::SETUP];
+
+/// Which connections exist and each rank's kind for each of its peers: what a transport needs
+/// to lay out or find a connection.
+#[derive(Clone, Copy)]
+pub struct Pairs<'a> {
+    pub plan: &'a ConnPlan,
+    /// This rank.
+    pub rank: usize,
+    pub kinds: &'a Kinds,
 }
 
-impl Kind {
-    /// NCCL's name for it in logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::P2p => "P2P",
-            Kind::Shm => "SHM",
-            Kind::Net => "NET",
-        }
-    }
-
-    fn to_byte(self) -> u8 {
-        self as u8
-    }
-
-    fn from_byte(b: u8) -> Result<Kind> {
-        [Kind::P2p, Kind::Shm, Kind::Net]
-            .into_iter()
-            .find(|k| k.to_byte() == b)
-            .ok_or_else(|| Error::Internal(format!("unknown transport kind {b} in a peer's record")))
-    }
+/// What setting a transport up sees: the communicator's bootstrap and ranks, its pairs, and what
+/// the NET transport needs from the communicator.
+pub struct Cx<'a> {
+    pub bootstrap: &'a Bootstrap,
+    pub peers: &'a [PeerInfo],
+    pub pairs: Pairs<'a>,
+    pub needs: &'a NetNeeds,
 }
 
-/// NCCL's path types between two GPUs of one host, from closest to farthest, as
-/// `NCCL_P2P_LEVEL` names them. P2P is used for a pair whose path is at most the level.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Path {
-    /// The same GPU. As a level: never use P2P (what `NCCL_P2P_DISABLE=1` means).
-    Loc,
-    /// NVLink.
-    Nvl,
-    /// Through one PCIe switch.
-    Pix,
-    /// Through several PCIe switches.
-    Pxb,
-    /// Through the CPU's PCIe host bridge.
-    Phb,
-    /// Across the CPUs' interconnect (NUMA nodes).
-    Sys,
+/// A transport's entry in [`TRANSPORTS`]: its kind, the bytes of the record each rank publishes
+/// about its half (0: none), and step one of its setup (allocate our half, say how peers reach
+/// it), which every rank runs for every kind, whether or not it has such a pair.
+pub struct TransportSetup {
+    pub kind: Kind,
+    pub record_bytes: usize,
+    pub setup: fn(&Cx) -> Result<Started>,
 }
 
-impl Path {
-    const NAMES: [(&'static str, Path); 6] = [
-        ("LOC", Path::Loc),
-        ("NVL", Path::Nvl),
-        ("PIX", Path::Pix),
-        ("PXB", Path::Pxb),
-        ("PHB", Path::Phb),
-        ("SYS", Path::Sys),
-    ];
+/// What step one gives: our half, and the record every rank publishes about it.
+pub type Started = (Box<dyn Half>, Vec<u8>);
 
-    /// A `NCCL_P2P_LEVEL` value: a name, or NCCL's legacy numbers (0 LOC, 1 PIX, 2 PXB, 3 PHB,
-    /// 4 and above SYS). `None` for anything else.
-    pub fn parse_level(s: &str) -> Option<Path> {
-        let s = s.trim();
-        if let Some((_, p)) = Self::NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(s)) {
-            return Some(*p);
-        }
-        const LEGACY: [Path; 5] = [Path::Loc, Path::Pix, Path::Pxb, Path::Phb, Path::Sys];
-        s.parse::<u64>().ok().map(|n| LEGACY[(n as usize).min(LEGACY.len() - 1)])
-    }
-
-    pub fn name(self) -> &'static str {
-        Self::NAMES.iter().find(|(_, p)| *p == self).map(|(n, _)| *n).unwrap_or("?")
-    }
+/// Our half of a transport's connections after step one, waiting for the peers'.
+pub trait Half {
+    /// Step two: connect to every peer of this kind, given every rank's record (in rank order);
+    /// `None` when the communicator has no pair of this kind.
+    fn connect(self: Box<Self>, cx: &Cx, records: &[&[u8]]) -> Result<Option<Box<dyn Transport>>>;
 }
 
-/// What the environment allows, as one rank read it. Each rank publishes its own and a pair
-/// uses the stricter of the two ([`Settings::stricter`]), so both ends pick the same kind even
-/// when their environments differ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Settings {
-    /// The farthest path P2P may take; `None`: any pair with peer access (the default).
-    pub p2p_level: Option<Path>,
-    /// `NCCL_SHM_DISABLE=1`.
-    pub shm_disable: bool,
-}
+/// A transport with its connections made: what the rest of the library asks of it. Dropping it
+/// frees them (NCCL's `free`).
+pub trait Transport: Send {
+    fn kind(&self) -> Kind;
 
-impl Settings {
-    pub const BYTES: usize = 2;
-    const DEFAULT_LEVEL: u8 = 0xff;
+    /// The kernels' view of our connection with `peer` on `ch`, one the plan connected at init.
+    fn conn(&self, pairs: &Pairs, peer: usize, ch: usize) -> fnConn;
 
-    /// From `NCCL_P2P_DISABLE`, `NCCL_P2P_LEVEL` and `NCCL_SHM_DISABLE` (as NCCL: a disable of
-    /// 1 wins over a level; an unknown level is ignored with a warning).
-    pub fn parse(p2p_disable: Option<&str>, p2p_level: Option<&str>, shm_disable: Option<&str>) -> Settings {
-        let is_one = |v: Option<&str>| v.and_then(crate::env::parse_i64) == Some(1);
-        let p2p_level = if is_one(p2p_disable) {
-            Some(Path::Loc)
-        } else {
-            p2p_level.and_then(|s| {
-                let level = Path::parse_level(s);
-                if level.is_none() {
-                    crate::nccl_warn!(
-                        "Invalid value {s:?} for NCCL_P2P_LEVEL (known: LOC, NVL, PIX, PXB, PHB, SYS or 0-5), ignored"
-                    );
-                }
-                level
-            })
-        };
-        Settings { p2p_level, shm_disable: is_one(shm_disable) }
+    /// How a peer's INFO line says we reach it ("P2P/IPC", "NET/Socket/proxy").
+    fn route(&self, me: &PeerInfo, peer: &PeerInfo) -> String;
+
+    /// Connects `peer`, which the plan left to connect when a group first needs it, on
+    /// `plan.p2p_channels` channels; returns the kernels' connections by channel. Only the two
+    /// ranks take part. Only NET connects at runtime.
+    fn connect_runtime(&mut self, bootstrap: &Bootstrap, _plan: &ConnPlan, peer: usize) -> Result<Vec<fnConn>> {
+        Err(Error::Internal(format!(
+            "rank {}: the connection plan left rank {peer} ({}) to connect at runtime, which only NET does",
+            bootstrap.rank(),
+            self.kind().name()
+        )))
     }
-
-    /// This process's settings (read once).
-    pub fn from_env() -> Settings {
-        static S: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
-        *S.get_or_init(|| {
-            let get = crate::env::get;
-            let s = Settings::parse(
-                get("NCCL_P2P_DISABLE").as_deref(),
-                get("NCCL_P2P_LEVEL").as_deref(),
-                get("NCCL_SHM_DISABLE").as_deref(),
-            );
-            if s != Settings::default() {
-                crate::nccl_info!(crate::debug::Subsys::ENV, "transport settings: {s:?}");
-            }
-            s
-        })
-    }
-
-    /// What a pair may use when one end has `self` and the other `other`.
-    pub fn stricter(&self, other: &Settings) -> Settings {
-        let p2p_level = match (self.p2p_level, other.p2p_level) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        Settings { p2p_level, shm_disable: self.shm_disable || other.shm_disable }
-    }
-
-    pub fn encode(&self) -> [u8; Self::BYTES] {
-        [self.p2p_level.map_or(Self::DEFAULT_LEVEL, |p| p as u8), self.shm_disable as u8]
-    }
-
-    pub fn decode(b: &[u8]) -> Result<Settings> {
-        let bad = || Error::Internal(format!("transport settings record {b:?} is malformed"));
-        let [level, shm] = *b else { return Err(bad()) };
-        let p2p_level = match level {
-            Self::DEFAULT_LEVEL => None,
-            l => Some(Path::NAMES.get(l as usize).ok_or_else(bad)?.1),
-        };
-        Ok(Settings { p2p_level, shm_disable: shm == 1 })
-    }
-}
-
-/// The kind that connects `me` and `peer`: NET across hosts; on one host P2P when the GPUs
-/// reach each other (`link`: their path, `None` without peer access) within the level the
-/// settings allow, else SHM unless disabled, else NET (as NCCL falls back to the network).
-pub fn select(me: &PeerInfo, peer: &PeerInfo, settings: &Settings, link: Option<Path>) -> Kind {
-    if me.host_hash != peer.host_hash {
-        return Kind::Net;
-    }
-    let p2p_ok = match (link, settings.p2p_level) {
-        (None, _) | (_, Some(Path::Loc)) => false,
-        (Some(_), None) => true,
-        (Some(path), Some(level)) => path <= level,
-    };
-    if p2p_ok {
-        Kind::P2p
-    } else if !settings.shm_disable {
-        Kind::Shm
-    } else {
-        Kind::Net
-    }
-}
-
-/// Every rank's kind for each of its peers (`[r][p]`), the same on every rank.
-pub type Kinds = Vec<Vec<Kind>>;
-
-/// Shares our kinds (`mine[p]`: what [`select`] gave for peer p) with every rank and checks that
-/// both ends of each of our pairs chose the same.
-pub fn exchange_kinds(bootstrap: &Bootstrap, mine: &[Kind]) -> Result<Kinds> {
-    let bytes: Vec<u8> = mine.iter().map(|k| k.to_byte()).collect();
-    let kinds: Kinds = bootstrap
-        .allgather(&bytes)?
-        .iter()
-        .enumerate()
-        .map(|(r, b)| {
-            if b.len() != mine.len() {
-                return Err(Error::Internal(format!(
-                    "rank {r} published {} transport kinds, not {}",
-                    b.len(),
-                    mine.len()
-                )));
-            }
-            b.iter().map(|&k| Kind::from_byte(k)).collect()
-        })
-        .collect::<Result<_>>()?;
-    if let Some(why) = disagreement(bootstrap.rank(), mine, &kinds) {
-        crate::bail_usage!("{why}");
-    }
-    Ok(kinds)
-}
-
-/// Whether any pair of the communicator uses NET: then every rank takes part in setting NET up,
-/// with or without connections of its own, and the communicator runs at most
-/// `net::conn::MAX_CHANNELS` channels.
-pub fn net_pairs(kinds: &Kinds) -> bool {
-    kinds.iter().enumerate().any(|(r, row)| row.iter().enumerate().any(|(p, k)| p != r && *k == Kind::Net))
-}
-
-/// Whether any connection of the communicator, between any two of its ranks, has its FIFOs in
-/// host memory (SHM, NET): the kernels then publish a tail for LL128 (SHM) or every protocol
-/// (NET), which the one-shot all-reduce of more than two ranks does not. Every rank must restrict its
-/// choices alike (each plans its own kernels), hence the whole communicator, not our pairs only.
-pub fn host_fifos(kinds: &Kinds) -> bool {
-    kinds.iter().enumerate().any(|(r, row)| row.iter().enumerate().any(|(p, k)| p != r && *k != Kind::P2p))
-}
-
-/// What a rank publishes about its arenas.
-struct Record {
-    p2p: ArenaAddr,
-    shm: ShmAddr,
-}
-
-impl Record {
-    const BYTES: usize = ArenaAddr::BYTES + ShmAddr::BYTES;
-
-    fn encode(&self) -> Vec<u8> {
-        [self.p2p.encode(), self.shm.encode()].concat()
-    }
-
-    fn decode(b: &[u8]) -> Result<Record> {
-        if b.len() != Self::BYTES {
-            return Err(Error::Internal(format!("connection record of {} bytes, expected {}", b.len(), Self::BYTES)));
-        }
-        let (p2p, shm) = b.split_at(ArenaAddr::BYTES);
-        Ok(Record { p2p: ArenaAddr::decode(p2p)?, shm: ShmAddr::decode(shm)? })
-    }
-}
-
-/// Both ends must have chosen the same kind; the first pair that did not, in words.
-fn disagreement(rank: usize, mine: &[Kind], theirs: &[Vec<Kind>]) -> Option<String> {
-    let p = (0..mine.len()).find(|&p| p != rank && theirs[p][rank] != mine[p])?;
-    Some(format!(
-        "rank {rank} chose {} for its connections with rank {p}, which chose {}: both ends must see the same \
-         NCCL_P2P_DISABLE / NCCL_P2P_LEVEL / NCCL_SHM_DISABLE and GPU visibility",
-        mine[p].name(),
-        theirs[p][rank].name()
-    ))
 }
 
 /// One rank's connections to every peer: the transports behind them and the kind of each.
 pub struct Connections {
     kinds: Kinds,
-    p2p: P2pTransport,
-    shm: ShmTransport,
-    /// Present when any rank of the communicator has a NET connection (setting it up takes
-    /// every rank), with what connecting another peer at runtime needs.
-    net: Option<(NetTransport, Setup)>,
+    /// The transports this communicator has, at most one per kind.
+    transports: Vec<Box<dyn Transport>>,
 }
 
 /// What the NET transport needs beyond the connection plan.
@@ -293,10 +110,27 @@ pub struct NetNeeds {
     pub config: net::NetConfig,
 }
 
+/// Splits one rank's published record into its transports' records, in [`TRANSPORTS`] order.
+fn split_record(b: &[u8]) -> Result<Vec<&[u8]>> {
+    let want: usize = TRANSPORTS.iter().map(|t| t.record_bytes).sum();
+    if b.len() != want {
+        return Err(Error::Internal(format!("connection record of {} bytes, expected {want}", b.len())));
+    }
+    let mut rest = b;
+    Ok(TRANSPORTS
+        .iter()
+        .map(|t| {
+            let (mine, tail) = rest.split_at(t.record_bytes);
+            rest = tail;
+            mine
+        })
+        .collect())
+}
+
 impl Connections {
     /// Sets up our half of every connection in `plan` (current context = ours), exchanges the
-    /// arenas' addresses with every rank and connects: P2P and SHM by mapping the peers' arenas,
-    /// NET through the proxy of our device. `kinds` comes from [`exchange_kinds`].
+    /// records of every transport with every rank in one allgather and connects. `kinds` comes
+    /// from [`exchange_kinds`].
     pub fn establish(
         bootstrap: &Bootstrap,
         plan: &ConnPlan,
@@ -304,49 +138,40 @@ impl Connections {
         kinds: Kinds,
         needs: NetNeeds,
     ) -> Result<Connections> {
-        let (rank, comm_id) = (bootstrap.rank(), bootstrap.magic());
-        let me = &peers[rank];
-        let (p2p_local, p2p_addr) = P2pTransport::allocate(&ArenaLayout::new(plan, rank, &kinds[rank], Kind::P2p))?;
-        let shm_layout = ArenaLayout::new(plan, rank, &kinds[rank], Kind::Shm);
-        let (shm_local, shm_addr) = ShmTransport::allocate(&shm_layout, comm_id, rank)?;
-        let records: Vec<Record> = bootstrap
-            .allgather(&Record { p2p: p2p_addr, shm: shm_addr }.encode())?
-            .iter()
-            .map(|b| Record::decode(b))
-            .collect::<Result<_>>()?;
-        let p2p_addrs: Vec<ArenaAddr> = records.iter().map(|r| r.p2p).collect();
-        let shm_addrs: Vec<ShmAddr> = records.iter().map(|r| r.shm).collect();
-        let p2p = P2pTransport::connect(p2p_local, rank, me, peers, &p2p_addrs, plan, &kinds)?;
-        let shm = ShmTransport::connect(shm_local, rank, me, peers, &shm_addrs, plan, &kinds, comm_id)?;
-        let net =
-            if net_pairs(&kinds) { Some(connect_net(bootstrap, plan, peers, &kinds[rank], needs)?) } else { None };
-        let c = Connections { kinds, p2p, shm, net };
+        let rank = bootstrap.rank();
+        let cx = Cx { bootstrap, peers, pairs: Pairs { plan, rank, kinds: &kinds }, needs: &needs };
+        let mut halves = Vec::with_capacity(TRANSPORTS.len());
+        let mut mine = Vec::new();
+        for t in &TRANSPORTS {
+            let (half, record) = (t.setup)(&cx)?;
+            debug_assert_eq!(record.len(), t.record_bytes, "{} record", t.kind.name());
+            halves.push(half);
+            mine.extend(record);
+        }
+        let all = bootstrap.allgather(&mine)?;
+        let records: Vec<Vec<&[u8]>> = all.iter().map(|b| split_record(b)).collect::<Result<_>>()?;
+        let mut transports = Vec::new();
+        for (i, half) in halves.into_iter().enumerate() {
+            let theirs: Vec<&[u8]> = records.iter().map(|r| r[i]).collect();
+            transports.extend(half.connect(&cx, &theirs)?);
+        }
+        let c = Connections { kinds, transports };
         c.log(plan, rank, peers);
         Ok(c)
     }
 
-    /// The device-side connection table: conns[peer * FN_MAX_CHANNELS + ch]. P2P and SHM
-    /// connections join two arenas of the same layout; only SHM's carry FN_CONN_TAIL_LL128.
+    fn transport(&self, kind: Kind) -> Option<&dyn Transport> {
+        self.transports.iter().find(|t| t.kind() == kind).map(|t| &**t)
+    }
+
+    /// The device-side connection table: conns[peer * FN_MAX_CHANNELS + ch].
     pub fn table(&self, plan: &ConnPlan, rank: usize) -> Vec<fnConn> {
+        let pairs = Pairs { plan, rank, kinds: &self.kinds };
         let mut table = vec![fnConn::default(); plan.nranks * FN_MAX_CHANNELS as usize];
-        for p in (0..plan.nranks).filter(|&p| p != rank) {
-            let kind = self.kinds[rank][p];
-            let (bases, flags) = match (kind, &self.net) {
-                (Kind::P2p, _) => (&self.p2p.bases, 0),
-                (Kind::Shm, _) => (&self.shm.bases, FN_CONN_TAIL_LL128),
-                (Kind::Net, Some((net, _))) => {
-                    for ch in 0..plan.channels(rank, p) {
-                        let conn = net.conn(p, ch).expect("NET connects every (peer, channel) of the plan");
-                        table[p * FN_MAX_CHANNELS as usize + ch] = conn;
-                    }
-                    continue;
-                }
-                (Kind::Net, None) => unreachable!("establish sets NET up when a pair needs it"),
-            };
-            let ours = ArenaLayout::new(plan, rank, &self.kinds[rank], kind);
-            let theirs = ArenaLayout::new(plan, p, &self.kinds[p], kind);
+        for p in (0..plan.nranks).filter(|&p| p != rank && plan.channels(rank, p) > 0) {
+            let t = self.transport(self.kinds[rank][p]).expect("establish sets up every kind a pair uses");
             for ch in 0..plan.channels(rank, p) {
-                table[p * FN_MAX_CHANNELS as usize + ch] = arena_conn(&ours, &theirs, bases[rank], bases[p], ch, flags);
+                table[p * FN_MAX_CHANNELS as usize + ch] = t.conn(&pairs, p, ch);
             }
         }
         table
@@ -356,23 +181,15 @@ impl Connections {
     /// peer on another host, so over NET), on `plan.p2p_channels` channels; returns the device
     /// connections by channel, for the caller to add to the table. Only the two ranks take part.
     pub fn connect_runtime(&mut self, bootstrap: &Bootstrap, plan: &ConnPlan, peer: usize) -> Result<Vec<fnConn>> {
-        let rank = bootstrap.rank();
-        let kind = self.kinds[rank][peer];
-        let Some((net, setup)) = self.net.as_mut().filter(|_| kind == Kind::Net) else {
-            return Err(Error::Internal(format!(
-                "rank {rank}: the connection plan left rank {peer} ({}) to connect at runtime, which only NET does",
+        let kind = self.kinds[bootstrap.rank()][peer];
+        match self.transports.iter_mut().find(|t| t.kind() == kind) {
+            Some(t) => t.connect_runtime(bootstrap, plan, peer),
+            None => Err(Error::Internal(format!(
+                "rank {}: rank {peer} is to connect over {}, which this communicator did not set up",
+                bootstrap.rank(),
                 kind.name()
-            )));
-        };
-        let nch = plan.p2p_channels;
-        net.connect_pair(bootstrap, peer, nch, setup, &host_block)?;
-        crate::nccl_info!(
-            crate::debug::Subsys::INIT | crate::debug::Subsys::NET,
-            "Channel 00-{:02} : {rank} <-> {peer} via NET/{}/proxy, connected at runtime",
-            nch - 1,
-            net.net_name
-        );
-        Ok((0..nch).map(|ch| net.conn(peer, ch).expect("connect_pair connected every channel")).collect())
+            ))),
+        }
     }
 
     /// One INFO line per peer, NCCL-style: which channels, and over what.
@@ -382,13 +199,8 @@ impl Connections {
             if n == 0 {
                 continue;
             }
-            let how = match (self.kinds[rank][p], &self.net) {
-                (Kind::P2p, _) if peers[rank].same_process(info) => "P2P/direct pointer".to_string(),
-                (Kind::P2p, _) => "P2P/IPC".to_string(),
-                (Kind::Shm, _) => "SHM/direct/direct".to_string(),
-                (Kind::Net, Some((net, _))) => format!("NET/{}/proxy", net.net_name),
-                (Kind::Net, None) => "NET".to_string(),
-            };
+            let kind = self.kinds[rank][p];
+            let how = self.transport(kind).map_or_else(|| kind.name().to_string(), |t| t.route(&peers[rank], info));
             crate::nccl_info!(
                 crate::debug::Subsys::INIT,
                 "Channel 00-{:02} : {rank}[{}] <-> {p}[{}] via {how}",
@@ -400,163 +212,23 @@ impl Connections {
     }
 }
 
-/// Connects us to every peer of kind NET on each channel the plan gives it, through the proxy of
-/// our device, with connection blocks in pinned host memory mapped for our GPU.
-fn connect_net(
-    bootstrap: &Bootstrap,
-    plan: &ConnPlan,
-    peers: &[PeerInfo],
-    kinds: &[Kind],
-    needs: NetNeeds,
-) -> Result<(NetTransport, Setup)> {
-    let rank = bootstrap.rank();
-    let conns: Vec<(usize, usize)> = (0..plan.nranks)
-        .filter(|&p| p != rank && kinds[p] == Kind::Net)
-        .flat_map(|p| (0..plan.channels(rank, p)).map(move |ch| (p, ch)))
-        .collect();
-    let setup = Setup {
-        dev: needs.dev,
-        fifo_bytes: plan.fifo_bytes,
-        names: peers.iter().map(PeerInfo::describe).collect(),
-        fault: needs.fault,
-        timeout: needs.timeout,
-        net: needs.config,
-    };
-    Ok((NetTransport::connect(bootstrap, &conns, &setup, &host_block)?, setup))
-}
-
-/// A NET connection's block: pinned host memory mapped for our GPU.
-fn host_block(bytes: usize) -> Result<HostBlock> {
-    let mem = crate::cuda::HostMapped::zeroed(bytes.div_ceil(4))?;
-    // SAFETY: the pinned allocation lives as long as its owner, moved into the block; `dev` is the
-    // same memory as our GPU maps it.
-    Ok(unsafe { HostBlock::new(mem.host_ptr(), mem.dev, bytes, Box::new(mem)) })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn peer(rank: u32, host: u64, pid: u32, bus: u8) -> PeerInfo {
-        PeerInfo { rank, host_hash: host, pid, dev: bus as i32, bus_id: [bus; 16], host: [0; 32] }
-    }
+    use p2p::ArenaAddr;
+    use shm::ShmAddr;
 
     #[test]
-    fn selection_table() {
-        let me = peer(0, 1, 100, 0);
-        let same_gpu_other_proc = peer(1, 1, 200, 0);
-        let other_host = peer(2, 2, 100, 0);
-        let def = Settings::default();
-        let no_p2p = Settings { p2p_level: Some(Path::Loc), shm_disable: false };
-        let nothing = Settings { p2p_level: Some(Path::Loc), shm_disable: true };
-        let nvl = Settings { p2p_level: Some(Path::Nvl), shm_disable: false };
-        // (peer, settings, link) -> kind
-        let table = [
-            (same_gpu_other_proc, def, Some(Path::Loc), Kind::P2p),
-            (same_gpu_other_proc, no_p2p, Some(Path::Loc), Kind::Shm),
-            (same_gpu_other_proc, nothing, Some(Path::Loc), Kind::Net),
-            (peer(1, 1, 100, 1), def, Some(Path::Sys), Kind::P2p),
-            (peer(1, 1, 100, 1), def, None, Kind::Shm),
-            (peer(1, 1, 100, 1), nvl, Some(Path::Nvl), Kind::P2p),
-            (peer(1, 1, 100, 1), nvl, Some(Path::Sys), Kind::Shm),
-            (peer(1, 1, 100, 1), Settings { p2p_level: Some(Path::Sys), ..def }, Some(Path::Sys), Kind::P2p),
-            (peer(1, 1, 100, 1), Settings { p2p_level: Some(Path::Phb), ..def }, Some(Path::Sys), Kind::Shm),
-            (peer(1, 1, 100, 1), Settings { shm_disable: true, ..def }, None, Kind::Net),
-            (other_host, def, Some(Path::Loc), Kind::Net),
-            (other_host, no_p2p, None, Kind::Net),
-        ];
-        for (i, (p, s, link, want)) in table.iter().enumerate() {
-            assert_eq!(select(&me, p, s, *link), *want, "row {i}: {p:?} {s:?} {link:?}");
-        }
-    }
-
-    #[test]
-    fn p2p_level_parses_as_nccl() {
-        let names = ["LOC", "nvl", "PIX", "PXB", "PHB", "SYS"];
-        let paths = [Path::Loc, Path::Nvl, Path::Pix, Path::Pxb, Path::Phb, Path::Sys];
-        for (n, p) in names.iter().zip(paths) {
-            assert_eq!(Path::parse_level(n), Some(p));
-        }
-        let legacy = [Path::Loc, Path::Pix, Path::Pxb, Path::Phb, Path::Sys, Path::Sys, Path::Sys];
-        for (n, p) in legacy.iter().enumerate() {
-            assert_eq!(Path::parse_level(&n.to_string()), Some(*p), "{n}");
-        }
-        assert_eq!(Path::parse_level("NVLINK"), None);
-        assert_eq!(Path::parse_level("-1"), None);
-    }
-
-    #[test]
-    fn env_settings() {
-        let s = Settings::parse(None, None, None);
-        assert_eq!(s, Settings::default());
-        // NCCL_P2P_DISABLE=1 wins over any level.
-        assert_eq!(Settings::parse(Some("1"), Some("SYS"), None).p2p_level, Some(Path::Loc));
-        assert_eq!(Settings::parse(Some("0"), Some("PIX"), None).p2p_level, Some(Path::Pix));
-        assert_eq!(Settings::parse(None, Some("bogus"), None).p2p_level, None);
-        assert!(Settings::parse(None, None, Some("1")).shm_disable);
-        assert!(!Settings::parse(None, None, Some("0")).shm_disable);
-        assert!(!Settings::parse(None, None, Some("yes")).shm_disable);
-    }
-
-    #[test]
-    fn settings_combine_and_travel() {
-        let a = Settings { p2p_level: Some(Path::Phb), shm_disable: false };
-        let b = Settings { p2p_level: Some(Path::Nvl), shm_disable: true };
-        let d = Settings::default();
-        assert_eq!(a.stricter(&b), Settings { p2p_level: Some(Path::Nvl), shm_disable: true });
-        assert_eq!(a.stricter(&d), a);
-        assert_eq!(d.stricter(&b), b);
-        for s in [a, b, d, Settings { p2p_level: Some(Path::Loc), shm_disable: false }] {
-            assert_eq!(Settings::decode(&s.encode()).unwrap(), s);
-        }
-        assert!(Settings::decode(&[9, 0]).is_err());
-        assert!(Settings::decode(&[0]).is_err());
-    }
-
-    #[test]
-    fn records_round_trip_and_are_checked() {
-        let r = Record {
-            p2p: ArenaAddr { ptr: 0x1000, ipc: [3; 64] },
-            shm: ShmAddr { pid: 77, fd: 5, bytes: 4096, ptr: 0x2000 },
-        };
-        let back = Record::decode(&r.encode()).unwrap();
-        assert_eq!((back.p2p.ptr, back.p2p.ipc, back.shm), (r.p2p.ptr, r.p2p.ipc, r.shm));
-        assert!(Record::decode(&r.encode()[1..]).is_err());
-        assert!(Record::decode(&[r.encode(), vec![0]].concat()).is_err());
-        assert!(Kind::from_byte(9).is_err());
-        for k in [Kind::P2p, Kind::Shm, Kind::Net] {
-            assert_eq!(Kind::from_byte(k.to_byte()).unwrap(), k);
-        }
-    }
-
-    #[test]
-    fn net_takes_every_rank_when_any_pair_uses_it() {
-        use Kind::*;
-        assert!(!net_pairs(&vec![vec![P2p, Shm], vec![Shm, P2p]]));
-        // Rank 2's row is all SHM, yet it must take part: rank 0 and 1 use NET.
-        assert!(net_pairs(&vec![vec![P2p, Net, Shm], vec![Net, P2p, Shm], vec![Shm, Shm, P2p]]));
-        // A rank's own entry never counts (self is no connection).
-        assert!(!net_pairs(&vec![vec![Net, P2p], vec![P2p, Net]]));
-    }
-
-    #[test]
-    fn host_memory_anywhere_limits_every_rank() {
-        use Kind::*;
-        assert!(!host_fifos(&vec![vec![Shm, P2p], vec![P2p, Net]]));
-        // Rank 2 reaches both peers over P2P, but 0 and 1 use SHM: all three must plan alike.
-        assert!(host_fifos(&vec![vec![P2p, Shm, P2p], vec![Shm, P2p, P2p], vec![P2p, P2p, P2p]]));
-    }
-
-    #[test]
-    fn both_ends_must_agree() {
-        use Kind::*;
-        let views = vec![vec![P2p, Shm, P2p], vec![Shm, P2p, Shm], vec![P2p, Shm, P2p]];
-        for r in 0..3 {
-            assert_eq!(disagreement(r, &views[r], &views), None);
-        }
-        let mut bad = views.clone();
-        bad[2][1] = P2p;
-        let why = disagreement(1, &bad[1], &bad).unwrap();
-        assert!(why.contains("rank 1 chose SHM for its connections with rank 2, which chose P2P"), "{why}");
+    fn records_split_by_transport_and_are_checked() {
+        let p2p = ArenaAddr { ptr: 0x1000, ipc: [3; 64] };
+        let shm = ShmAddr { pid: 77, fd: 5, bytes: 4096, ptr: 0x2000 };
+        let b = [p2p.encode(), shm.encode()].concat();
+        let parts = split_record(&b).unwrap();
+        assert_eq!(parts.len(), TRANSPORTS.len());
+        let back = ArenaAddr::decode(parts[0]).unwrap();
+        assert_eq!((back.ptr, back.ipc, ShmAddr::decode(parts[1]).unwrap()), (p2p.ptr, p2p.ipc, shm));
+        assert!(parts[2].is_empty(), "NET publishes nothing here: it exchanges its handles itself");
+        assert!(split_record(&b[1..]).is_err());
+        assert!(split_record(&[b.clone(), vec![0]].concat()).is_err());
     }
 }

@@ -10,8 +10,10 @@
 //! of every SHM connection carry `FN_CONN_TAIL_LL128`: LL128 publishes a tail, as Simple does;
 //! LL's 16-byte lines arrive whole and run as over P2P.
 
-use super::p2p::{ArenaLayout, ConnPlan};
-use super::Kind;
+use super::arena::{pair_conn, ArenaLayout};
+use super::conn_plan::ConnPlan;
+use super::{Cx, Half, Kind, Pairs, Started, Transport, TransportSetup};
+use crate::abi::{fnConn, FN_CONN_TAIL_LL128};
 use crate::cuda::HostRegistration;
 use crate::error::{Error, Result};
 use crate::topo::PeerInfo;
@@ -262,10 +264,49 @@ impl ShmTransport {
     }
 }
 
+/// SHM's place among the transports (`transport::TRANSPORTS`).
+pub const SETUP: TransportSetup = TransportSetup { kind: Kind::Shm, record_bytes: ShmAddr::BYTES, setup };
+
+/// Step one: our arena, created and registered, and how peers reach it as the record.
+fn setup(cx: &Cx) -> Result<Started> {
+    let rank = cx.pairs.rank;
+    let layout = ArenaLayout::new(cx.pairs.plan, rank, &cx.pairs.kinds[rank], Kind::Shm);
+    let (arena, addr) = ShmTransport::allocate(&layout, cx.bootstrap.magic(), rank)?;
+    Ok((Box::new(ShmHalf(arena)), addr.encode()))
+}
+
+/// Our arena, registered, before the peers' are mapped.
+struct ShmHalf(Option<ShmArena>);
+
+impl Half for ShmHalf {
+    fn connect(self: Box<Self>, cx: &Cx, records: &[&[u8]]) -> Result<Option<Box<dyn Transport>>> {
+        let addrs: Vec<ShmAddr> = records.iter().map(|b| ShmAddr::decode(b)).collect::<Result<_>>()?;
+        let Pairs { plan, rank, kinds } = cx.pairs;
+        let comm_id = cx.bootstrap.magic();
+        let t = ShmTransport::connect(self.0, rank, &cx.peers[rank], cx.peers, &addrs, plan, kinds, comm_id)?;
+        Ok(Some(Box::new(t)))
+    }
+}
+
+/// Both halves of every SHM connection carry `FN_CONN_TAIL_LL128` (see the module's comment).
+impl Transport for ShmTransport {
+    fn kind(&self) -> Kind {
+        Kind::Shm
+    }
+
+    fn conn(&self, pairs: &Pairs, peer: usize, ch: usize) -> fnConn {
+        pair_conn(pairs, Kind::Shm, &self.bases, peer, ch, FN_CONN_TAIL_LL128)
+    }
+
+    fn route(&self, _me: &PeerInfo, _peer: &PeerInfo) -> String {
+        "SHM/direct/direct".into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::p2p::InitPairs;
+    use crate::transport::conn_plan::InitPairs;
     use std::time::{Duration, Instant};
 
     const CHILD_ENV: &str = "FERRONICKEL_TEST_SHM_CHILD";

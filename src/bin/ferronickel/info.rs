@@ -5,8 +5,8 @@
 use crate::args::Args;
 use crate::gpu::{self, Gpu};
 use crate::{CmdResult, Report};
-use nccl::bootstrap::net as bootnet;
 use nccl::env::{self, Source};
+use nccl::socket::iface;
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -141,9 +141,9 @@ fn gpu_section(text: &mut String, probe: &Result<Vec<Gpu>, String>, driver: Opti
 }
 
 fn interfaces_section(text: &mut String) -> Value {
-    let all = bootnet::interfaces();
+    let all = iface::interfaces();
     let spec = env::socket_ifname();
-    let (chosen, why) = match bootnet::IfRule::from_env() {
+    let (chosen, why) = match iface::IfRule::from_env() {
         Ok(rule) => (rule.select(&all), rule.describe()),
         Err(e) => (Vec::new(), e.to_string()),
     };

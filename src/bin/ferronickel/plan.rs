@@ -2,7 +2,7 @@
 //! protocol the tuner would choose, for this machine or a described one. It runs the library's
 //! own ring and tree builders (`nccl::topo`), transport selection (`nccl::transport::select`, with a
 //! host's GPUs taken to reach each other; `NCCL_P2P_DISABLE` and the rest apply), connection plan
-//! (`nccl::transport::p2p::ConnPlan`) and tuner (`nccl::tuner`, with the limits host-memory
+//! (`nccl::transport::conn_plan::ConnPlan`) and tuner (`nccl::tuner`, with the limits host-memory
 //! connections bring), so what it prints is what a communicator of that shape would do.
 //!
 //! A described machine has `--hosts` hosts of `--gpus-per-host` GPUs; ranks fill the hosts in
@@ -14,7 +14,7 @@ use crate::{CmdResult, Report};
 use nccl::task::{CollKind, CommShape, Link};
 use nccl::topo::tree::Trees;
 use nccl::topo::{self, PeerInfo};
-use nccl::transport::p2p::ConnPlan;
+use nccl::transport::conn_plan::ConnPlan;
 use nccl::transport::{self, Path, Settings};
 use nccl::tuner::{self, Allowed};
 use serde_json::json;

@@ -7,7 +7,7 @@
 //! connect to every peer's handle once per channel and accept as many connections. Each send
 //! comm's first message is an introduction: the communicator's magic, who sends it (rank, peer,
 //! channel and a random part: the connector nonce) and an HMAC over the receiver's challenge and
-//! that nonce with the unique id's secret ([`crate::bootstrap::auth`]). An accepted connection is
+//! that nonce with the unique id's secret ([`crate::socket::auth`]). An accepted connection is
 //! used only once its introduction checks out; one that does not (a stranger, garbage, a replay
 //! for a connection already made) is closed with a WARN while the others go on. Everything
 //! happens under one deadline that names what is still missing.
@@ -20,10 +20,13 @@ use std::time::{Duration, Instant};
 use super::proxy::{self, Entry, FaultHook, HostBlock, Layout, Proxy};
 use super::{Connecting, Handle, MemHandle, Net, NetConfig, PtrKind, RecvBuf, RecvComm, Request, SendComm};
 use crate::abi::{fnConn, fnConnRecv, fnConnSend, FN_CONN_TAIL_ALL, FN_NUM_PROTOS};
-use crate::bootstrap::auth::{self, Credentials, Nonce, Role, NONCE_LEN};
 use crate::bootstrap::Bootstrap;
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
+use crate::socket::auth::{self, Credentials, Nonce, Role, NONCE_LEN};
+use crate::topo::PeerInfo;
+use crate::transport::conn_plan::ConnPlan;
+use crate::transport::{net_pairs, Cx, Half, Kind, Pairs, Started, Transport, TransportSetup};
 
 /// Channels a communicator with NET connections uses at most: each is one connection per peer,
 /// a socket per connection, and one more poll per round of the proxy thread.
@@ -564,455 +567,82 @@ impl Drop for NetTransport {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::abi::{FN_NSTEPS, FN_PROTO_LL, FN_PROTO_LL128, FN_SIZE_PROTO_SHIFT};
-    use crate::bootstrap::auth::Secret;
-    use crate::bootstrap::{new_unique_id, Bootstrap};
-    use std::sync::atomic::{fence, Ordering};
-    use std::sync::mpsc;
-    use std::thread;
+/// NET's place among the transports (`transport::TRANSPORTS`). It publishes no record in the
+/// transports' allgather: when any pair of the communicator uses NET, every rank exchanges its
+/// listener's handle in an allgather of its own ([`NetTransport::connect`]).
+pub const SETUP: TransportSetup = TransportSetup { kind: Kind::Net, record_bytes: 0, setup };
 
-    /// Every wait in these tests gives up after this long.
-    const LIMIT: Duration = Duration::from_secs(30);
-    /// A small Simple FIFO keeps the blocks small (8 KiB slots).
-    const FIFO: usize = 64 << 10;
+/// Step one has nothing to allocate: connections get their host blocks as they are made.
+fn setup(_cx: &Cx) -> Result<Started> {
+    Ok((Box::new(NetHalf), Vec::new()))
+}
 
-    fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-        let end = Instant::now() + LIMIT;
-        while !ready() {
-            assert!(Instant::now() < end, "timed out waiting for {what}");
-            thread::yield_now();
+struct NetHalf;
+
+impl Half for NetHalf {
+    /// Connects us to every peer of kind NET on each channel the plan gives it, through the
+    /// proxy of our device, with connection blocks in pinned host memory mapped for our GPU.
+    fn connect(self: Box<Self>, cx: &Cx, _records: &[&[u8]]) -> Result<Option<Box<dyn Transport>>> {
+        let Pairs { plan, rank, kinds } = cx.pairs;
+        if !net_pairs(kinds) {
+            return Ok(None);
         }
-    }
-
-    /// splitmix64: the same stream on both sides of a connection.
-    fn mix(mut x: u64) -> u64 {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
-    }
-
-    /// The protocol and bytes of step `s` of stream `seed`: every protocol, empty and full slots.
-    fn step_shape(l: &Layout, seed: u64, s: u64) -> (u32, usize) {
-        let r = mix(seed ^ s.wrapping_mul(0x1234_5678_9abc));
-        let proto = (r % 3) as u32;
-        let stride = l.stride(proto);
-        let bytes = match (r >> 8) % 8 {
-            0 => 0,
-            1 => stride,
-            _ => (r >> 16) as usize % stride,
-        };
-        // LL and LL128 steps fill whole lines, as the kernels' size words say.
-        let bytes = match proto {
-            FN_PROTO_LL => bytes / 16 * 16,
-            FN_PROTO_LL128 => bytes / 128 * 128,
-            _ => bytes,
-        };
-        (proto, bytes)
-    }
-
-    fn byte(seed: u64, s: u64, i: usize) -> u8 {
-        (mix(seed ^ (s << 20) ^ (i as u64 / 8)) >> (8 * (i % 8))) as u8
-    }
-
-    /// Plays the sending kernel: fills `steps` slots in random protocols and sizes.
-    fn fake_sender(b: &HostBlock, l: Layout, seed: u64, steps: u64) {
-        for s in 0..steps {
-            wait_for("a free send slot (head)", || b.load_u64(proxy::SEND_HEAD) + FN_NSTEPS as u64 > s);
-            let (proto, bytes) = step_shape(&l, seed, s);
-            let slot = (s % FN_NSTEPS as u64) as usize;
-            let at = b.ptr(l.send_fifo(proto) + slot * l.stride(proto), bytes);
-            for i in 0..bytes {
-                // SAFETY: in the slot, which the proxy does not read before the tail moves.
-                unsafe { at.add(i).write(byte(seed, s, i)) };
-            }
-            b.store_u32(proxy::SEND_SIZES + 4 * slot, bytes as u32 | proto << FN_SIZE_PROTO_SHIFT);
-            fence(Ordering::SeqCst);
-            b.store_u64(proxy::SEND_TAIL, s + 1);
-        }
-    }
-
-    /// Plays the receiving kernel: checks every step byte for byte where its protocol puts it,
-    /// that nothing landed past it, then poisons the slot and frees it.
-    fn fake_receiver(b: &HostBlock, l: Layout, seed: u64, steps: u64) {
-        const POISON: u8 = 0xEE;
-        for s in 0..steps {
-            wait_for(&format!("step {s} (tail)"), || b.load_u64(proxy::RECV_TAIL) > s);
-            fence(Ordering::Acquire);
-            let (proto, bytes) = step_shape(&l, seed, s);
-            let slot = (s % FN_NSTEPS as u64) as usize;
-            let stride = l.stride(proto);
-            let at = b.ptr(l.recv_fifo(proto) + slot * stride, stride);
-            for i in 0..bytes {
-                // SAFETY: in the slot, which the proxy does not write again before head moves.
-                let got = unsafe { at.add(i).read() };
-                assert_eq!(got, byte(seed, s, i), "step {s} (protocol {proto}, {bytes} bytes): byte {i}");
-            }
-            if bytes < stride {
-                // SAFETY: as above.
-                let after = unsafe { at.add(bytes).read() };
-                assert!(after == 0 || after == POISON, "step {s}: byte {bytes}, past the step, was written");
-            }
-            // SAFETY: as above.
-            unsafe { at.write_bytes(POISON, stride) };
-            fence(Ordering::SeqCst);
-            b.store_u64(proxy::RECV_HEAD, s + 1);
-        }
-    }
-
-    type Faults = Arc<parking_lot::Mutex<Vec<String>>>;
-
-    fn setup(names: &[&str], faults: &Faults) -> Setup {
-        let f = faults.clone();
-        Setup {
-            dev: -7,
-            fifo_bytes: FIFO,
-            names: names.iter().map(|s| s.to_string()).collect(),
-            fault: Arc::new(move |m| f.lock().push(m)),
-            timeout: LIMIT,
-            net: NetConfig::default(),
-        }
-    }
-
-    /// Two ranks in threads, through the bootstrap: the whole connect path.
-    fn connect_pair(channels: usize) -> [(NetTransport, Faults); 2] {
-        let id = new_unique_id().unwrap();
-        let hs: Vec<_> = (0..2)
-            .map(|r| {
-                thread::spawn(move || {
-                    let bs = Bootstrap::init(&id, r, 2, LIMIT).unwrap();
-                    let faults = Faults::default();
-                    let conns: Vec<_> = (0..channels).map(|ch| (1 - r, ch)).collect();
-                    let t =
-                        NetTransport::connect(&bs, &conns, &setup(&["rank 0", "rank 1"], &faults), &HostBlock::plain)
-                            .unwrap();
-                    // Nobody leaves (closing its bootstrap) before both are connected.
-                    bs.barrier().unwrap();
-                    (t, faults)
-                })
-            })
+        let conns: Vec<(usize, usize)> = (0..plan.nranks)
+            .filter(|&p| p != rank && kinds[rank][p] == Kind::Net)
+            .flat_map(|p| (0..plan.channels(rank, p)).map(move |ch| (p, ch)))
             .collect();
-        let mut v: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-        let b = v.pop().unwrap();
-        [v.pop().unwrap(), b]
-    }
-
-    #[test]
-    fn steps_cross_byte_for_byte_in_every_protocol() {
-        let [(t0, f0), (t1, f1)] = connect_pair(2);
-        let l = t0.layout();
-        thread::scope(|sc| {
-            for ch in 0..2 {
-                for (a, b, peer_of_a) in [(&t0, &t1, 1), (&t1, &t0, 0)] {
-                    let seed = 77 + ch as u64 * 2 + peer_of_a as u64;
-                    let sb = a.block(peer_of_a, ch).unwrap().clone();
-                    let rb = b.block(1 - peer_of_a, ch).unwrap().clone();
-                    sc.spawn(move || fake_sender(&sb, l, seed, 300));
-                    sc.spawn(move || fake_receiver(&rb, l, seed, 300));
-                }
-            }
-        });
-        assert!(f0.lock().is_empty() && f1.lock().is_empty(), "faults: {:?} {:?}", f0.lock(), f1.lock());
-        // The kernels' view: host FIFOs, tails for every protocol, sizes on the send side.
-        let c = t0.conn(1, 1).unwrap();
-        let b = t0.block(1, 1).unwrap();
-        assert_eq!(c.send.flags, FN_CONN_TAIL_ALL);
-        assert_eq!(c.recv.flags, FN_CONN_TAIL_ALL);
-        assert_eq!(c.send.sizes as u64, b.dev(proxy::SEND_SIZES));
-        assert_eq!(c.recv.buffs[FN_PROTO_LL as usize] as u64, b.dev(l.recv_fifo(FN_PROTO_LL)));
-        assert!(t0.conn(1, 2).is_none() && t0.conn(0, 0).is_none());
-        // A communicator destroyed on one side is a close on the other, not a failure.
-        drop(t0);
-        wait_for("rank 1 to see both goodbyes", || t1.closed_by_peer() == 2);
-        assert!(f1.lock().is_empty(), "{:?}", f1.lock());
-    }
-
-    /// `n` ranks in threads, each with a NET transport that connected nothing at init, each then
-    /// running `connect(rank, bootstrap, transport, setup)`; returned after a barrier.
-    fn runtime_ranks(
-        n: usize,
-        connect: fn(usize, &Bootstrap, &mut NetTransport, &Setup),
-    ) -> Vec<(NetTransport, Faults)> {
-        let id = new_unique_id().unwrap();
-        let names: Vec<String> = (0..n).map(|r| format!("rank {r}")).collect();
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let names = names.clone();
-                thread::spawn(move || {
-                    let bs = Bootstrap::init(&id, r, n, LIMIT).unwrap();
-                    let faults = Faults::default();
-                    let su = setup(&names.iter().map(String::as_str).collect::<Vec<_>>(), &faults);
-                    let mut t = NetTransport::connect(&bs, &[], &su, &HostBlock::plain).unwrap();
-                    assert!(t.block((r + 1) % n, 0).is_none(), "nothing connected at init");
-                    connect(r, &bs, &mut t, &su);
-                    bs.barrier().unwrap();
-                    (t, faults)
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    }
-
-    /// Every pair of `ranks` carries `steps` steps both ways on channel `ch`, byte for byte, and
-    /// nobody reports a fault.
-    fn cross_every_pair(ranks: &[(NetTransport, Faults)], ch: usize, steps: u64) {
-        let (n, l) = (ranks.len(), ranks[0].0.layout());
-        thread::scope(|sc| {
-            for a in 0..n {
-                for b in (0..n).filter(|&b| b != a) {
-                    let seed = 1000 + 10 * a as u64 + b as u64;
-                    let sb = ranks[a].0.block(b, ch).unwrap().clone();
-                    let rb = ranks[b].0.block(a, ch).unwrap().clone();
-                    sc.spawn(move || fake_sender(&sb, l, seed, steps));
-                    sc.spawn(move || fake_receiver(&rb, l, seed, steps));
-                }
-            }
-        });
-        for (r, (_, f)) in ranks.iter().enumerate() {
-            assert!(f.lock().is_empty(), "rank {r}: {:?}", f.lock());
-        }
-    }
-
-    /// NCCL's runtime connect: three ranks with no connection at init each connect the two
-    /// others after it, in ascending rank order, so each pair is made while its ranks also owe
-    /// the third (0 takes 1 then 2, 1 takes 0 then 2, 2 takes 0 then 1); then every pair carries
-    /// steps both ways, byte for byte.
-    #[test]
-    fn runtime_pairs_connect_in_crossing_orders_and_carry_steps() {
-        let ranks = runtime_ranks(3, |r, bs, t, su| {
-            for peer in (0..3).filter(|&p| p != r) {
-                t.connect_pair(bs, peer, 2, su, &HostBlock::plain).unwrap();
-            }
-        });
-        cross_every_pair(&ranks, 1, 100);
-        for (r, (t, _)) in ranks.iter().enumerate() {
-            assert!(t.conn((r + 1) % 3, 1).is_some() && t.conn((r + 1) % 3, 2).is_none());
-        }
-    }
-
-    /// A runtime peer that reaches its group 10 s after us (a slow rank) still connects, and the
-    /// pair carries steps.
-    #[test]
-    fn a_late_runtime_peer_still_connects() {
-        let ranks = runtime_ranks(2, |r, bs, t, su| {
-            if r == 1 {
-                thread::sleep(Duration::from_secs(10));
-            }
-            t.connect_pair(bs, 1 - r, 1, su, &HostBlock::plain).unwrap();
-        });
-        cross_every_pair(&ranks, 0, 50);
-    }
-
-    /// A runtime peer that never takes part is named when the bootstrap's deadline passes, and
-    /// one whose record is not a handle and a challenge is refused before anything is connected.
-    #[test]
-    fn a_runtime_peer_absent_or_hostile_is_named() {
-        let id = new_unique_id().unwrap();
-        let short = Duration::from_secs(2);
-        let hs: Vec<_> = (0..2)
-            .map(|r| {
-                thread::spawn(move || {
-                    let bs = Bootstrap::init(&id, r, 2, short).unwrap();
-                    let faults = Faults::default();
-                    let su = setup(&["rank 0", "rank 1"], &faults);
-                    let mut t = NetTransport::connect(&bs, &[], &su, &HostBlock::plain).unwrap();
-                    if r == 1 {
-                        // Absent at first, then a record of the wrong size.
-                        thread::sleep(short + Duration::from_secs(1));
-                        bs.send(0, TAG_PAIR, &[7; 9]).unwrap();
-                        thread::sleep(Duration::from_secs(1));
-                        return None;
-                    }
-                    let start = Instant::now();
-                    let absent = t.connect_pair(&bs, 1, 1, &su, &HostBlock::plain).err().unwrap().to_string();
-                    assert!(start.elapsed() < short + Duration::from_secs(2), "{:?}", start.elapsed());
-                    let hostile = t.connect_pair(&bs, 1, 1, &su, &HostBlock::plain).err().unwrap().to_string();
-                    assert!(t.block(1, 0).is_none());
-                    Some((absent, hostile))
-                })
-            })
-            .collect();
-        let (absent, hostile) = hs.into_iter().filter_map(|h| h.join().unwrap()).next().unwrap();
-        assert!(absent.contains("rank 1"), "{absent}");
-        assert!(hostile.contains("rank 1 sent a connection record of 9 bytes"), "{hostile}");
-    }
-
-    /// Two ranks' links made with `establish` over the Socket net, without a bootstrap, so a
-    /// test can put strangers on rank 0's listener first (`before(handle of rank 0)`).
-    fn links_pair(
-        channels: usize,
-        cred: Credentials,
-        before: impl FnOnce(&Handle) + Send,
-    ) -> (Vec<Link>, Vec<Link>, Vec<Nonce>) {
-        let net = super::super::socket::SocketNet::new().unwrap();
-        let (h0, mut l0) = net.listen(0).unwrap();
-        let (h1, mut l1) = net.listen(0).unwrap();
-        let handles = [h0, h1];
-        let challenges = vec![auth::nonce().unwrap(), auth::nonce().unwrap()];
-        let names = ["rank 0".to_string(), "rank 1".to_string()];
-        let (tx, rx) = mpsc::channel();
-        let (a, b) = thread::scope(|sc| {
-            let (net, handles, challenges, names) = (&net, &handles, &challenges, &names);
-            let r0 = sc.spawn(move || {
-                let who = Peers { rank: 0, handles, challenges, names, cred };
-                let conns: Vec<_> = (0..channels).map(|ch| (1, ch)).collect();
-                establish(net, &mut *l0, &who, &conns, Instant::now() + LIMIT)
-            });
-            before(&handles[0]);
-            tx.send(()).unwrap();
-            let r1 = sc.spawn(move || {
-                rx.recv().unwrap();
-                let who = Peers { rank: 1, handles, challenges, names, cred };
-                let conns: Vec<_> = (0..channels).map(|ch| (0, ch)).collect();
-                establish(net, &mut *l1, &who, &conns, Instant::now() + LIMIT)
-            });
-            (r0.join().unwrap().unwrap(), r1.join().unwrap().unwrap())
-        });
-        (a, b, challenges)
-    }
-
-    fn cred() -> Credentials {
-        Credentials { magic: 0x5eed, secret: Secret::random().unwrap() }
-    }
-
-    /// Sends one 64-byte introduction from a stranger to `handle`, and keeps the comm open.
-    fn stranger(handle: &Handle, intro: [u8; INTRO_BYTES]) -> Box<dyn SendComm> {
-        let net = super::super::socket::SocketNet::new().unwrap();
-        let mut c = net.connect(0, handle).unwrap();
-        let end = Instant::now() + LIMIT;
-        let mut comm = loop {
-            if let Some(c) = c.poll().unwrap() {
-                break c;
-            }
-            assert!(Instant::now() < end, "a stranger could not connect");
-            thread::sleep(Duration::from_millis(1));
+        let setup = Setup {
+            dev: cx.needs.dev,
+            fifo_bytes: plan.fifo_bytes,
+            names: cx.peers.iter().map(PeerInfo::describe).collect(),
+            fault: cx.needs.fault.clone(),
+            timeout: cx.needs.timeout,
+            net: cx.needs.config.clone(),
         };
-        let mut buf = Box::new(intro);
-        let mr = comm.reg_mr(buf.as_mut_ptr(), INTRO_BYTES, PtrKind::Host).unwrap();
-        // SAFETY: `buf` is leaked below, so it outlives the request.
-        let r = unsafe { comm.isend(buf.as_ptr(), INTRO_BYTES, TAG_INTRO, &mr) }.unwrap().unwrap();
-        wait_for("a stranger's send", || comm.test(&r).unwrap().is_some());
-        Box::leak(buf);
-        comm
-    }
-
-    #[test]
-    fn strangers_without_the_secret_are_refused_and_honest_ranks_connect() {
-        let c = cred();
-        let mut strangers = Vec::new();
-        let (l0, l1, challenges) = links_pair(2, c, |h0| {
-            // Forged challenges can't be answered: rank 0's challenge travels only through the
-            // (authenticated) bootstrap. Each of these claims to be rank 1 on channel 0.
-            let wrong_secret = Credentials { magic: c.magic, secret: Secret::random().unwrap() };
-            let any_nonce = auth::nonce().unwrap();
-            strangers.push(stranger(h0, intro(&wrong_secret, 1, 0, 0, &any_nonce).unwrap()));
-            // Another job's id, and garbage.
-            let other_job = Credentials { magic: 1, secret: c.secret };
-            strangers.push(stranger(h0, intro(&other_job, 1, 0, 0, &any_nonce).unwrap()));
-            strangers.push(stranger(h0, [0x42; INTRO_BYTES]));
-        });
-        drop(strangers);
-        // The honest connections won: each side got exactly its channels, and steps flow.
-        let chans = |l: &[Link]| l.iter().map(|(p, ch, ..)| (*p, *ch)).collect::<Vec<_>>();
-        assert_eq!(chans(&l0), vec![(1, 0), (1, 1)]);
-        assert_eq!(chans(&l1), vec![(0, 0), (0, 1)]);
-        let faults = Faults::default();
-        let names = ["rank 0".to_string(), "rank 1".to_string()];
-        let handles = [[0u8; super::super::HANDLE_BYTES]; 2];
-        let who = |rank| Peers { rank, handles: &handles, challenges: &challenges, names: &names, cred: c };
-        let s = setup(&["rank 0", "rank 1"], &faults);
-        let t0 = NetTransport::start(l0, &s, &who(0), "Socket", &HostBlock::plain).unwrap();
-        let t1 = NetTransport::start(l1, &s, &who(1), "Socket", &HostBlock::plain).unwrap();
-        let l = t0.layout();
-        thread::scope(|sc| {
-            let (sb, rb) = (t1.block(0, 0).unwrap(), t0.block(1, 0).unwrap());
-            sc.spawn(|| fake_sender(sb, l, 5, 40));
-            sc.spawn(|| fake_receiver(rb, l, 5, 40));
-        });
-        assert!(faults.lock().is_empty(), "{:?}", faults.lock());
-    }
-
-    #[test]
-    fn introductions_are_checked() {
-        let c = cred();
-        let ch = auth::nonce().unwrap();
-        let good = intro(&c, 3, 1, 5, &ch).unwrap();
-        assert_eq!(check_intro(&good, &c, 1, &ch), Ok(Claim { rank: 3, ch: 5 }));
-        assert!(check_intro(&good, &c, 2, &ch).unwrap_err().contains("meant for rank 1"));
-        assert!(check_intro(&good, &c, 1, &auth::nonce().unwrap()).unwrap_err().contains("proof"), "replayed");
-        assert!(check_intro(&good[..40], &c, 1, &ch).unwrap_err().contains("not an introduction"));
-        let other = Credentials { magic: c.magic + 1, ..c };
-        assert!(check_intro(&good, &other, 1, &ch).unwrap_err().contains("another communicator"));
-        // The proof covers who and where: changing the claimed rank or channel breaks it.
-        for at in [16, 24] {
-            let mut forged = good;
-            forged[at] ^= 1;
-            assert!(check_intro(&forged, &c, 1, &ch).unwrap_err().contains("proof"));
-        }
-    }
-
-    /// Rank 0 runs the transport; the test plays rank 1 by hand on its raw links.
-    fn half_pair() -> (NetTransport, Faults, Vec<Link>) {
-        let c = cred();
-        let (l0, l1, challenges) = links_pair(1, c, |_| {});
-        let faults = Faults::default();
-        let names = ["rank 0".to_string(), "rank 1 (host h1, pid 9)".to_string()];
-        let handles = [[0u8; super::super::HANDLE_BYTES]; 2];
-        let who = Peers { rank: 0, handles: &handles, challenges: &challenges, names: &names, cred: c };
-        let s = setup(&["rank 0", "rank 1 (host h1, pid 9)"], &faults);
-        (NetTransport::start(l0, &s, &who, "Socket", &HostBlock::plain).unwrap(), faults, l1)
-    }
-
-    fn wait_fault(faults: &Faults) -> String {
-        wait_for("the proxy to report the fault", || !faults.lock().is_empty());
-        faults.lock()[0].clone()
-    }
-
-    #[test]
-    fn garbage_size_words_fail_the_connection_naming_the_peer() {
-        let (t0, faults, mut l1) = half_pair();
-        let (_, _, send, _) = &mut l1[0];
-        // Protocol 3 (none), 16 bytes.
-        let mut word = Box::new(0xc000_0010u32.to_le_bytes());
-        let mr = send.reg_mr(word.as_mut_ptr(), 4, PtrKind::Host).unwrap();
-        // SAFETY: `word` lives until the end of the test, after the send completed.
-        let r = unsafe { send.isend(word.as_ptr(), 4, 1, &mr) }.unwrap().unwrap();
-        wait_for("the garbage to go out", || send.test(&r).unwrap().is_some());
-        let m = wait_fault(&faults);
-        assert!(m.contains("rank 1 (host h1, pid 9), channel 0") && m.contains("garbage"), "{m}");
-        // The tail never moved: the kernel saw nothing.
-        assert_eq!(t0.block(1, 0).unwrap().load_u64(proxy::RECV_TAIL), 0);
-    }
-
-    #[test]
-    fn a_peer_gone_mid_transfer_is_named_promptly() {
-        let (t0, faults, l1) = half_pair();
-        let l = t0.layout();
-        // Rank 0's kernel sends more steps than the peer ever takes; the peer closes its comms.
-        let b = t0.block(1, 0).unwrap().clone();
-        let start = Instant::now();
-        drop(l1);
-        let m = wait_fault(&faults);
-        assert!(m.contains("rank 1 (host h1, pid 9), channel 0"), "{m}");
-        assert!(start.elapsed() < LIMIT);
-        // Removing the connections from the proxy does not wait on the dead peer.
-        fake_sender_until_stuck(&b, l);
-        drop(t0);
-    }
-
-    /// Sends steps until the slots run out (the peer is gone, nothing frees them).
-    fn fake_sender_until_stuck(b: &HostBlock, l: Layout) {
-        for s in 0..FN_NSTEPS as u64 {
-            let (proto, bytes) = step_shape(&l, 9, s);
-            b.store_u32(
-                proxy::SEND_SIZES + 4 * (s % FN_NSTEPS as u64) as usize,
-                bytes as u32 | proto << FN_SIZE_PROTO_SHIFT,
-            );
-            fence(Ordering::SeqCst);
-            b.store_u64(proxy::SEND_TAIL, s + 1);
-        }
+        let net = NetTransport::connect(cx.bootstrap, &conns, &setup, &host_block)?;
+        Ok(Some(Box::new(NetConnections { net, setup })))
     }
 }
+
+/// The NET transport of a communicator, with what connecting another peer at runtime needs.
+struct NetConnections {
+    net: NetTransport,
+    setup: Setup,
+}
+
+impl Transport for NetConnections {
+    fn kind(&self) -> Kind {
+        Kind::Net
+    }
+
+    fn conn(&self, _pairs: &Pairs, peer: usize, ch: usize) -> fnConn {
+        self.net.conn(peer, ch).expect("NET connects every (peer, channel) of the plan")
+    }
+
+    fn route(&self, _me: &PeerInfo, _peer: &PeerInfo) -> String {
+        format!("NET/{}/proxy", self.net.net_name)
+    }
+
+    fn connect_runtime(&mut self, bootstrap: &Bootstrap, plan: &ConnPlan, peer: usize) -> Result<Vec<fnConn>> {
+        let (rank, nch) = (bootstrap.rank(), plan.p2p_channels);
+        self.net.connect_pair(bootstrap, peer, nch, &self.setup, &host_block)?;
+        crate::nccl_info!(
+            Subsys::INIT | Subsys::NET,
+            "Channel 00-{:02} : {rank} <-> {peer} via NET/{}/proxy, connected at runtime",
+            nch - 1,
+            self.net.net_name
+        );
+        Ok((0..nch).map(|ch| self.net.conn(peer, ch).expect("connect_pair connected every channel")).collect())
+    }
+}
+
+/// A NET connection's block: pinned host memory mapped for our GPU.
+fn host_block(bytes: usize) -> Result<HostBlock> {
+    let mem = crate::cuda::HostMapped::zeroed(bytes.div_ceil(4))?;
+    // SAFETY: the pinned allocation lives as long as its owner, moved into the block; `dev` is the
+    // same memory as our GPU maps it.
+    Ok(unsafe { HostBlock::new(mem.host_ptr(), mem.dev, bytes, Box::new(mem)) })
+}
+
+#[cfg(test)]
+mod tests;

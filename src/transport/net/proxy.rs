@@ -28,10 +28,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{MemHandle, RecvBuf, RecvComm, Request, SendComm};
-use crate::abi::{
-    FN_LL128_SLOT_LINES, FN_LL_SLOT_LINES, FN_NSTEPS, FN_NUM_PROTOS, FN_PROTO_LL, FN_PROTO_LL128, FN_SIZE_PROTO_SHIFT,
-};
+use crate::abi::{FN_NSTEPS, FN_NUM_PROTOS, FN_SIZE_PROTO_SHIFT};
 use crate::error::{Error, Result};
+use crate::transport::fifo;
 
 const NSTEPS: u64 = FN_NSTEPS as u64;
 /// The bytes of a size word; the rest of its 32 bits is the protocol.
@@ -64,7 +63,7 @@ const GOODBYE_AT: usize = 768;
 const FIFOS: usize = 1024;
 
 /// Where each protocol's slots sit in a connection's host block (`slot_bytes`: NCCL_BUFFSIZE's
-/// Simple slot). The strides are the kernels' (`slotStride` in `kernels/prims.cuh`).
+/// Simple slot), in the layout of every connection's FIFOs (`transport::fifo`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub slot_bytes: usize,
@@ -73,41 +72,22 @@ pub struct Layout {
 impl Layout {
     /// Bytes between consecutive slots of `proto`'s FIFO.
     pub fn stride(&self, proto: u32) -> usize {
-        match proto {
-            FN_PROTO_LL => FN_LL_SLOT_LINES as usize * 16,
-            FN_PROTO_LL128 => FN_LL128_SLOT_LINES as usize * 128,
-            _ => self.slot_bytes,
-        }
-    }
-
-    /// Offset of `proto`'s FIFO among one direction's FIFOs: LL128 first, so its lines stay
-    /// 128-byte aligned.
-    fn fifo(&self, proto: u32) -> usize {
-        let n = FN_NSTEPS as usize;
-        match proto {
-            FN_PROTO_LL128 => 0,
-            FN_PROTO_LL => n * self.stride(FN_PROTO_LL128),
-            _ => n * (self.stride(FN_PROTO_LL128) + self.stride(FN_PROTO_LL)),
-        }
-    }
-
-    fn fifos_bytes(&self) -> usize {
-        FN_NSTEPS as usize * (0..FN_NUM_PROTOS).map(|p| self.stride(p)).sum::<usize>()
+        fifo::stride(proto, self.slot_bytes)
     }
 
     /// Offset of the sender's staging FIFO of `proto`.
     pub fn send_fifo(&self, proto: u32) -> usize {
-        FIFOS + self.fifo(proto)
+        FIFOS + fifo::offset(proto, self.slot_bytes)
     }
 
     /// Offset of the receiver's FIFO of `proto`.
     pub fn recv_fifo(&self, proto: u32) -> usize {
-        FIFOS + self.fifos_bytes() + self.fifo(proto)
+        FIFOS + fifo::bytes(self.slot_bytes) + fifo::offset(proto, self.slot_bytes)
     }
 
     /// Bytes of one connection's host block.
     pub fn block_bytes(&self) -> usize {
-        FIFOS + 2 * self.fifos_bytes()
+        FIFOS + 2 * fifo::bytes(self.slot_bytes)
     }
 
     /// Checks a size word (from our kernel or from the peer): a protocol we have and no more
@@ -591,7 +571,7 @@ fn serve(inner: &Inner) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::FN_PROTO_SIMPLE;
+    use crate::abi::{FN_PROTO_LL, FN_PROTO_SIMPLE};
 
     #[test]
     fn layout_fits_and_aligns() {

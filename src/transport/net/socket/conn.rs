@@ -1,0 +1,316 @@
+//! A connection's sockets and the helper threads that move its chunks, and the request slots of
+//! both directions.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::super::{MemHandle, PtrKind, Request, MAX_REQUESTS};
+use super::nonblock::{poll_fds, recv_some, send_some};
+use super::wire::{chunk_header, chunks};
+use super::{HDR_BYTES, HELPER_NAP, HELPER_SLICE};
+use crate::error::{Error, Result};
+
+/// A chunk for a helper thread: header first, then the payload, to or from the caller's memory.
+pub(super) struct Task {
+    pub(super) hdr: [u8; HDR_BYTES],
+    pub(super) hdr_done: usize,
+    pub(super) ptr: usize,
+    pub(super) len: usize,
+    pub(super) done: usize,
+    pub(super) pending: Arc<AtomicUsize>,
+}
+
+/// What the comm and its helper threads share.
+pub(super) struct Shared {
+    pub(super) peer: SocketAddr,
+    pub(super) send: bool,
+    /// One queue per data socket, in chunk order.
+    pub(super) queues: Vec<Mutex<VecDeque<Task>>>,
+    /// One wake-up per helper thread.
+    pub(super) wake: Vec<(Mutex<bool>, Condvar)>,
+    pub(super) stop: AtomicBool,
+    /// The first failure of the connection; every later call reports it.
+    pub(super) error: Mutex<Option<String>>,
+}
+
+impl Shared {
+    pub(super) fn fail(&self, msg: String) {
+        let mut e = self.error.lock();
+        if e.is_none() {
+            *e = Some(msg);
+        }
+    }
+
+    pub(super) fn check(&self) -> Result<()> {
+        match self.error.lock().as_ref() {
+            Some(m) => Err(Error::Remote(m.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The state of a connection common to both directions.
+pub(super) struct Conn {
+    pub(super) ctrl: TcpStream,
+    pub(super) shared: Arc<Shared>,
+    pub(super) threads: Vec<JoinHandle<()>>,
+    pub(super) nthreads: usize,
+    pub(super) next_sock: usize,
+    pub(super) seq: u32,
+}
+
+impl Conn {
+    pub(super) fn new(
+        ctrl: TcpStream,
+        data: Vec<TcpStream>,
+        nthreads: usize,
+        peer: SocketAddr,
+        send: bool,
+    ) -> Result<Conn> {
+        ctrl.set_nonblocking(true)?;
+        let nsocks = data.len();
+        let shared = Arc::new(Shared {
+            peer,
+            send,
+            queues: (0..nsocks).map(|_| Mutex::new(VecDeque::new())).collect(),
+            wake: (0..nthreads).map(|_| (Mutex::new(false), Condvar::new())).collect(),
+            stop: AtomicBool::new(false),
+            error: Mutex::new(None),
+        });
+        let mut mine: Vec<Vec<(usize, TcpStream)>> = (0..nthreads).map(|_| Vec::new()).collect();
+        for (i, s) in data.into_iter().enumerate() {
+            s.set_nonblocking(true)?;
+            mine[i % nthreads].push((i, s));
+        }
+        let mut conn = Conn { ctrl, shared: shared.clone(), threads: Vec::new(), nthreads, next_sock: 0, seq: 0 };
+        for (t, socks) in mine.into_iter().enumerate() {
+            let sh = shared.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("fn-net-{}", if send { "send" } else { "recv" }))
+                .spawn(move || helper(sh, t, socks))
+                .map_err(|e| Error::System(format!("NET/Socket: cannot start a helper thread: {e}")))?;
+            conn.threads.push(h);
+        }
+        Ok(conn)
+    }
+
+    pub(super) fn nsocks(&self) -> usize {
+        self.shared.queues.len()
+    }
+
+    /// Queues the chunks of the next message (`ptr`, `size`) on the data sockets, in turn.
+    pub(super) fn post_chunks(&mut self, ptr: usize, size: usize, pending: &Arc<AtomicUsize>) {
+        let seq = self.seq;
+        self.seq = self.seq.wrapping_add(1);
+        let parts = chunks(size, self.nsocks());
+        pending.fetch_add(parts.len(), Ordering::AcqRel);
+        let mut woken = vec![false; self.nthreads];
+        for (off, len) in parts {
+            let sock = self.next_sock;
+            self.next_sock = (self.next_sock + 1) % self.nsocks();
+            let task = Task {
+                hdr: chunk_header(seq, len as u32, off as u64),
+                hdr_done: 0,
+                ptr: ptr + off,
+                len,
+                done: 0,
+                pending: pending.clone(),
+            };
+            self.shared.queues[sock].lock().push_back(task);
+            woken[sock % self.nthreads] = true;
+        }
+        for t in (0..self.nthreads).filter(|&t| woken[t]) {
+            let (m, cv) = &self.shared.wake[t];
+            *m.lock() = true;
+            cv.notify_one();
+        }
+    }
+
+    pub(super) fn fail(&self, msg: String) -> Error {
+        self.shared.fail(msg);
+        self.shared.check().expect_err("just failed")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for (m, cv) in &self.shared.wake {
+            *m.lock() = true;
+            cv.notify_one();
+        }
+        // Each helper notices `stop` within HELPER_NAP.
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A helper thread: moves the chunks queued on its sockets until the comm closes or fails.
+pub(super) fn helper(sh: Arc<Shared>, me: usize, socks: Vec<(usize, TcpStream)>) {
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(socks.len());
+    while !sh.stop.load(Ordering::Acquire) && sh.error.lock().is_none() {
+        fds.clear();
+        let mut moved = false;
+        for (i, s) in &socks {
+            let mut q = sh.queues[*i].lock();
+            let Some(task) = q.front_mut() else { continue };
+            match step(&sh, *i, s.as_raw_fd(), task) {
+                Ok((n, finished)) => {
+                    moved |= n > 0;
+                    if finished {
+                        let t = q.pop_front().expect("front exists");
+                        t.pending.fetch_sub(1, Ordering::AcqRel);
+                        moved = true;
+                    } else {
+                        let ev = if sh.send { libc::POLLOUT } else { libc::POLLIN };
+                        fds.push(libc::pollfd { fd: s.as_raw_fd(), events: ev, revents: 0 });
+                    }
+                }
+                Err(msg) => {
+                    sh.fail(msg);
+                    return;
+                }
+            }
+        }
+        if moved {
+            continue;
+        }
+        if fds.is_empty() {
+            let (m, cv) = &sh.wake[me];
+            let mut flag = m.lock();
+            if !*flag {
+                cv.wait_for(&mut flag, HELPER_NAP);
+            }
+            *flag = false;
+        } else {
+            poll_fds(&mut fds, HELPER_NAP);
+        }
+    }
+}
+
+/// Moves up to HELPER_SLICE bytes of one chunk; `(bytes moved, chunk finished)`, or the error
+/// that ends the connection, naming the peer and the socket.
+pub(super) fn step(sh: &Shared, sock: usize, fd: RawFd, t: &mut Task) -> std::result::Result<(usize, bool), String> {
+    let peer = sh.peer;
+    let mut moved = 0;
+    let io_err = |e: io::Error, t: &Task| {
+        format!(
+            "NET/Socket: connection with {peer} failed on data socket {sock} after {} of {} bytes of a chunk: {e}",
+            t.done, t.len
+        )
+    };
+    let eof = |t: &Task| {
+        format!(
+            "NET/Socket: {peer} closed data socket {sock} mid-message ({} of {} bytes of a chunk received)",
+            t.done, t.len
+        )
+    };
+    while t.hdr_done < HDR_BYTES {
+        let r = if sh.send {
+            send_some(fd, &t.hdr[t.hdr_done..])
+        } else {
+            let mut got = [0u8; HDR_BYTES];
+            let want = HDR_BYTES - t.hdr_done;
+            recv_some(fd, &mut got[..want]).map(|n| {
+                if let Some(n) = n.filter(|&n| n > 0) {
+                    let at = t.hdr_done;
+                    if got[..n] != t.hdr[at..at + n] {
+                        return Some(usize::MAX);
+                    }
+                }
+                n
+            })
+        };
+        match r.map_err(|e| io_err(e, t))? {
+            None => return Ok((moved, false)),
+            Some(0) if !sh.send => return Err(eof(t)),
+            Some(usize::MAX) => {
+                return Err(format!(
+                    "NET/Socket: garbage on data socket {sock} from {peer}: the chunk header is not the one expected \
+                     (sequence {}, {} bytes at offset {})",
+                    u32::from_le_bytes(t.hdr[..4].try_into().expect("4")),
+                    t.len,
+                    u64::from_le_bytes(t.hdr[8..].try_into().expect("8"))
+                ))
+            }
+            Some(n) => {
+                t.hdr_done += n;
+                moved += n;
+            }
+        }
+    }
+    while t.done < t.len && moved < HELPER_SLICE {
+        let want = (t.len - t.done).min(HELPER_SLICE);
+        let p = (t.ptr + t.done) as *mut u8;
+        let r = if sh.send {
+            // SAFETY: the caller of isend keeps ptr..ptr+len valid until the request completes
+            // or the comm closes, and the comm joins this thread before it closes.
+            send_some(fd, unsafe { std::slice::from_raw_parts(p, want) })
+        } else {
+            // SAFETY: as above, for the buffer posted with irecv; only this task writes there.
+            recv_some(fd, unsafe { std::slice::from_raw_parts_mut(p, want) })
+        };
+        match r.map_err(|e| io_err(e, t))? {
+            None => return Ok((moved, false)),
+            Some(0) if !sh.send => return Err(eof(t)),
+            Some(n) => {
+                t.done += n;
+                moved += n;
+            }
+        }
+    }
+    Ok((moved, t.done == t.len))
+}
+
+/// Up to MAX_REQUESTS requests; a request's id carries its slot and a generation, so a stale or
+/// forged request is refused rather than mistaken for another.
+pub(super) struct Slots<T> {
+    pub(super) slots: Vec<Option<(u32, T)>>,
+    pub(super) gen: u32,
+}
+
+impl<T> Slots<T> {
+    pub(super) fn new() -> Self {
+        Slots { slots: (0..MAX_REQUESTS).map(|_| None).collect(), gen: 0 }
+    }
+
+    pub(super) fn insert(&mut self, v: T) -> Option<Request> {
+        let i = self.slots.iter().position(Option::is_none)?;
+        self.gen = self.gen.wrapping_add(1);
+        self.slots[i] = Some((self.gen, v));
+        Some(Request(((self.gen as usize) << 8) | i))
+    }
+
+    pub(super) fn index(&self, r: &Request) -> Result<usize> {
+        let i = r.0 & 0xff;
+        match self.slots.get(i) {
+            Some(Some((g, _))) if *g as usize == r.0 >> 8 => Ok(i),
+            _ => Err(Error::InvalidArgument(format!("test: request {:#x} is not in flight on this comm", r.0))),
+        }
+    }
+
+    pub(super) fn get(&mut self, i: usize) -> &mut T {
+        &mut self.slots[i].as_mut().expect("slot in use").1
+    }
+
+    pub(super) fn remove(&mut self, i: usize) -> T {
+        self.slots[i].take().expect("slot in use").1
+    }
+}
+
+pub(super) fn host_only(kind: PtrKind) -> Result<MemHandle> {
+    match kind {
+        PtrKind::Host => Ok(MemHandle(PtrKind::Host as usize)),
+        PtrKind::Cuda => Err(Error::InvalidArgument(
+            "regMr: the Socket net moves host memory only (ptrSupport NCCL_PTR_HOST); CUDA buffers go through a host FIFO".into(),
+        )),
+    }
+}

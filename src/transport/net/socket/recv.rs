@@ -1,0 +1,209 @@
+//! The receive comm: headers read from the control socket, inline bytes copied, chunks landed
+//! by the helpers into the posted buffers.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::super::{check_recv, MemHandle, PtrKind, RecvBuf, RecvComm, Request, MAX_RECVS};
+use super::conn::{host_only, Conn, Slots};
+use super::nonblock::recv_some;
+use super::{HDR_BYTES, MIN_CHUNK};
+use crate::error::Result;
+
+/// A posted buffer: address, capacity, tag.
+pub(super) struct Posted {
+    pub(super) ptr: usize,
+    pub(super) size: usize,
+    pub(super) tag: i32,
+}
+
+pub(super) struct RecvReq {
+    pub(super) bufs: Vec<Posted>,
+    /// Bytes each buffer received (`None` until a message is matched to it).
+    pub(super) got: Vec<Option<usize>>,
+    pub(super) pending: Arc<AtomicUsize>,
+}
+
+/// An inline payload being read from the control socket.
+pub(super) struct Inline {
+    pub(super) req: usize,
+    pub(super) ptr: usize,
+    pub(super) size: usize,
+    pub(super) done: usize,
+}
+
+/// Bytes the control socket is read ahead by: a few small messages (a header and its inline
+/// payload each) come in with one `recv` instead of two per message.
+pub(super) const READ_AHEAD: usize = 4096;
+
+/// The control socket's read-ahead: bytes received but not yet consumed.
+pub(super) struct ReadAhead {
+    pub(super) buf: Box<[u8; READ_AHEAD]>,
+    pub(super) lo: usize,
+    pub(super) hi: usize,
+}
+
+impl ReadAhead {
+    pub(super) fn new() -> ReadAhead {
+        ReadAhead { buf: Box::new([0; READ_AHEAD]), lo: 0, hi: 0 }
+    }
+
+    /// As [`recv_some`] (`Ok(Some(0))` only at the end of the stream), served from the bytes read
+    /// ahead first; a large read into an empty read-ahead goes straight to `dst`.
+    pub(super) fn read(&mut self, fd: RawFd, dst: &mut [u8]) -> io::Result<Option<usize>> {
+        if self.lo == self.hi {
+            if dst.len() >= READ_AHEAD {
+                return recv_some(fd, dst);
+            }
+            match recv_some(fd, &mut self.buf[..])? {
+                Some(0) => return Ok(Some(0)),
+                Some(n) => (self.lo, self.hi) = (0, n),
+                None => return Ok(None),
+            }
+        }
+        let n = dst.len().min(self.hi - self.lo);
+        dst[..n].copy_from_slice(&self.buf[self.lo..self.lo + n]);
+        self.lo += n;
+        Ok(Some(n))
+    }
+}
+
+pub(super) struct SocketRecv {
+    pub(super) conn: Conn,
+    pub(super) reqs: Slots<RecvReq>,
+    /// Requests still expecting messages, in posting order.
+    pub(super) order: VecDeque<usize>,
+    pub(super) hdr: [u8; HDR_BYTES],
+    pub(super) hdr_got: usize,
+    pub(super) inline: Option<Inline>,
+    pub(super) ahead: ReadAhead,
+}
+
+impl SocketRecv {
+    pub(super) fn progress(&mut self) -> Result<()> {
+        self.conn.shared.check()?;
+        let peer = self.conn.shared.peer;
+        let fd = self.conn.ctrl.as_raw_fd();
+        loop {
+            if let Some(inl) = &mut self.inline {
+                while inl.done < inl.size {
+                    // SAFETY: the irecv caller keeps the matched buffer valid, and its size was
+                    // checked against the message size before this read was set up.
+                    let dst =
+                        unsafe { std::slice::from_raw_parts_mut((inl.ptr + inl.done) as *mut u8, inl.size - inl.done) };
+                    match self.ahead.read(fd, dst) {
+                        Ok(Some(0)) => {
+                            let m = format!(
+                                "NET/Socket: {peer} closed the connection mid-message ({} of {} bytes received)",
+                                inl.done, inl.size
+                            );
+                            return Err(self.conn.fail(m));
+                        }
+                        Ok(Some(n)) => inl.done += n,
+                        Ok(None) => return Ok(()),
+                        Err(e) => {
+                            return Err(self.conn.fail(format!("NET/Socket: lost the connection to {peer}: {e}")))
+                        }
+                    }
+                }
+                let req = inl.req;
+                self.inline = None;
+                self.finish_message(req);
+                continue;
+            }
+            let Some(&i) = self.order.front() else { return Ok(()) };
+            while self.hdr_got < HDR_BYTES {
+                match self.ahead.read(fd, &mut self.hdr[self.hdr_got..]) {
+                    Ok(Some(0)) => {
+                        let left = self.reqs.get(i).got.iter().filter(|g| g.is_none()).count();
+                        let m = format!("NET/Socket: {peer} closed the connection while {left} posted receive(s) still expected data");
+                        return Err(self.conn.fail(m));
+                    }
+                    Ok(Some(n)) => self.hdr_got += n,
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(self.conn.fail(format!("NET/Socket: lost the connection to {peer}: {e}"))),
+                }
+            }
+            self.hdr_got = 0;
+            let tag = i32::from_le_bytes(self.hdr[..4].try_into().expect("4"));
+            let size = u64::from_le_bytes(self.hdr[8..].try_into().expect("8"));
+            let r = self.reqs.get(i);
+            let Some(b) = (0..r.bufs.len()).find(|&b| r.bufs[b].tag == tag && r.got[b].is_none()) else {
+                let posted: Vec<i32> =
+                    (0..r.bufs.len()).filter(|&b| r.got[b].is_none()).map(|b| r.bufs[b].tag).collect();
+                let m = format!(
+                    "NET/Socket: {peer} sent a message with tag {tag}, but the receive posted expects tags {posted:?}"
+                );
+                return Err(self.conn.fail(m));
+            };
+            let cap = r.bufs[b].size;
+            if size > cap as u64 {
+                let m = format!("NET/Socket: {peer} sent {size} bytes (tag {tag}) to a receive buffer of {cap} bytes");
+                return Err(self.conn.fail(m));
+            }
+            let size = size as usize;
+            r.got[b] = Some(size);
+            let ptr = r.bufs[b].ptr;
+            if size < MIN_CHUNK {
+                self.inline = Some(Inline { req: i, ptr, size, done: 0 });
+            } else {
+                let pending = r.pending.clone();
+                self.conn.post_chunks(ptr, size, &pending);
+                self.finish_message(i);
+            }
+        }
+    }
+
+    /// After a message of request `i` is matched: retire the request from `order` once all of
+    /// its buffers have one.
+    pub(super) fn finish_message(&mut self, i: usize) {
+        if self.reqs.get(i).got.iter().all(Option::is_some) && self.order.front() == Some(&i) {
+            self.order.pop_front();
+        }
+    }
+}
+
+impl RecvComm for SocketRecv {
+    fn reg_mr(&mut self, _data: *mut u8, _size: usize, kind: PtrKind) -> Result<MemHandle> {
+        host_only(kind)
+    }
+
+    fn dereg_mr(&mut self, _mr: MemHandle) -> Result<()> {
+        Ok(())
+    }
+
+    unsafe fn irecv(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>> {
+        check_recv(bufs, mrs, MAX_RECVS)?;
+        self.conn.shared.check()?;
+        let posted = bufs.iter().map(|b| Posted { ptr: b.data as usize, size: b.size, tag: b.tag }).collect();
+        let req = RecvReq { bufs: posted, got: vec![None; bufs.len()], pending: Arc::new(AtomicUsize::new(0)) };
+        let Some(r) = self.reqs.insert(req) else { return Ok(None) };
+        self.order.push_back(r.0 & 0xff);
+        self.progress()?;
+        Ok(Some(r))
+    }
+
+    fn iflush(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>> {
+        check_recv(bufs, mrs, MAX_RECVS)?;
+        // Host memory: what the helpers wrote is visible once the request completed.
+        Ok(None)
+    }
+
+    fn test(&mut self, req: &Request) -> Result<Option<Vec<usize>>> {
+        let i = self.reqs.index(req)?;
+        if let Err(e) = self.progress() {
+            self.reqs.remove(i);
+            return Err(e);
+        }
+        let inline_here = self.inline.as_ref().is_some_and(|x| x.req == i);
+        let r = self.reqs.get(i);
+        if !inline_here && r.got.iter().all(Option::is_some) && r.pending.load(Ordering::Acquire) == 0 {
+            let r = self.reqs.remove(i);
+            return Ok(Some(r.got.into_iter().map(|g| g.expect("all matched")).collect()));
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,344 @@
+//! The Socket net over loopback: interfaces, wire formats, strangers, slow and broken peers.
+
+use super::wire::chunk_header;
+use super::wire::chunks;
+use super::wire::msg_header;
+use super::*;
+use crate::transport::net::PtrKind;
+use crate::transport::net::RecvBuf;
+use crate::transport::net::RecvComm;
+use crate::transport::net::Request;
+use crate::transport::net::MAX_REQUESTS;
+use std::io::{Read, Write};
+use std::net::Ipv4Addr;
+use std::net::TcpStream;
+
+fn ifs(list: &[(&str, &str)]) -> Vec<(String, IpAddr)> {
+    list.iter().map(|(n, a)| (n.to_string(), a.parse().unwrap())).collect()
+}
+
+const HOST: &[(&str, &str)] = &[
+    ("lo", "127.0.0.1"),
+    ("lo", "::1"),
+    ("docker0", "172.17.0.1"),
+    ("eth0", "192.0.2.2"),
+    ("eth0", "fd00::2"),
+    ("eth1", "10.0.0.2"),
+];
+
+fn rule(spec: Option<&str>, v6: Option<bool>) -> IfRule {
+    IfRule { spec: spec.map(String::from), v6, near: Vec::new() }
+}
+
+#[test]
+fn interfaces_one_address_each_family_and_order() {
+    let h = ifs(HOST);
+    let names = |v: Vec<(String, IpAddr)>| v.into_iter().map(|(n, ip)| format!("{n}/{ip}")).collect::<Vec<_>>();
+    assert_eq!(names(pick_interfaces(&rule(None, None), &h).unwrap()), ["eth0/192.0.2.2", "eth1/10.0.0.2"]);
+    assert_eq!(names(pick_interfaces(&rule(None, Some(true)), &h).unwrap()), ["eth0/fd00::2"]);
+    assert_eq!(names(pick_interfaces(&rule(Some("lo"), Some(true)), &h).unwrap()), ["lo/::1"]);
+    assert_eq!(names(pick_interfaces(&rule(Some("^eth"), None), &h).unwrap()), ["lo/127.0.0.1", "docker0/172.17.0.1"]);
+    let many: Vec<(String, IpAddr)> = (0..40).map(|i| (format!("eth{i}"), IpAddr::from([10, 0, 0, i as u8]))).collect();
+    assert_eq!(pick_interfaces(&rule(None, None), &many).unwrap().len(), MAX_IFS);
+}
+
+#[test]
+fn an_ifname_matching_nothing_names_the_spec_and_the_interfaces() {
+    let e = pick_interfaces(&rule(Some("=eth"), None), &ifs(HOST)).unwrap_err().to_string();
+    assert!(e.contains("NCCL_SOCKET_IFNAME==eth matches no usable interface"), "{e}");
+    assert!(e.contains("lo (127.0.0.1), lo (::1), docker0 (172.17.0.1), eth0 (192.0.2.2)"), "{e}");
+    let e = pick_interfaces(&rule(Some("docker"), Some(true)), &ifs(HOST)).unwrap_err().to_string();
+    assert!(e.contains("with NCCL_SOCKET_FAMILY=AF_INET6"), "{e}");
+    let e = pick_interfaces(&rule(None, None), &[]).unwrap_err().to_string();
+    assert!(e.contains("no usable network interface") && e.contains("up: none"), "{e}");
+}
+
+#[test]
+fn handles_round_trip_and_foreign_ones_are_refused() {
+    for a in ["127.0.0.1:4242", "[fd00::2]:65535"] {
+        let addr: SocketAddr = a.parse().unwrap();
+        assert_eq!(decode_handle(&encode_handle(77, addr)).unwrap(), (77, addr));
+    }
+    let mut h = encode_handle(1, "127.0.0.1:1".parse().unwrap());
+    h[18] = 5;
+    assert!(decode_handle(&h).unwrap_err().to_string().contains("unknown address family 5"));
+    assert!(decode_handle(&[0; 128]).unwrap_err().to_string().contains("not one the Socket net's listen made"));
+}
+
+#[test]
+fn hellos_are_bounded() {
+    let ok = Hello { nonce: 9, conn: 3, index: 2, nsocks: 4, nthreads: 2 };
+    assert_eq!(Hello::decode(&ok.encode(), 9), Ok(ok));
+    assert!(Hello::decode(&ok.encode(), 8).unwrap_err().contains("another listener"));
+    let bad = |h: Hello| Hello::decode(&h.encode(), 9).unwrap_err();
+    assert!(bad(Hello { nsocks: 65, nthreads: 1, ..ok }).contains("out of bounds"));
+    assert!(bad(Hello { nsocks: 0, ..ok }).contains("out of bounds"));
+    assert!(bad(Hello { nthreads: 17, nsocks: 64, ..ok }).contains("out of bounds"));
+    assert!(bad(Hello { nthreads: 5, nsocks: 4, ..ok }).contains("out of bounds"));
+    assert!(bad(Hello { index: 5, ..ok }).contains("socket index 5 of 4"));
+    let mut garbage = ok.encode();
+    garbage[0] ^= 1;
+    assert!(Hello::decode(&garbage, 9).unwrap_err().contains("not a ferronickel net hello"));
+}
+
+#[test]
+fn chunks_cover_the_message_once() {
+    assert!(chunks(0, 8).is_empty() && chunks(MIN_CHUNK - 1, 8).is_empty());
+    for (size, nsocks) in [
+        (MIN_CHUNK, 8),
+        (MIN_CHUNK + 1, 8),
+        (3 * MIN_CHUNK - 1, 64),
+        (64 << 20, 64),
+        (64 << 20, 1),
+        (1000003, 7),
+        (5 << 30, 1),
+        ((3 << 30) + 1, 2),
+    ] {
+        let c = chunks(size, nsocks);
+        assert!(!c.is_empty() && c.len() <= nsocks.max(size.div_ceil(MAX_CHUNK)), "{size} over {nsocks}: {c:?}");
+        assert!(c.iter().all(|x| x.1 <= MAX_CHUNK));
+        assert_eq!(c.iter().map(|x| x.1).sum::<usize>(), size);
+        let mut at = 0;
+        for &(off, len) in &c {
+            assert_eq!(off, at);
+            assert!(len >= MIN_CHUNK || c.len() == 1 || off + len == size, "{size} over {nsocks}: {c:?}");
+            at += len;
+        }
+    }
+}
+
+fn lo_net() -> SocketNet {
+    SocketNet { ifs: vec![("lo".into(), Ipv4Addr::LOCALHOST.into())] }
+}
+
+/// Connects raw sockets to a listener with valid hellos: a peer that then misbehaves.
+fn fake_sender(handle: &Handle, nsocks: u16) -> Vec<TcpStream> {
+    let (nonce, addr) = decode_handle(handle).unwrap();
+    (0..=nsocks)
+        .map(|i| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(&Hello { nonce, conn: 11, index: i, nsocks, nthreads: 1 }.encode()).unwrap();
+            s
+        })
+        .collect()
+}
+
+fn accept_within(l: &mut dyn Listener, d: Duration) -> Box<dyn RecvComm> {
+    let until = Instant::now() + d;
+    loop {
+        if let Some(r) = l.accept().unwrap() {
+            return r;
+        }
+        assert!(Instant::now() < until, "no connection accepted within {d:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn failure(r: &mut dyn RecvComm, req: &Request) -> String {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match r.test(req) {
+            Err(e) => return e.to_string(),
+            Ok(Some(s)) => panic!("the receive completed ({s:?}) instead of failing"),
+            Ok(None) => assert!(Instant::now() < until, "the receive neither failed nor completed in 10 s"),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn garbage_on_a_data_socket_is_an_error_naming_the_peer_and_socket() {
+    let net = lo_net();
+    let (handle, mut l) = net.listen(0).unwrap();
+    let mut socks = fake_sender(&handle, 2);
+    let mut r = accept_within(&mut *l, Duration::from_secs(10));
+    let mut buf = vec![0u8; 4 * MIN_CHUNK];
+    let mr = r.reg_mr(buf.as_mut_ptr(), buf.len(), PtrKind::Host).unwrap();
+    let posted = [RecvBuf { data: buf.as_mut_ptr(), size: buf.len(), tag: 5 }];
+    // SAFETY: buf outlives r (dropped first, at the end of the scope, in reverse order).
+    let req = unsafe { r.irecv(&posted, &[&mr]) }.unwrap().unwrap();
+    socks[0].write_all(&msg_header(5, 2 * MIN_CHUNK as u64)).unwrap();
+    // The first chunk belongs on data socket 0 with sequence 0: send sequence 7 instead.
+    socks[1].write_all(&chunk_header(7, MIN_CHUNK as u32, 0)).unwrap();
+    socks[1].write_all(&vec![1u8; MIN_CHUNK]).unwrap();
+    let e = failure(&mut *r, &req);
+    assert!(e.contains("garbage on data socket 0 from 127.0.0.1:"), "{e}");
+    // The comm stays failed.
+    // SAFETY: refused before any buffer is touched.
+    let again = unsafe { r.irecv(&posted, &[&mr]) };
+    assert!(again.is_err());
+    drop(r);
+    drop(buf);
+}
+
+#[test]
+fn a_message_larger_than_the_buffer_never_lands_past_it() {
+    let net = lo_net();
+    let (handle, mut l) = net.listen(0).unwrap();
+    let mut socks = fake_sender(&handle, 1);
+    let mut r = accept_within(&mut *l, Duration::from_secs(10));
+    let mut buf = vec![0xA5u8; 1000];
+    let mr = r.reg_mr(buf.as_mut_ptr(), 0, PtrKind::Host).unwrap();
+    let posted = [RecvBuf { data: buf.as_mut_ptr(), size: 500, tag: 1 }];
+    // SAFETY: buf outlives r.
+    let req = unsafe { r.irecv(&posted, &[&mr]) }.unwrap().unwrap();
+    socks[0].write_all(&msg_header(1, u64::MAX)).unwrap();
+    let e = failure(&mut *r, &req);
+    assert!(e.contains("sent 18446744073709551615 bytes (tag 1) to a receive buffer of 500 bytes"), "{e}");
+    drop(r);
+    assert!(buf.iter().all(|&b| b == 0xA5));
+}
+
+#[test]
+fn a_slow_sender_trickling_bytes_is_received_intact() {
+    let net = lo_net();
+    let (handle, mut l) = net.listen(0).unwrap();
+    let mut socks = fake_sender(&handle, 1);
+    let mut r = accept_within(&mut *l, Duration::from_secs(10));
+    let (small, big): (Vec<u8>, Vec<u8>) =
+        ((0..300).map(|i| i as u8).collect(), (0..MIN_CHUNK + 5).map(|i| (i * 7) as u8).collect());
+    let (mut b1, mut b2) = (vec![0xA5u8; 400], vec![0xA5u8; MIN_CHUNK + 100]);
+    let mr = r.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
+    let posted = [
+        RecvBuf { data: b1.as_mut_ptr(), size: b1.len(), tag: 3 },
+        RecvBuf { data: b2.as_mut_ptr(), size: b2.len(), tag: 4 },
+    ];
+    // SAFETY: b1 and b2 outlive r.
+    let req = unsafe { r.irecv(&posted, &[&mr, &mr]) }.unwrap().unwrap();
+    // Tag 4 (chunked) first, then tag 3 (inline), every piece a few bytes apart in time.
+    let mut ctrl = msg_header(4, big.len() as u64).to_vec();
+    ctrl.extend(msg_header(3, small.len() as u64));
+    ctrl.extend(&small);
+    let mut data = chunk_header(0, big.len() as u32, 0).to_vec();
+    data.extend(&big);
+    let (mut c, mut d) = (socks.remove(0), socks.remove(0));
+    let writer = std::thread::spawn(move || {
+        for piece in ctrl.chunks(7) {
+            c.write_all(piece).unwrap();
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        for piece in data.chunks(4099) {
+            d.write_all(piece).unwrap();
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        (c, d)
+    });
+    let until = Instant::now() + Duration::from_secs(20);
+    let got = loop {
+        if let Some(g) = r.test(&req).unwrap() {
+            break g;
+        }
+        assert!(Instant::now() < until, "the trickled receive did not complete in 20 s");
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    let _keep_open = writer.join().unwrap();
+    assert_eq!(got, [small.len(), big.len()]);
+    assert_eq!(&b1[..300], &small[..]);
+    assert!(b1[300..].iter().all(|&x| x == 0xA5));
+    assert_eq!(&b2[..big.len()], &big[..]);
+    assert!(b2[big.len()..].iter().all(|&x| x == 0xA5));
+    drop(r);
+}
+
+#[test]
+fn a_receiver_that_goes_away_fails_the_pending_send_naming_it() {
+    let net = lo_net();
+    let (handle, mut l) = net.listen(0).unwrap();
+    let mut c = net.connect(0, &handle).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let (mut s, mut r) = (None, None);
+    while s.is_none() || r.is_none() {
+        assert!(Instant::now() < until, "no connection within 10 s");
+        s = s.or(c.poll().unwrap());
+        r = r.or(l.accept().unwrap());
+    }
+    let (mut s, r) = (s.unwrap(), r.unwrap());
+    let data = vec![3u8; 64 << 20];
+    let mr = s.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
+    // SAFETY: data outlives s.
+    let req = unsafe { s.isend(data.as_ptr(), data.len(), 1, &mr) }.unwrap().unwrap();
+    drop(r);
+    let until = Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        match s.test(&req) {
+            Err(e) => break e.to_string(),
+            Ok(Some(n)) => panic!("{n} bytes sent to a closed receiver"),
+            Ok(None) => assert!(Instant::now() < until, "the send neither failed nor completed in 10 s"),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(e.contains("connection with 127.0.0.1:") || e.contains("connection to 127.0.0.1:"), "{e}");
+    drop(s);
+}
+
+#[test]
+fn connecting_to_a_closed_listener_fails_naming_the_address() {
+    let net = lo_net();
+    let (handle, l) = net.listen(0).unwrap();
+    let (_, addr) = decode_handle(&handle).unwrap();
+    drop(l);
+    let mut c = net.connect(0, &handle).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        match c.poll() {
+            Err(e) => break e.to_string(),
+            Ok(Some(_)) => panic!("connected to a closed listener"),
+            Ok(None) => assert!(Instant::now() < until, "no verdict within 10 s"),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(e.contains(&format!("cannot connect to {addr}")), "{e}");
+}
+
+#[test]
+fn strangers_on_the_listen_port_are_dropped_and_honest_peers_connect() {
+    let net = lo_net();
+    let (handle, mut l) = net.listen(0).unwrap();
+    let (_, addr) = decode_handle(&handle).unwrap();
+    let mut stranger = TcpStream::connect(addr).unwrap();
+    stranger.write_all(&[0x42; HELLO_BYTES]).unwrap();
+    let mut forged = TcpStream::connect(addr).unwrap();
+    forged.write_all(&Hello { nonce: 1, conn: 2, index: 0, nsocks: 1, nthreads: 1 }.encode()).unwrap();
+    let silent = TcpStream::connect(addr).unwrap();
+    let mut c = net.connect(0, &handle).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let (mut s, mut r) = (None, None);
+    while s.is_none() || r.is_none() {
+        assert!(Instant::now() < until, "the honest connection did not complete");
+        s = s.or(c.poll().unwrap());
+        r = r.or(l.accept().unwrap());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for mut bad in [stranger, forged] {
+        bad.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(bad.read(&mut [0u8; 8]).unwrap(), 0, "a stranger's connection was kept");
+    }
+    drop(silent);
+}
+
+#[test]
+fn cuda_memory_and_bad_arguments_are_refused() {
+    let net = lo_net();
+    assert!(net.properties(1).is_err() && net.listen(3).is_err());
+    let (handle, mut l) = net.listen(0).unwrap();
+    let _socks = fake_sender(&handle, 1);
+    let mut r = accept_within(&mut *l, Duration::from_secs(10));
+    assert!(r.reg_mr(std::ptr::null_mut(), 0, PtrKind::Cuda).unwrap_err().to_string().contains("host memory only"));
+    let mr = r.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
+    let null = RecvBuf { data: std::ptr::null_mut(), size: 8, tag: 0 };
+    // SAFETY: refused before any buffer is touched.
+    assert!(unsafe { r.irecv(&[null], &[&mr]) }.unwrap_err().to_string().contains("NULL buffer"));
+    let empty = RecvBuf { data: std::ptr::null_mut(), size: 0, tag: 0 };
+    let nine = [empty; MAX_RECVS + 1];
+    let mrs = [&mr; MAX_RECVS + 1];
+    // SAFETY: as above.
+    assert!(unsafe { r.irecv(&nine, &mrs) }.unwrap_err().to_string().contains("the net takes 1 to 8"));
+    assert!(r.test(&Request(0x1234)).unwrap_err().to_string().contains("not in flight"));
+    // 32 receives fit, the 33rd waits for a free slot.
+    // SAFETY: empty buffers: nothing is ever written.
+    let reqs: Vec<_> =
+        (0..MAX_REQUESTS).map(|_| unsafe { r.irecv(&[empty], &[&mr]) }.unwrap().expect("a slot")).collect();
+    // SAFETY: as above.
+    assert!(unsafe { r.irecv(&[empty], &[&mr]) }.unwrap().is_none());
+    drop(reqs);
+}
