@@ -21,6 +21,7 @@ pub mod cuda;
 pub mod group;
 pub mod hang_report;
 pub mod plan;
+pub mod plugin;
 pub mod socket;
 pub mod task;
 pub mod topo;

@@ -13,6 +13,7 @@ use crate::task::Link;
 use crate::topo::tree::Trees;
 use crate::topo::{self, PeerInfo, Ring};
 use crate::transport::conn_plan::ConnPlan;
+use crate::transport::net::proxy::FaultHook;
 use crate::transport::{self, net, Connections, Kind, NetNeeds, Path, Settings};
 use crate::tuner::Allowed;
 use crate::types::NCCL_SPLIT_NOCOLOR;
@@ -38,76 +39,16 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let timeout = Duration::from_secs(crate::env::bootstrap_timeout_s().max(1) as u64);
     let bootstrap = Bootstrap::init(id, rank, nranks, timeout)?;
 
-    let me = PeerInfo {
-        rank: rank as u32,
-        host_hash: topo::host_hash(),
-        pid: std::process::id(),
-        dev,
-        bus_id: {
-            let mut b = [0u8; 16];
-            let s = cuda::pci_bus_id(dev)?;
-            let n = s.len().min(16);
-            b[..n].copy_from_slice(&s.as_bytes()[..n]);
-            b
-        },
-        host: PeerInfo::host_field(&crate::debug::host_name()),
-    };
-    // With each rank's transport settings: a pair uses the stricter of its two ends'.
-    let settings = Settings::from_env();
-    let gathered = bootstrap.allgather(&[&me.encode()[..], &settings.encode()].concat())?;
-    let (peers, peer_settings): (Vec<PeerInfo>, Vec<Settings>) = gathered
-        .iter()
-        .map(|b| {
-            let (info, s) = b.split_at(b.len().min(PeerInfo::BYTES));
-            Ok((PeerInfo::decode(info)?, Settings::decode(s)?))
-        })
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .unzip();
-    let mine: Vec<Kind> = peers
-        .iter()
-        .zip(&peer_settings)
-        .map(|(p, s)| Ok(transport::select(&me, p, &settings.stricter(s), link(&me, p)?)))
-        .collect::<Result<_>>()?;
-    let kinds = transport::exchange_kinds(&bootstrap, &mine)?;
-    let sharing = peers.iter().filter(|p| p.same_gpu(&me)).count();
-    if sharing > 1 {
-        crate::nccl_info!(
-            crate::debug::Subsys::INIT,
-            "{sharing} ranks share GPU {} ({}); NCCL refuses this, ferronickel allows it",
-            dev,
-            me.bus_id_str()
-        );
-    }
-    let max_per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
-    let mut nchannels = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
+    let me = peer_info(rank, dev)?;
+    let (peers, kinds) = gather_peers(&bootstrap, &me)?;
     let on_net = transport::net_pairs(&kinds);
-    if on_net {
-        nchannels = nchannels.min(net::conn::MAX_CHANNELS);
-    }
-    if let Some(max) = config.max_ctas {
-        nchannels = nchannels.min(max.max(1));
-    }
-    if let Some(min) = config.min_ctas {
-        nchannels = nchannels.max(min).min(abi::FN_MAX_CHANNELS as usize);
-    }
+    let nchannels = channel_count(&me, &peers, on_net, &config);
     let order = topo::ring_order(&peers);
     let ring = Ring::new(&order, rank);
     let trees = Trees::new(&order, &peers.iter().map(|p| p.host_hash).collect::<Vec<_>>());
     let plan = ConnPlan::from_env(nchannels, order, &trees);
 
-    // A NET connection that fails later stops the communicator and names the peer, as a lost
-    // rank does (comm::watch).
-    let flags = Arc::new(HostMapped::zeroed(2)?);
-    let lost = Arc::new(OnceLock::new());
-    let fault = {
-        let (lost, flags) = (lost.clone(), flags.clone());
-        Arc::new(move |m: String| {
-            crate::nccl_warn!("{m}");
-            let _ = lost.set(m);
-            flags.set(FLAG_ABORT, 1);
-        })
-    };
+    let (flags, lost, fault) = fault_hook()?;
     let needs = NetNeeds { dev, fault, timeout, config: net::NetConfig::default() };
     // Alike on every rank: from every pair's kind, not only ours.
     let host_fifos = transport::host_fifos(&kinds);
@@ -115,36 +56,9 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let transport = Connections::establish(&bootstrap, &plan, &peers, kinds, needs)?;
 
     let table = transport.table(&plan, rank);
-    let conns = DeviceBuffer::zeroed(std::mem::size_of_val(&table[..]))?;
-    conns.write(0, &table)?;
-    let ring_ranks_host: Vec<i32> = ring.user_ranks.iter().map(|&r| r as i32).collect();
-    let ring_ranks = DeviceBuffer::zeroed(4 * nranks)?;
-    ring_ranks.write(0, &ring_ranks_host)?;
     let watchdog = Duration::from_millis(watchdog_timeout_ms().max(0) as u64);
-
-    let mut dc = fnDevComm {
-        rank: rank as i32,
-        nRanks: nranks as i32,
-        nChannels: nchannels as i32,
-        slotBytes: plan.slot_bytes() as i32,
-        conns: conns.ptr as *mut _,
-        abortFlag: (flags.dev + 4 * FLAG_ABORT as u64) as *mut _,
-        errorFlag: (flags.dev + 4 * FLAG_ERROR as u64) as *mut _,
-        timeoutNs: watchdog.as_nanos() as u64,
-        ..Default::default()
-    };
-    for c in 0..nchannels {
-        dc.rings[c] = fnRing {
-            prev: ring.prev as i32,
-            next: ring.next as i32,
-            index: ring.index as i32,
-            pad: 0,
-            userRanks: ring_ranks.ptr as *mut _,
-        };
-        dc.trees[c] = trees.dev_tree(c, rank);
-    }
-    let dev_comm = DeviceBuffer::zeroed(std::mem::size_of::<fnDevComm>())?;
-    dev_comm.write(0, std::slice::from_ref(&dc))?;
+    let DeviceState { conns, ring_ranks, dev_comm } =
+        DeviceState::new(&table, &plan, &ring, &trees, &flags, rank, nchannels, watchdog)?;
     // Nobody launches until every peer has mapped everyone's buffers.
     bootstrap.barrier()?;
     // From here on a lost peer stops our kernels and is reported by name, within the heartbeat
@@ -202,6 +116,141 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         }),
         leak: AtomicBool::new(false),
     })
+}
+
+/// What this rank tells the others about itself: host, process, GPU.
+fn peer_info(rank: usize, dev: i32) -> Result<PeerInfo> {
+    let mut bus_id = [0u8; 16];
+    let s = cuda::pci_bus_id(dev)?;
+    let n = s.len().min(16);
+    bus_id[..n].copy_from_slice(&s.as_bytes()[..n]);
+    Ok(PeerInfo {
+        rank: rank as u32,
+        host_hash: topo::host_hash(),
+        pid: std::process::id(),
+        dev,
+        bus_id,
+        host: PeerInfo::host_field(&crate::debug::host_name()),
+    })
+}
+
+/// Every rank's `PeerInfo` and every pair's transport kind: one allgather of the peer info with
+/// each rank's transport settings (a pair uses the stricter of its two ends'), then our kinds
+/// shared and checked against the peers' ([`transport::exchange_kinds`]).
+fn gather_peers(bootstrap: &Bootstrap, me: &PeerInfo) -> Result<(Vec<PeerInfo>, transport::Kinds)> {
+    let settings = Settings::from_env();
+    let gathered = bootstrap.allgather(&[&me.encode()[..], &settings.encode()].concat())?;
+    let (peers, peer_settings): (Vec<PeerInfo>, Vec<Settings>) = gathered
+        .iter()
+        .map(|b| {
+            let (info, s) = b.split_at(b.len().min(PeerInfo::BYTES));
+            Ok((PeerInfo::decode(info)?, Settings::decode(s)?))
+        })
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
+    let mine: Vec<Kind> = peers
+        .iter()
+        .zip(&peer_settings)
+        .map(|(p, s)| Ok(transport::select(me, p, &settings.stricter(s), link(me, p)?)))
+        .collect::<Result<_>>()?;
+    let kinds = transport::exchange_kinds(bootstrap, &mine)?;
+    Ok((peers, kinds))
+}
+
+/// The communicator's channel count: from the ranks sharing a GPU, capped when any pair is on
+/// NET, then bounded by the config's CTA limits.
+fn channel_count(me: &PeerInfo, peers: &[PeerInfo], on_net: bool, config: &CommConfig) -> usize {
+    let sharing = peers.iter().filter(|p| p.same_gpu(me)).count();
+    if sharing > 1 {
+        crate::nccl_info!(
+            crate::debug::Subsys::INIT,
+            "{sharing} ranks share GPU {} ({}); NCCL refuses this, ferronickel allows it",
+            me.dev,
+            me.bus_id_str()
+        );
+    }
+    let max_per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
+    let mut nchannels = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
+    if on_net {
+        nchannels = nchannels.min(net::conn::MAX_CHANNELS);
+    }
+    if let Some(max) = config.max_ctas {
+        nchannels = nchannels.min(max.max(1));
+    }
+    if let Some(min) = config.min_ctas {
+        nchannels = nchannels.max(min).min(abi::FN_MAX_CHANNELS as usize);
+    }
+    nchannels
+}
+
+/// The communicator's flags the kernels poll, where the first lost peer's text goes, and the
+/// hook a NET connection that fails later calls: it stops the communicator and names the peer,
+/// as a lost rank does (comm::watch).
+fn fault_hook() -> Result<(Arc<HostMapped>, Arc<OnceLock<String>>, FaultHook)> {
+    let flags = Arc::new(HostMapped::zeroed(2)?);
+    let lost = Arc::new(OnceLock::new());
+    let fault: FaultHook = {
+        let (lost, flags) = (lost.clone(), flags.clone());
+        Arc::new(move |m: String| {
+            crate::nccl_warn!("{m}");
+            let _ = lost.set(m);
+            flags.set(FLAG_ABORT, 1);
+        })
+    };
+    Ok((flags, lost, fault))
+}
+
+/// What the kernels read of a communicator, in device memory: the connection table, the ring's
+/// user ranks, and the `fnDevComm` pointing at them.
+struct DeviceState {
+    conns: DeviceBuffer,
+    ring_ranks: DeviceBuffer,
+    dev_comm: DeviceBuffer,
+}
+
+impl DeviceState {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        table: &[abi::fnConn],
+        plan: &ConnPlan,
+        ring: &Ring,
+        trees: &Trees,
+        flags: &HostMapped,
+        rank: usize,
+        nchannels: usize,
+        watchdog: Duration,
+    ) -> Result<DeviceState> {
+        let conns = DeviceBuffer::zeroed(std::mem::size_of_val(table))?;
+        conns.write(0, table)?;
+        let ring_ranks_host: Vec<i32> = ring.user_ranks.iter().map(|&r| r as i32).collect();
+        let ring_ranks = DeviceBuffer::zeroed(4 * plan.nranks)?;
+        ring_ranks.write(0, &ring_ranks_host)?;
+        let mut dc = fnDevComm {
+            rank: rank as i32,
+            nRanks: plan.nranks as i32,
+            nChannels: nchannels as i32,
+            slotBytes: plan.slot_bytes() as i32,
+            conns: conns.ptr as *mut _,
+            abortFlag: (flags.dev + 4 * FLAG_ABORT as u64) as *mut _,
+            errorFlag: (flags.dev + 4 * FLAG_ERROR as u64) as *mut _,
+            timeoutNs: watchdog.as_nanos() as u64,
+            ..Default::default()
+        };
+        for c in 0..nchannels {
+            dc.rings[c] = fnRing {
+                prev: ring.prev as i32,
+                next: ring.next as i32,
+                index: ring.index as i32,
+                pad: 0,
+                userRanks: ring_ranks.ptr as *mut _,
+            };
+            dc.trees[c] = trees.dev_tree(c, rank);
+        }
+        let dev_comm = DeviceBuffer::zeroed(std::mem::size_of::<fnDevComm>())?;
+        dev_comm.write(0, std::slice::from_ref(&dc))?;
+        Ok(DeviceState { conns, ring_ranks, dev_comm })
+    }
 }
 
 /// The path between our GPU and `peer`'s on one host, or `None` when they cannot reach each

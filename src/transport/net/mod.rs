@@ -172,7 +172,7 @@ pub struct NetConfig {
 pub fn init(cfg: &NetConfig) -> Result<Arc<dyn Net>> {
     let want = cfg.net_name.as_deref().or(net_name());
     let mut tried = Vec::new();
-    for cand in plugin::candidates(plugin::net_plugin_env()) {
+    for cand in plugin::NET_PLUGINS.candidates(plugin::net_plugin_env()) {
         let lib = match plugin::PluginLib::open(&cand) {
             Ok(Some(lib)) => lib,
             Ok(None) => continue,
@@ -208,7 +208,8 @@ pub fn init(cfg: &NetConfig) -> Result<Arc<dyn Net>> {
 /// What `ferronickel info` shows: every net plugin the loader would try, with what it found
 /// (the loaded net's name and version, or why it was skipped).
 pub fn plugins_found() -> Vec<(String, std::result::Result<String, String>)> {
-    plugin::candidates(plugin::net_plugin_env())
+    plugin::NET_PLUGINS
+        .candidates(plugin::net_plugin_env())
         .into_iter()
         .filter_map(|c| match plugin::PluginLib::open(&c) {
             Ok(Some(lib)) => Some((c, Ok(format!("{} (v{}) at {}", lib.name(), lib.version(), lib.path())))),
