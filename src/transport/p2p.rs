@@ -7,7 +7,6 @@
 //! enabled) or a CUDA IPC mapping (another process).
 
 use super::arena::{pair_conn, ArenaLayout};
-use super::conn_plan::ConnPlan;
 use super::{Cx, Half, Kind, Pairs, Started, Transport, TransportSetup};
 use crate::abi::fnConn;
 use crate::cuda::{self, Context, DeviceBuffer, IpcMapping};
@@ -64,13 +63,12 @@ impl P2pTransport {
     /// rank r's kind for peer p, the same for both ends).
     pub fn connect(
         arena: Option<DeviceBuffer>,
-        rank: usize,
-        me: &PeerInfo,
+        pairs: Pairs,
         peers: &[PeerInfo],
         addrs: &[ArenaAddr],
-        plan: &ConnPlan,
-        kinds: &[Vec<Kind>],
     ) -> Result<P2pTransport> {
+        let Pairs { plan, rank, kinds } = pairs;
+        let me = &peers[rank];
         let mut mappings = Vec::new();
         let mut bases = vec![0u64; peers.len()];
         bases[rank] = arena.as_ref().map_or(0, |a| a.ptr);
@@ -112,9 +110,7 @@ struct P2pHalf(Option<DeviceBuffer>);
 impl Half for P2pHalf {
     fn connect(self: Box<Self>, cx: &Cx, records: &[&[u8]]) -> Result<Option<Box<dyn Transport>>> {
         let addrs: Vec<ArenaAddr> = records.iter().map(|b| ArenaAddr::decode(b)).collect::<Result<_>>()?;
-        let Pairs { plan, rank, kinds } = cx.pairs;
-        let t = P2pTransport::connect(self.0, rank, &cx.peers[rank], cx.peers, &addrs, plan, kinds)?;
-        Ok(Some(Box::new(t)))
+        Ok(Some(Box::new(P2pTransport::connect(self.0, cx.pairs, cx.peers, &addrs)?)))
     }
 }
 

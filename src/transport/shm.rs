@@ -11,7 +11,6 @@
 //! LL's 16-byte lines arrive whole and run as over P2P.
 
 use super::arena::{pair_conn, ArenaLayout};
-use super::conn_plan::ConnPlan;
 use super::{Cx, Half, Kind, Pairs, Started, Transport, TransportSetup};
 use crate::abi::{fnConn, FN_CONN_TAIL_LL128};
 use crate::cuda::HostRegistration;
@@ -221,17 +220,15 @@ impl ShmTransport {
     }
 
     /// Maps the arena of every peer we reach over SHM (`kinds[r][p]`: rank r's kind for peer p).
-    #[allow(clippy::too_many_arguments)]
     pub fn connect(
         local: Option<ShmArena>,
-        rank: usize,
-        me: &PeerInfo,
+        pairs: Pairs,
         peers: &[PeerInfo],
         addrs: &[ShmAddr],
-        plan: &ConnPlan,
-        kinds: &[Vec<Kind>],
         comm_id: u64,
     ) -> Result<ShmTransport> {
+        let Pairs { plan, rank, kinds } = pairs;
+        let me = &peers[rank];
         let mut mapped = Vec::new();
         let mut bases = vec![0u64; peers.len()];
         bases[rank] = local.as_ref().map_or(0, |a| a.reg.dev);
@@ -281,9 +278,7 @@ struct ShmHalf(Option<ShmArena>);
 impl Half for ShmHalf {
     fn connect(self: Box<Self>, cx: &Cx, records: &[&[u8]]) -> Result<Option<Box<dyn Transport>>> {
         let addrs: Vec<ShmAddr> = records.iter().map(|b| ShmAddr::decode(b)).collect::<Result<_>>()?;
-        let Pairs { plan, rank, kinds } = cx.pairs;
-        let comm_id = cx.bootstrap.magic();
-        let t = ShmTransport::connect(self.0, rank, &cx.peers[rank], cx.peers, &addrs, plan, kinds, comm_id)?;
+        let t = ShmTransport::connect(self.0, cx.pairs, cx.peers, &addrs, cx.bootstrap.magic())?;
         Ok(Some(Box::new(t)))
     }
 }
@@ -306,7 +301,7 @@ impl Transport for ShmTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::conn_plan::InitPairs;
+    use crate::transport::conn_plan::{ConnPlan, InitPairs};
     use std::time::{Duration, Instant};
 
     const CHILD_ENV: &str = "FERRONICKEL_TEST_SHM_CHILD";
@@ -353,7 +348,8 @@ mod tests {
         for bad in
             [ShmAddr { pid: 200, fd: 3, bytes: want + 4096, ptr: 0 }, ShmAddr { pid: 201, fd: 3, bytes: want, ptr: 0 }]
         {
-            let e = ShmTransport::connect(None, 0, &peers[0], &peers, &[mine, bad], &plan, &kinds, 7).err().unwrap();
+            let pairs = Pairs { plan: &plan, rank: 0, kinds: &kinds };
+            let e = ShmTransport::connect(None, pairs, &peers, &[mine, bad], 7).err().unwrap();
             assert!(e.to_string().contains("rank 1's SHM record"), "{e}");
         }
     }
