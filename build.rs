@@ -1,6 +1,7 @@
 //! Build script: generates the kernel translation units and the host's kernel table from one
 //! list, compiles the units with nvcc 13.0 in parallel into fatbins embedded in the library, binds
-//! `kernels/device_abi.h` into Rust with bindgen, and gives the cdylib NCCL's SONAME.
+//! `kernels/device_abi.h` and the net plugin ABI (`src/transport/net/net_plugin_abi.h`) into Rust
+//! with bindgen, and gives the cdylib NCCL's SONAME.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -140,6 +141,7 @@ fn main() {
     let fatbins = compile_kernels(&kernels, &out, &units, &gencode);
     write_kernel_table(&out, &units, &fatbins, &gencode);
     bind_device_abi(&kernels, &out);
+    bind_net_plugin_abi(&manifest.join("src/transport/net/net_plugin_abi.h"), &out);
 
     // The loader matches `NEEDED libnccl.so.2` (PyTorch, nccl-tests) against this SONAME.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libnccl.so.2");
@@ -590,6 +592,27 @@ fn bind_device_abi(kernels: &Path, out: &Path) {
             panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
         });
     bindings.write_to_file(out.join("device_abi.rs")).unwrap();
+}
+
+/// The structs, function tables and constants of NCCL net plugins v8 to v11, from the one C
+/// definition the test plugins also build against. Enums become integer constants, as for the
+/// device ABI: a plugin may return any integer, and an out-of-range Rust enum would be undefined
+/// behaviour. bindgen's layout tests check every size and offset against the header.
+fn bind_net_plugin_abi(header: &Path, out: &Path) {
+    println!("cargo:rerun-if-changed={}", header.display());
+    let bindings = bindgen::Builder::default()
+        .header(header.to_string_lossy())
+        .allowlist_type("ncclNet.*|ncclDebugLogger_t|ncclProfilerCallback_t|ncclResult_t|ncclDebugLogLevel")
+        .allowlist_var("NCCL_(NET|PTR)_.*")
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .layout_tests(true)
+        .generate()
+        .unwrap_or_else(|e| {
+            panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
+        });
+    bindings.write_to_file(out.join("net_plugin_abi.rs")).unwrap();
 }
 
 /// `target/<profile>/libnccl.so.2` pointing at the cdylib, the name loaders and LD_PRELOAD use.

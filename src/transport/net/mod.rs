@@ -18,9 +18,9 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 
 /// Bytes of a connection handle, exchanged between ranks out of band (`NCCL_NET_HANDLE_MAXSIZE`).
-pub const HANDLE_BYTES: usize = abi::NCCL_NET_HANDLE_MAXSIZE;
+pub const HANDLE_BYTES: usize = abi::NCCL_NET_HANDLE_MAXSIZE as usize;
 /// Requests a comm may have in flight (`NCCL_NET_MAX_REQUESTS`).
-pub const MAX_REQUESTS: usize = abi::NCCL_NET_MAX_REQUESTS;
+pub const MAX_REQUESTS: usize = abi::NCCL_NET_MAX_REQUESTS as usize;
 /// Buffers one grouped receive may carry at most, whatever a plugin claims.
 pub const MAX_RECVS: usize = 8;
 
@@ -37,8 +37,8 @@ pub enum PtrKind {
 impl PtrKind {
     pub fn bit(self) -> i32 {
         match self {
-            PtrKind::Host => abi::NCCL_PTR_HOST,
-            PtrKind::Cuda => abi::NCCL_PTR_CUDA,
+            PtrKind::Host => abi::NCCL_PTR_HOST as i32,
+            PtrKind::Cuda => abi::NCCL_PTR_CUDA as i32,
         }
     }
 }

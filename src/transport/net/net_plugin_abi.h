@@ -3,8 +3,9 @@
  * ferronickel loads them. Written for ferronickel; the layouts and calling conventions match
  * NCCL 2.28.9's plugin headers so that a vendor's plugin built against those loads unchanged.
  *
- * Rust mirrors these types by hand in src/transport/net/abi.rs; tests/net_abi.rs compiles
- * tests/c/net_plugin_layout.c against this header and compares every size and offset with Rust.
+ * build.rs binds this header into Rust with bindgen (src/transport/net/abi.rs), whose layout
+ * tests check every size and offset; tests/net.rs also compiles tests/c/net_plugin_layout.c
+ * against it and compares every size and offset with Rust.
  * The test plugins in tests/c/ are built against this header (never against NVIDIA's).
  */
 #ifndef FERRONICKEL_NET_PLUGIN_ABI_H_

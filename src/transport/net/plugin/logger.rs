@@ -12,7 +12,7 @@ use crate::debug::Level;
 // `c_ulong` is 32 bits on some targets, so the casts to u64 are not always no-ops.
 #[allow(clippy::unnecessary_cast)]
 extern "C" fn log_va(
-    level: c_int,
+    level: ncclDebugLogLevel,
     flags: c_ulong,
     _file: *const c_char,
     _line: c_int,
@@ -58,7 +58,7 @@ mod c {
         /// The trampoline below (x86-64 only).
         #[cfg(target_arch = "x86_64")]
         pub fn ferronickel_net_plugin_logger(
-            level: c_int,
+            level: super::ncclDebugLogLevel,
             flags: c_ulong,
             file: *const c_char,
             line: c_int,
@@ -116,13 +116,19 @@ std::arch::global_asm!(
 
 #[cfg(target_arch = "x86_64")]
 pub(super) fn logger() -> ncclDebugLogger_t {
-    c::ferronickel_net_plugin_logger
+    Some(c::ferronickel_net_plugin_logger)
 }
 
 /// Elsewhere the format string is logged as is, without its arguments.
 #[cfg(not(target_arch = "x86_64"))]
 pub(super) fn logger() -> ncclDebugLogger_t {
-    extern "C" fn plain(level: c_int, flags: c_ulong, file: *const c_char, line: c_int, fmt: *const c_char) {
+    extern "C" fn plain(
+        level: ncclDebugLogLevel,
+        flags: c_ulong,
+        file: *const c_char,
+        line: c_int,
+        fmt: *const c_char,
+    ) {
         let _ = (file, line);
         if !fmt.is_null() {
             // SAFETY: fmt is the plugin's NUL-terminated format string.
@@ -134,9 +140,10 @@ pub(super) fn logger() -> ncclDebugLogger_t {
     // SAFETY: the C calling convention passes the named arguments of a variadic call where a
     // non-variadic callee reads them on the 64-bit Linux ABIs; `plain` reads only those.
     unsafe {
-        std::mem::transmute::<extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char), ncclDebugLogger_t>(
-            plain,
-        )
+        std::mem::transmute::<
+            extern "C" fn(ncclDebugLogLevel, c_ulong, *const c_char, c_int, *const c_char),
+            ncclDebugLogger_t,
+        >(plain)
     }
 }
 
@@ -147,10 +154,10 @@ pub(super) unsafe extern "C" fn no_profiler(
     _p: *mut c_void,
     _id: i64,
     _ext: *mut c_void,
-) -> c_int {
+) -> ncclResult_t {
     if !e_handle.is_null() {
         // SAFETY: a non-NULL event-handle pointer from the plugin is writable.
         unsafe { *e_handle = null_mut() };
     }
-    0
+    ncclSuccess
 }

@@ -198,7 +198,9 @@ fn missing(lib: &PluginLib, field: &str) -> Error {
 }
 
 /// Maps a plugin's return code to our error, naming the plugin and call.
-fn check(lib: &PluginLib, what: &str, rc: c_int) -> Result<()> {
+fn check(lib: &PluginLib, what: &str, rc: ncclResult_t) -> Result<()> {
+    // Any integer a plugin returns is read as C's `int`, so that the message shows a negative one.
+    let rc = rc as c_int;
     if rc == 0 {
         return Ok(());
     }
@@ -227,14 +229,14 @@ impl PluginNet {
         // each version (net_plugin_abi.h); config and ctx outlive the call.
         let rc = unsafe {
             match lib.table {
-                Table::V11(t) => (*t).init.map(|f| f(&mut ctx, comm_id, &mut *config, log, no_profiler)),
+                Table::V11(t) => (*t).init.map(|f| f(&mut ctx, comm_id, &mut *config, log, Some(no_profiler))),
                 old => {
                     let mut done = OLD_INITED.lock();
                     if done.contains(&(table_ptr(old) as usize)) {
                         Some(0)
                     } else {
                         let rc = match old {
-                            Table::V10(t) => (*t).init.map(|f| f(log, no_profiler)),
+                            Table::V10(t) => (*t).init.map(|f| f(log, Some(no_profiler))),
                             Table::V9(t) => (*t).init.map(|f| f(log)),
                             Table::V8(t) => (*t).init.map(|f| f(log)),
                             Table::V11(_) => unreachable!(),
@@ -247,7 +249,8 @@ impl PluginNet {
                 }
             }
         };
-        match rc {
+        // Read as C's `int`, as `check` does.
+        match rc.map(|rc| rc as c_int) {
             None => return Err(fail("has no init function")),
             Some(0) => {}
             Some(rc) => return Err(fail(&format!("init failed with code {rc}"))),

@@ -176,7 +176,7 @@ impl Net for SocketNet {
             name: name.clone(),
             pci_path: None,
             guid: dev as u64,
-            ptr_support: super::abi::NCCL_PTR_HOST,
+            ptr_support: super::abi::NCCL_PTR_HOST as i32,
             reg_is_global: false,
             force_flush: false,
             speed_mbps: link_speed_mbps(name),
