@@ -238,7 +238,8 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   fi
   # The hang report must name the rank that never entered the collective (rank 1).
   [ "$LIB" = ours ] && step watchdog watchdog 90 bash -c '"${@:2}"; rc=$?; r=$(grep -h "hang report:" "$1" | tail -n 2); echo "$r"
-    [ $rc = 0 ] && grep -q "hang report: .*rank 1 (host .*never entered it" "$1"' _ "$LOG/watchdog.log" \
+    [ $rc = 0 ] && grep -q "hang report: .*rank 1 (host .*never entered it" "$1" &&
+    grep -q "NCCL_WATCHDOG_TIMEOUT_MS) for a peer.*rank 1 (host .*never entered it" "$1"' _ "$LOG/watchdog.log" \
     env NCCL_DEBUG=WARN NCCL_WATCHDOG_TIMEOUT_MS=2000 "$CHK" --watchdog --devs $PAIR
   # Over the ring (no one-shot), the report also says which neighbour rank 0's channels wait for.
   [ "$LIB" = ours ] && step watchdog_ring watchdog 90 bash -c '"${@:2}"; rc=$?; grep -h "hang report:" "$1" | tail -n 1 | cut -c1-300

@@ -206,7 +206,7 @@ impl Comm {
             }
         }
         match &*self.news.report.lock() {
-            Some(summary) => format!("hang report: {summary}"),
+            Some(summary) => summary.clone(),
             None => "the hang report, logged as a WARN by one rank, names who".into(),
         }
     }
