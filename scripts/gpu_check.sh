@@ -9,7 +9,7 @@
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
 #   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
-#                      shm,net,tree,mpi,graph,leak,watchdog,faults,examples,torch,bench   (e.g. --only check,graph)
+#                      shm,net,tree,mpi,graph,leak,watchdog,faults,exit,examples,torch,bench   (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
 #   --bench-only       build + the A/B benchmark only
@@ -115,7 +115,7 @@ step() {
   local res=PASS
   case $rc in 0) ;; 124|137) res=TIMEOUT ;; *) res="FAIL($rc)" ;; esac
   local det
-  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|single_process:|mpi_per_gpu:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|EXIT_LIVE:|exit:|TORCH EXIT:|single_process:|mpi_per_gpu:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
   record "$name" "$res" "$dt" "$det"
   echo "gpu_check:   -> $res in ${dt}s ${det}"
 }
@@ -128,6 +128,7 @@ build() {
   $TO $NVCC $NVFLAGS -o "$BUILD/check" tests/gpu/check.cu $LINK -lpthread -ldl >"$LOG/build_check.log" 2>&1 & pids+=($!)
   $TO $NVCC $NVFLAGS -o "$BUILD/nccl_bench" benches/nccl_bench.cu $LINK -ldl >"$LOG/build_bench.log" 2>&1 & pids+=($!)
   $TO $NVCC $NVFLAGS -o "$BUILD/faults" tests/gpu/faults.cu $LINK -lpthread >"$LOG/build_faults.log" 2>&1 & pids+=($!)
+  $TO $NVCC $NVFLAGS -o "$BUILD/exit_live" tests/gpu/exit_live.cu $LINK >"$LOG/build_exit_live.log" 2>&1 & pids+=($!)
   if [ $HAVE_MPI = 1 ]; then
     $TO $NVCC -ccbin mpicxx -DCHECK_MPI $NVFLAGS -o "$BUILD/check_mpi" tests/gpu/check.cu $LINK -lpthread -ldl >"$LOG/build_check_mpi.log" 2>&1 & pids+=($!)
     $TO mpicc -O2 -Wall -I"$INC" -I"$CUDA/include" -o "$BUILD/mpi_per_gpu" examples/mpi_per_gpu.c $LINK -L"$CUDA/lib64" -lcudart >"$LOG/build_mpi_example.log" 2>&1 & pids+=($!)
@@ -237,7 +238,8 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   fi
   # The hang report must name the rank that never entered the collective (rank 1).
   [ "$LIB" = ours ] && step watchdog watchdog 90 bash -c '"${@:2}"; rc=$?; r=$(grep -h "hang report:" "$1" | tail -n 2); echo "$r"
-    [ $rc = 0 ] && grep -q "hang report: .*rank 1 (host .*never entered it" "$1"' _ "$LOG/watchdog.log" \
+    [ $rc = 0 ] && grep -q "hang report: .*rank 1 (host .*never entered it" "$1" &&
+    grep -q "NCCL_WATCHDOG_TIMEOUT_MS) for a peer.*rank 1 (host .*never entered it" "$1"' _ "$LOG/watchdog.log" \
     env NCCL_DEBUG=WARN NCCL_WATCHDOG_TIMEOUT_MS=2000 "$CHK" --watchdog --devs $PAIR
   # Over the ring (no one-shot), the report also says which neighbour rank 0's channels wait for.
   [ "$LIB" = ours ] && step watchdog_ring watchdog 90 bash -c '"${@:2}"; rc=$?; grep -h "hang report:" "$1" | tail -n 1 | cut -c1-300
@@ -261,6 +263,37 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
   step faults_2 faults 90 "$BUILD/faults" --devs $DEVS2
   step faults_4 faults 90 "$BUILD/faults" --devs $DEVS4
   step revoke_4 faults 90 "$BUILD/faults" --devs $DEVS4 --revoke
+fi
+# Jobs that end with their communicators alive (no ncclCommDestroy: return from main, exit(0),
+# after ncclMemFree, after a barrier; random 0-5 ms skews), 50 times per layout, over P2P, SHM
+# and NET, 2 and 4 processes and one process of 4 ranks (tests/gpu/exit_live.cu): every process
+# must exit 0, and nothing may print a WARN (a peer that ended after its last operation is no
+# loss) or a panic. Then a PyTorch job of 2 ranks on GPU 0 that ends without
+# destroy_process_group, 20 times (tests/torch/exit_live.py).
+exit_step() {  # exit_step NAME TIMEOUT ENV=VALUE... -- EXIT_LIVE ARGS...
+  local name=$1 tmo=$2; shift 2
+  local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  step "$name" exit "$tmo" bash -c '"${@:2}"; rc=$?; w=$(grep -cE "NCCL WARN|panicked" "$1")
+    echo "exit: $w WARN/panic lines (rc $rc)"; [ $rc = 0 ] && [ "$w" = 0 ]' _ "$LOG/$name.log" \
+    env NCCL_DEBUG=WARN "${envs[@]}" "$BUILD/exit_live" --iters 50 "$@"
+}
+if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
+  exit_step exit_p2p_2 120 -- --procs 2
+  exit_step exit_p2p_4 150 -- --procs 4
+  exit_step exit_threads_4 120 -- --procs 1 --ranks 4
+  exit_step exit_shm_2 120 NCCL_P2P_DISABLE=1 -- --procs 2
+  exit_step exit_shm_4 150 NCCL_P2P_DISABLE=1 -- --procs 4
+  exit_step exit_net_2 120 NCCL_SOCKET_IFNAME=lo -- --procs 2 --hosts 2
+  exit_step exit_net_4 150 NCCL_SOCKET_IFNAME=lo -- --procs 4 --hosts 4
+  step exit_leaver_4 exit 90 "$BUILD/exit_live" --procs 4 --iters 5 --leaver
+  step exit_leaver_net_4 exit 90 env NCCL_SOCKET_IFNAME=lo "$BUILD/exit_live" --procs 4 --hosts 4 --iters 5 --leaver
+  if python3 -c 'import torch' >/dev/null 2>&1; then
+    step exit_torch exit 200 bash -c 'python3 tests/torch/exit_live.py --runs 20 --lib "$1"; rc=$?
+      w=$(grep -cE "NCCL WARN|panicked" "$2"); echo "exit: $w WARN/panic lines (rc $rc)"; [ $rc = 0 ] && [ "$w" = 0 ]' \
+      _ "$OURLIB" "$LOG/exit_torch.log"
+  else
+    skip exit_torch exit "no PyTorch"
+  fi
 fi
 # examples
 if [ "$NG" -ge 1 ]; then

@@ -10,6 +10,7 @@
 pub mod debug;
 pub mod env;
 pub mod error;
+pub mod exit;
 pub mod types;
 
 pub mod abi;

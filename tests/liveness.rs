@@ -48,6 +48,9 @@ impl Observer for TestObserver {
     fn lost(&self, lost: Lost) {
         let _ = self.tx.send(Heard::Lost(lost));
     }
+    fn left(&self, rank: usize) {
+        println!("LEFT {rank}");
+    }
     fn state(&self) -> String {
         format!("state of rank {}", self.rank)
     }
@@ -75,6 +78,11 @@ fn child() {
     println!("READY {rank}");
     if mode == "ask" {
         w.request_report();
+    }
+    if mode == "exit" {
+        // The process ends with its watcher alive, as a job that never destroys its communicator.
+        std::thread::sleep(Duration::from_millis(300));
+        std::process::exit(0);
     }
     let waited = match mode.strip_prefix("recv") {
         Some(peer) => Some(("RECV", b.recv(peer.parse().unwrap(), TAG_NEVER).map(drop))),
@@ -286,6 +294,27 @@ fn departed() {
     }
 }
 
+/// Rank 1 of 4 exits without dropping its watcher (a job that ends with live communicators): its
+/// exit handler says goodbye, so every other rank, neighbour or not, hears that it left, within a
+/// second, and none takes it for a loss.
+fn exits_alive() {
+    let (mut children, lines) = spawn(&["watch", "exit", "watch", "watch"], &[]);
+    ready(&lines, 4);
+    let t0 = Instant::now();
+    exits_ok(&mut children[1], 1, t0 + Duration::from_secs(5));
+    let mut heard = std::collections::BTreeSet::new();
+    while heard.len() < 3 {
+        let (r, line, t) = expect(&lines, None, "LEFT", Duration::from_secs(5));
+        assert_eq!(line, "LEFT 1", "rank {r}");
+        assert!(t - t0 <= Duration::from_secs(2), "rank {r} heard of it {:?} after", t - t0);
+        assert!(heard.insert(r), "rank {r} heard twice");
+    }
+    let quiet = Instant::now() + Duration::from_secs(2);
+    while let Ok((r, l, _)) = lines.recv_timeout(quiet.saturating_duration_since(Instant::now())) {
+        assert!(!l.starts_with("LOST"), "rank {r} took an exit with a live watcher for a loss: {l}");
+    }
+}
+
 /// Rank 0 of 3 asks for a hang report: every rank's state comes back, in ring order.
 fn report_on_request() {
     let (children, lines) = spawn(&["ask", "hold", "hold"], &[]);
@@ -321,6 +350,7 @@ fn dead_and_departed_peers() {
         std::thread::spawn(report_on_request),
         std::thread::spawn(report_on_touch),
         std::thread::spawn(waits_on_the_killed),
+        std::thread::spawn(exits_alive),
     ];
     for (i, r) in runs.into_iter().enumerate() {
         if let Err(p) = r.join() {

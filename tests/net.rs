@@ -202,6 +202,8 @@ fn the_proxy_carries_steps_on_every_net() {
             format!("TRANSPORT OK over {name}")
         };
         assert!(out.contains(&want), "{name}: no {want:?}:\n{out}");
+        // Closing answers goodbyes and completes every posted receive first (docs/NET.md).
+        assert!(!out.contains("in flight"), "{name}: a comm closed with requests in flight:\n{out}");
     }
 }
 

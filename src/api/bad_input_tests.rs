@@ -409,6 +409,28 @@ fn every_export_rejects_bad_input() {
 }
 
 #[test]
+fn operations_needing_a_rank_that_left_fail_naming_it() {
+    let _l = crate::debug::LAST_ERROR_TEST_LOCK.lock();
+    let comms = fake_comms(3, 9);
+    let c = registry::lookup(comms[0], "comm").unwrap().ready().unwrap();
+    c.note_left(2, "rank 2 (host h, pid 7)");
+    let (buf, stream) = (0x1000 as *mut c_void, std::ptr::null_mut());
+    // SAFETY: a valid handle; the buffers are never reached (the call fails before).
+    unsafe {
+        assert_eq!(coll::ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, comms[0], stream), ncclRemoteError);
+        assert!(last_error().contains("rank 2 (host h, pid 7) left this communicator"), "{}", last_error());
+        assert_eq!(coll::ncclSend(buf, 4, ncclFloat32, 2, comms[0], stream), ncclRemoteError);
+        assert!(last_error().contains("rank 2 (host h, pid 7) left"), "{}", last_error());
+        // A peer still there is not refused for that (the fake buffer is, later).
+        assert_eq!(coll::ncclSend(buf, 4, ncclFloat32, 1, comms[0], stream), ncclInvalidArgument);
+        assert!(last_error().contains("sendbuff"), "{}", last_error());
+        for &c in &comms {
+            assert_eq!(init::ncclCommDestroy(c), ncclSuccess);
+        }
+    }
+}
+
+#[test]
 fn queries_and_teams_answer_on_a_good_comm() {
     let comms = fake_comms(2, 9);
     for (r, &c) in comms.iter().enumerate() {

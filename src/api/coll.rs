@@ -141,6 +141,7 @@ fn collective(
     stream: cudaStream_t,
 ) -> Result<ncclResult_t> {
     let c = comm_arg(comm)?.ready()?;
+    c.check_peers(None)?;
     crate::tuner::restrictions()?.check(kind, c.nranks)?;
     let elem = dtype_arg(&c, dtype)?;
     let dev_op = match op {
@@ -279,6 +280,7 @@ fn p2p_pattern(
     comm: &Arc<Comm>,
     stream: cudaStream_t,
 ) -> Result<ncclResult_t> {
+    comm.check_peers(None)?;
     let elem = dtype_arg(comm, dtype)?;
     let (n, me) = (comm.nranks, comm.rank);
     let block = bytes_of(count, elem, 1, "count")?;
@@ -368,6 +370,7 @@ fn point_to_point(
     let c = comm_arg(comm)?.ready()?;
     let elem = dtype_arg(&c, dtype)?;
     let peer = rank_arg(peer, c.nranks, "peer")?;
+    c.check_peers(Some(peer))?;
     let bytes = bytes_of(count, elem, 1, "count")?;
     let [buf] = buffers([Buf(buff, bytes, true, if is_send { "sendbuff" } else { "recvbuff" })])?;
     let task = if is_send { Task::Send { buf, bytes, peer } } else { Task::Recv { buf, bytes, peer } };

@@ -49,7 +49,12 @@ pub fn boundary(call: &str, body: impl FnOnce() -> Result<ncclResult_t>) -> nccl
         Ok(Ok(code)) => code,
         Ok(Err(e)) => {
             crate::group::record_error(&e);
-            crate::nccl_warn!("{call}: {e}");
+            if e.to_string().is_empty() {
+                // Every failure must say something in ncclGetLastError; an empty text is a bug.
+                crate::nccl_warn!("{call}: failed with {:?} and no explanation; please report this bug", e.code());
+            } else {
+                crate::nccl_warn!("{call}: {e}");
+            }
             e.code()
         }
         Err(panic) => {
@@ -127,6 +132,22 @@ mod tests {
         assert!(crate::debug::last_error().contains("ncclTest: count is too large"));
         assert_eq!(boundary_value("ncclTest", -1, || Ok(3)), 3);
         assert_eq!(boundary_value("ncclTest", -1, || Err::<i32, _>(Error::System("x".into()))), -1);
+    }
+
+    #[test]
+    fn every_error_kind_leaves_a_text() {
+        let _l = crate::debug::LAST_ERROR_TEST_LOCK.lock();
+        let kinds =
+            [Error::InvalidArgument, Error::InvalidUsage, Error::System, Error::Internal, Error::Cuda, Error::Remote];
+        for make in kinds {
+            for msg in ["", "what went wrong"] {
+                crate::debug::set_last_error("");
+                let code = boundary("ncclTest", || Err(make(msg.into())));
+                let text = crate::debug::last_error();
+                assert_eq!(code, make(msg.into()).code());
+                assert!(text.starts_with("ncclTest: ") && text.len() > "ncclTest: ".len(), "{code:?}: {text:?}");
+            }
+        }
     }
 
     #[test]

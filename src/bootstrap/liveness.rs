@@ -12,7 +12,10 @@
 //! The first loss is reported once through the callback, forwarded to the other neighbour, and
 //! the watcher stops; closing its links then passes the news on round the ring, so every survivor
 //! learns which rank was lost, not just that its neighbour left. A rank that destroys its
-//! communicator sends [`TAG_BYE`] first, so an orderly exit is never taken for a death.
+//! communicator sends [`TAG_BYE`] first, and so does a process that exits with its communicators
+//! alive (crate::exit runs [`Watcher`]s' farewell), so an orderly exit is never taken for a
+//! death; the neighbours pass [`TAG_LEFT`] on round the ring, so that every rank can refuse
+//! later operations that need the rank that left ([`Observer::left`]).
 //!
 //! The same links carry hang reports: a [`TAG_REPORT`] token started by one rank goes round the
 //! ring, each rank appending its state line ([`Observer::state`]), and comes back to its origin,
@@ -26,6 +29,8 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::{Error, Result};
@@ -50,6 +55,8 @@ pub const TAG_BYE: u32 = 2;
 pub const TAG_LOST: u32 = 3;
 /// Payload: the origin rank (u32 little-endian), then one state line per rank so far, '\n'-separated.
 pub const TAG_REPORT: u32 = 4;
+/// Payload: a rank that left in order (u32 little-endian), passed on round the ring.
+pub const TAG_LEFT: u32 = 5;
 /// Largest report payload; a longer one stops growing (lines are dropped, and say so).
 const MAX_REPORT: usize = 1 << 20;
 /// Longest state line a rank adds.
@@ -69,6 +76,9 @@ pub trait Observer: Send + 'static {
     fn describe(&self, rank: usize) -> String;
     /// The first rank lost anywhere in the ring; called at most once.
     fn lost(&self, lost: Lost);
+    /// A rank that left in order (destroyed its communicator, or its process exited with it
+    /// alive); called once per rank. Not an error: only later operations that need it are.
+    fn left(&self, rank: usize);
     /// This rank's line in a hang report (one line, at most 512 bytes are kept).
     fn state(&self) -> String;
     /// Every rank's line of a report this rank started, in ring order from this rank.
@@ -102,6 +112,32 @@ struct Side {
 pub struct Watcher {
     wake: UnixStream,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Our entry in [`LIVE`].
+    id: u64,
+}
+
+/// The watchers running in this process, for the farewell at exit: (id, a handle on the wake-up
+/// socket, whether the thread has ended).
+static LIVE: parking_lot::Mutex<Vec<(u64, UnixStream, Arc<AtomicBool>)>> = parking_lot::Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// How long the farewell at exit waits for the watchers' goodbyes to go out.
+const FAREWELL_WITHIN: Duration = Duration::from_millis(300);
+
+/// At exit with communicators alive (crate::exit): every watcher says goodbye to its neighbours
+/// and ends, as it does when its communicator is destroyed; nothing else is touched.
+fn farewell() {
+    let live: Vec<Arc<AtomicBool>> = LIVE
+        .lock()
+        .iter()
+        .map(|(_, wake, done)| {
+            let _ = (&*wake).write(&[WAKE_STOP]);
+            done.clone()
+        })
+        .collect();
+    let end = Instant::now() + FAREWELL_WITHIN;
+    while Instant::now() < end && !live.iter().all(|d| d.load(Ordering::Acquire)) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 impl Watcher {
@@ -124,11 +160,19 @@ impl Watcher {
         ];
         let timeout = Duration::from_millis(heartbeat_timeout_ms().max(0) as u64);
         let file = hang_report_file().filter(|_| watch_file).map(|f| (PathBuf::from(f), mtime(f)));
+        let done = Arc::new(AtomicBool::new(false));
+        let ended = done.clone();
         let thread = std::thread::Builder::new()
             .name("nccl-liveness".into())
-            .spawn(move || watch(me, sides, asleep, timeout, file, observer))
+            .spawn(move || {
+                watch(me, sides, asleep, timeout, file, observer);
+                ended.store(true, Ordering::Release);
+            })
             .map_err(|e| Error::System(format!("liveness: cannot start the watcher thread: {e}")))?;
-        Ok(Watcher { wake, thread: Some(thread) })
+        crate::exit::on_exit(farewell);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        LIVE.lock().push((id, wake.try_clone()?, done));
+        Ok(Watcher { wake, thread: Some(thread), id })
     }
 
     /// Starts a hang report from this rank (the summary comes to [`Observer::report`]).
@@ -144,6 +188,7 @@ fn mtime(path: impl AsRef<std::path::Path>) -> Option<SystemTime> {
 
 impl Drop for Watcher {
     fn drop(&mut self) {
+        LIVE.lock().retain(|(id, _, _)| *id != self.id);
         // The byte (or the close) wakes the thread, which says goodbye on its links and exits.
         let _ = (&self.wake).write(&[WAKE_STOP]);
         if let Some(t) = self.thread.take() {
@@ -158,6 +203,8 @@ enum Seen {
     /// A hang report token (its payload).
     Report(Vec<u8>),
     Lost(Lost),
+    /// A rank that left in order: the neighbour's goodbye, or news of one from further away.
+    Left(usize),
 }
 
 fn watch(
@@ -170,6 +217,7 @@ fn watch(
 ) {
     let heartbeat = wire::encode_data(TAG_HEARTBEAT, 0, &[]);
     let mut next_beat = Instant::now();
+    let mut left = std::collections::BTreeSet::new();
     loop {
         let now = Instant::now();
         if now >= next_beat {
@@ -214,6 +262,14 @@ fn watch(
                 Seen::Quiet => {}
                 Seen::Report(payload) => pass_report(me, &mut sides[0], payload, &observer),
                 Seen::Lost(lost) => return report_loss(me, &mut sides, lost, &observer),
+                Seen::Left(rank) if rank != me && left.insert(rank) => {
+                    observer.left(rank);
+                    let news = wire::encode_data(TAG_LEFT, 0, &(rank as u32).to_le_bytes());
+                    for s in sides.iter_mut().filter(|s| !s.done && s.peer != rank) {
+                        let _ = s.link.send_bytes(&news, Instant::now() + HEARTBEAT_EVERY);
+                    }
+                }
+                Seen::Left(_) => {}
             }
         }
         if sides.iter().all(|s| s.done) {
@@ -273,12 +329,19 @@ fn look(me: usize, s: &mut Side, timeout: Duration, observer: &impl Observer) ->
             Ok(Some(Msg::Data { tag: TAG_BYE, .. })) => {
                 crate::nccl_info!(
                     crate::debug::Subsys::BOOTSTRAP,
-                    "Liveness: {} left the communicator (destroyed it); rank {me} stops watching it",
+                    "Liveness: {} left the communicator (destroyed it, or its process ended); rank {me} stops watching it",
                     observer.describe(s.peer)
                 );
                 s.done = true;
-                return Seen::Quiet;
+                return Seen::Left(s.peer);
             }
+            Ok(Some(Msg::Data { tag: TAG_LEFT, payload, .. })) => match payload.first_chunk::<4>() {
+                Some(r) => return Seen::Left(u32::from_le_bytes(*r) as usize),
+                None => {
+                    let text = format!("{} sent a malformed liveness frame", observer.describe(s.peer));
+                    return Seen::Lost(Lost { rank: s.peer, text });
+                }
+            },
             Ok(Some(Msg::Data { tag: TAG_REPORT, payload, .. })) => return Seen::Report(payload),
             Ok(Some(Msg::Data { tag: TAG_LOST, payload, .. })) => match decode_lost(&payload) {
                 Some(lost) if lost.text.contains("(reported by ") => return Seen::Lost(lost),
@@ -331,8 +394,12 @@ fn dead(me: usize, s: &Side, observer: &impl Observer) -> Seen {
     Seen::Lost(Lost { rank: s.peer, text })
 }
 
-/// Reports a loss, passes it to the neighbours still watched, and lets the links close.
+/// Reports a loss, passes it to the neighbours still watched, and lets the links close. Once
+/// this process has begun to exit, peers closing are no news: the watcher just stops.
 fn report_loss(me: usize, sides: &mut [Side; 2], lost: Lost, observer: &impl Observer) {
+    if crate::exit::begun() {
+        return;
+    }
     crate::nccl_warn!("Rank {me}: lost {}", lost.text);
     let frame = wire::encode_data(TAG_LOST, 0, &encode_lost(&lost));
     for s in sides.iter_mut().filter(|s| !s.done && s.peer != lost.rank) {

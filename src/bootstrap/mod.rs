@@ -206,6 +206,10 @@ impl<O: liveness::Observer> liveness::Observer for Relay<O> {
         self.inner.lost(lost);
     }
 
+    fn left(&self, rank: usize) {
+        self.inner.left(rank)
+    }
+
     fn state(&self) -> String {
         self.inner.state()
     }

@@ -3,7 +3,7 @@
 //! from a parent.
 
 use super::launch::LaunchState;
-use super::watch::{Observer, Ops, RingCounters};
+use super::watch::{News, Observer, Ops, RingCounters, WatchGpu};
 use super::{Comm, CommConfig, Gpu, Resources, FLAG_ABORT, FLAG_ERROR};
 use crate::abi::{self, fnDevComm, fnRing};
 use crate::bootstrap::{Bootstrap, BootstrapId};
@@ -31,7 +31,15 @@ crate::int_param!(
 
 /// Creates a rank's communicator on device `dev`: rendezvous, topology, connections.
 pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config: CommConfig) -> Result<Comm> {
+    if crate::exit::forked_child() {
+        crate::bail_usage!(
+            "this process is a child made by fork() after its parent created a communicator: CUDA does not survive \
+             fork, so create communicators in a fresh process (exec, or Python's \"spawn\" start method)"
+        );
+    }
     cuda::init()?;
+    // After CUDA's own exit handlers are in place, so that ours runs first (crate::exit).
+    crate::exit::install();
     let start = Instant::now();
     crate::debug::set_log_device(dev);
     let ctx = Arc::new(cuda::primary_context(dev)?);
@@ -65,16 +73,21 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     // timeout at worst, instead of leaving them to the watchdog.
     let ops = Arc::new(Ops::default());
     let last = Arc::new(Event::new()?);
+    let news = Arc::new(News::default());
+    let watch_gpu = Arc::new(WatchGpu {
+        ctx: ctx.clone(),
+        flags: flags.clone(),
+        last: last.clone(),
+        counters: Mutex::new(RingCounters::new(ctx.clone(), &table, conns.ptr, (ring.prev, ring.next), nchannels)?),
+    });
     let observer = Observer {
         comm_id: bootstrap.magic(),
         names: peers.iter().map(PeerInfo::describe).collect(),
         rank,
         lost: lost.clone(),
-        flags: flags.clone(),
+        news: news.clone(),
         ops: ops.clone(),
-        ctx: ctx.clone(),
-        last: last.clone(),
-        counters: Mutex::new(RingCounters::new(ctx.clone(), &table, conns.ptr, (ring.prev, ring.next), nchannels)?),
+        gpu: Arc::downgrade(&watch_gpu),
     };
     // One rank per host watches FERRONICKEL_HANG_REPORT_FILE, so one touch gives one report.
     let first_on_host =
@@ -105,13 +118,21 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         registrations: Mutex::new(HashSet::new()),
         watchdog,
         lost,
+        news,
         watcher,
         revoked: AtomicBool::new(false),
         ops,
         gpu: Some(Gpu {
             launch_state: Mutex::new(LaunchState::new(last)),
             copy_marks: [Event::new()?, Event::new()?],
-            res: Some(Resources { transport: Mutex::new(transport), dev_comm, conns, _ring_ranks: ring_ranks, flags }),
+            res: Some(Resources {
+                transport: Mutex::new(transport),
+                dev_comm,
+                conns,
+                _ring_ranks: ring_ranks,
+                flags,
+                _watch: watch_gpu,
+            }),
             ctx,
         }),
         leak: AtomicBool::new(false),

@@ -28,7 +28,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use watch::Ops;
+use watch::{News, Ops};
 
 crate::int_param!(
     /// NCCL_CHECK_POINTERS: check that buffers are device memory before enqueuing (default on).
@@ -63,7 +63,12 @@ struct Resources {
     /// [abort requested by the host, error reported by the device]; shared with the liveness
     /// watcher, which raises the abort flag when a peer is lost.
     flags: Arc<HostMapped>,
+    /// What the liveness watcher borrows (it holds only a `Weak`): freed here, with the rest.
+    _watch: Arc<watch::WatchGpu>,
 }
+
+/// How long the first error after a watchdog timeout waits for the hang report.
+const REPORT_WITHIN: Duration = Duration::from_secs(2);
 
 const FLAG_ABORT: usize = 0;
 const FLAG_ERROR: usize = 1;
@@ -95,6 +100,8 @@ pub struct Comm {
     /// Set once, by the liveness watcher, when a rank of this communicator is lost: what was lost
     /// and how it was noticed.
     lost: Arc<OnceLock<String>>,
+    /// Ranks that left in order, and the last hang report's summary (from the watcher).
+    news: Arc<News>,
     /// Watches the ring neighbours (bootstrap::liveness); stopped first when the comm goes.
     watcher: Option<Watcher>,
     /// ncclCommRevoke was called: our kernels were stopped on purpose, and only shrink, abort,
@@ -140,6 +147,7 @@ impl Comm {
             registrations: Mutex::new(HashSet::new()),
             watchdog: Duration::ZERO,
             lost: Arc::new(OnceLock::new()),
+            news: Arc::new(News::default()),
             watcher: None,
             revoked: AtomicBool::new(false),
             ops: Arc::new(Ops::default()),
@@ -173,20 +181,60 @@ impl Comm {
             0 => Ok(()),
             // Kernels that stopped because ncclCommRevoke asked them to.
             x if x == abi::FN_DEV_ABORTED && self.is_revoked() => Ok(()),
-            x if x == abi::FN_DEV_TIMEOUT => {
-                if !self.ops.reported.swap(true, Ordering::Relaxed) {
-                    if let Some(w) = &self.watcher {
-                        w.request_report();
-                    }
-                }
-                Err(Error::Remote(format!(
-                    "rank {}: a collective waited more than {:?} (NCCL_WATCHDOG_TIMEOUT_MS) for a peer; a rank did not \
-                     call it or called it with different arguments (the hang report names who). Abort the communicator.",
-                    self.rank, self.watchdog
-                )))
-            }
+            x if x == abi::FN_DEV_TIMEOUT => Err(Error::Remote(format!(
+                "rank {}: a collective waited more than {:?} (NCCL_WATCHDOG_TIMEOUT_MS) for a peer; a rank did not \
+                 call it or called it with different arguments ({}). Abort the communicator.",
+                self.rank,
+                self.watchdog,
+                self.hang_report()
+            ))),
             x => Err(Error::Internal(format!("rank {}: device reported error code {x}", self.rank))),
         }
+    }
+
+    /// The hang report's summary, asked for the first time the watchdog is seen to have fired
+    /// and waited for up to [`REPORT_WITHIN`] (the ring answers in milliseconds), so that the
+    /// error text says who never entered even where no log is printed.
+    fn hang_report(&self) -> String {
+        if !self.ops.reported.swap(true, Ordering::Relaxed) {
+            if let Some(w) = &self.watcher {
+                w.request_report();
+                let end = Instant::now() + REPORT_WITHIN;
+                while self.news.report.lock().is_none() && Instant::now() < end {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+        match &*self.news.report.lock() {
+            Some(summary) => summary.clone(),
+            None => "the hang report, logged as a WARN by one rank, names who".into(),
+        }
+    }
+
+    /// Fails if an operation needs a rank that left the communicator in order (destroyed it,
+    /// or its process ended): `Some(peer)` for a send or receive, `None` for a collective, which
+    /// needs every rank. Without this the operation would wait for the rank until the watchdog.
+    pub fn check_peers(&self, peer: Option<usize>) -> Result<()> {
+        let left = self.news.left.lock();
+        let gone = match peer {
+            _ if left.is_empty() => None,
+            None => left.values().next(),
+            Some(p) => left.get(&p),
+        };
+        match gone {
+            Some(who) => Err(Error::Remote(format!(
+                "rank {}: {who} left this communicator (it destroyed it, or its process ended), and this operation \
+                 needs it",
+                self.rank
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Records, as the liveness watcher does, that `rank` left in order.
+    #[cfg(test)]
+    pub fn note_left(&self, rank: usize, who: &str) {
+        self.news.left.lock().insert(rank, who.into());
     }
 
     pub fn shape(&self) -> CommShape {

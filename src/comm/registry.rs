@@ -59,6 +59,12 @@ pub fn lookup(comm: ncclComm_t, arg: &str) -> Result<Arc<CommHandle>> {
     if comm.is_null() {
         crate::bail_arg!("{arg} is NULL");
     }
+    if crate::exit::forked_child() {
+        crate::bail_usage!(
+            "{arg} {comm:p} belongs to the parent of this process: a child made by fork() inherits neither its \
+             threads nor its CUDA context, so it can use no communicator of the parent's (create new ones after exec)"
+        );
+    }
     with(|r| match r.live.get(&(comm as usize)) {
         Some(h) => Ok(h.clone()),
         None if r.retired.contains(&(comm as usize)) => {
@@ -113,7 +119,11 @@ impl CommHandle {
     pub fn async_error(&self) -> ncclResult_t {
         match &*self.phase.lock() {
             Phase::Initializing => ncclResult_t::ncclInProgress,
-            Phase::Failed(e) => e.code(),
+            Phase::Failed(e) => {
+                // Logged when init failed; the text may have been replaced since.
+                crate::debug::set_last_error(&e.to_string());
+                e.code()
+            }
             Phase::Ready(c) | Phase::Finalized(c) => match c.check_health() {
                 Ok(()) => ncclResult_t::ncclSuccess,
                 Err(e) => {

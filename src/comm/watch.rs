@@ -1,7 +1,13 @@
 //! The communicator's side of its liveness watcher (`bootstrap::liveness`): what it does when a
-//! peer is lost (stop our kernels, remember who), and what it says of this rank in a hang report
+//! peer is lost (stop our kernels, remember who) or leaves in order (remember who, so that later
+//! operations needing it fail instead of waiting), and what it says of this rank in a hang report
 //! (its newest operation, whether it finished, where its ring channels stand), with the summary
-//! logged where users look.
+//! logged and kept for the error text.
+//!
+//! The watcher thread owns nothing of CUDA's: the stream, event and pinned memory it uses belong
+//! to the communicator ([`WatchGpu`], freed by destroy or abort on the caller's thread, after the
+//! watcher has stopped), and it reaches them through a `Weak` and only while the process is not
+//! exiting (crate::exit). docs/ARCHITECTURE.md, "Who owns what".
 
 use super::{FLAG_ABORT, FLAG_ERROR};
 use crate::abi::{self, fnConn, fnConnRecv, fnConnSend};
@@ -10,9 +16,10 @@ use crate::cuda::{self, Context, Event, HostMapped, Stream};
 use crate::error::Result;
 use crate::hang_report::{self, Channels, RankState};
 use parking_lot::Mutex;
+use std::collections::BTreeMap;
 use std::mem::{offset_of, size_of, ManuallyDrop};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Our operations on the communicator so far, for hang reports: how many were issued and what
@@ -83,9 +90,26 @@ pub(super) struct Observer {
     pub(super) names: Vec<String>,
     pub(super) rank: usize,
     pub(super) lost: Arc<OnceLock<String>>,
-    pub(super) flags: Arc<HostMapped>,
+    pub(super) news: Arc<News>,
     pub(super) ops: Arc<Ops>,
+    pub(super) gpu: Weak<WatchGpu>,
+}
+
+/// What the watcher learned that later calls on the communicator report.
+#[derive(Default)]
+pub(super) struct News {
+    /// Ranks that left in order, with how logs name them.
+    pub(super) left: Mutex<BTreeMap<usize, String>>,
+    /// The summary of the last hang report this rank asked for.
+    pub(super) report: Mutex<Option<String>>,
+}
+
+/// The CUDA objects the watcher uses, owned by the communicator ([`Observer::gpu`]).
+pub(super) struct WatchGpu {
     pub(super) ctx: Arc<Context>,
+    /// [abort, error] flags of the communicator: raised when a peer is lost.
+    pub(super) flags: Arc<HostMapped>,
+    /// Recorded after our newest launch: whether it finished.
     pub(super) last: Arc<Event>,
     pub(super) counters: Mutex<RingCounters>,
 }
@@ -227,6 +251,15 @@ impl Drop for RingCounters {
     }
 }
 
+impl Observer {
+    /// `f` with the communicator's GPU side, unless the communicator is gone or the process is
+    /// exiting: then nothing is touched.
+    fn with_gpu<T>(&self, f: impl FnOnce(&WatchGpu) -> T) -> Option<T> {
+        let _alive = crate::exit::hold()?;
+        self.gpu.upgrade().map(|g| f(&g))
+    }
+}
+
 impl liveness::Observer for Observer {
     fn describe(&self, rank: usize) -> String {
         self.names.get(rank).cloned().unwrap_or_else(|| format!("rank {rank}"))
@@ -234,18 +267,28 @@ impl liveness::Observer for Observer {
 
     fn lost(&self, lost: Lost) {
         let _ = self.lost.set(lost.text);
-        self.flags.set(FLAG_ABORT, 1);
+        self.with_gpu(|g| g.flags.set(FLAG_ABORT, 1));
+    }
+
+    fn left(&self, rank: usize) {
+        self.news.left.lock().insert(rank, self.describe(rank));
     }
 
     fn state(&self) -> String {
-        let finished = self.ctx.enter().and_then(|_g| self.last.is_done()).unwrap_or(false);
         let newest = *self.ops.newest.lock();
-        let timed_out = self.flags.get(FLAG_ERROR) == abi::FN_DEV_TIMEOUT;
-        // The channels of an operation still waiting (or stopped by the watchdog while it waited).
-        let channels = match newest {
-            Newest::Kernel { ring, .. } if ring > 0 && (!finished || timed_out) => self.counters.lock().read(ring),
-            _ => Channels::None,
-        };
+        let (finished, timed_out, channels) = self
+            .with_gpu(|g| {
+                let finished = g.ctx.enter().and_then(|_g| g.last.is_done()).unwrap_or(false);
+                let timed_out = g.flags.get(FLAG_ERROR) == abi::FN_DEV_TIMEOUT;
+                // The channels of an operation still waiting (or stopped by the watchdog while it
+                // waited).
+                let channels = match newest {
+                    Newest::Kernel { ring, .. } if ring > 0 && (!finished || timed_out) => g.counters.lock().read(ring),
+                    _ => Channels::None,
+                };
+                (finished, timed_out, channels)
+            })
+            .unwrap_or((false, false, Channels::Unknown));
         RankState {
             rank: self.rank,
             who: self.describe(self.rank),
@@ -270,7 +313,9 @@ impl liveness::Observer for Observer {
                 if s.finished { "finished" } else { "not finished" }
             );
         }
-        crate::nccl_warn!("comm {:#018x}: {}", self.comm_id, hang_report::summarize(self.names.len(), &states));
+        let summary = hang_report::summarize(self.names.len(), &states);
+        crate::nccl_warn!("comm {:#018x}: {summary}", self.comm_id);
+        *self.news.report.lock() = Some(summary);
     }
 }
 

@@ -396,6 +396,10 @@ pub struct Entry {
     who: String,
     fault: FaultHook,
     failed: bool,
+    /// Our goodbye word is posted (at close, or in answer to the peer's), and its send request
+    /// while it is in flight.
+    said_goodbye: bool,
+    goodbye: Option<Request>,
     id: u64,
 }
 
@@ -423,13 +427,18 @@ impl Entry {
             inflight: VecDeque::new(),
             peer_closed: false,
         };
-        Ok(Entry { send, recv, block, layout, who, fault, failed: false, id: 0 })
+        Ok(Entry { send, recv, block, layout, who, fault, failed: false, said_goodbye: false, goodbye: None, id: 0 })
     }
 
     /// One round over both halves: (anything moved, a step still in flight).
     fn progress(&mut self) -> (bool, bool) {
-        if self.failed || self.recv.peer_closed {
+        if self.failed {
             return (false, false);
+        }
+        if self.recv.peer_closed {
+            // The peer's receive of our next size word is still posted: answer its goodbye with
+            // ours, so that its comm closes with nothing in flight.
+            return (self.answer_goodbye(), false);
         }
         let r =
             self.send.progress(&self.block, &self.layout).map_err(|e| e.context("sending")).and_then(|s| {
@@ -446,34 +455,90 @@ impl Entry {
     }
 }
 
-/// Says goodbye on every connection of `entries` (taken out of the proxy), so their peers see a
-/// close and not a failure, waits at most [`GOODBYE_WAIT`] for the words to go out, then closes
-/// them.
+/// Closes connections taken out of the proxy ([`Proxy::remove`]): says goodbye on each, so the
+/// peers see a close and not a failure, and waits at most [`GOODBYE_WAIT`] in all for the words
+/// to go out and for the peers' answers to land in the receives we have posted, so that every
+/// request is complete when the comms close (a strict net plugin warns about, or leaks, requests
+/// still in flight at close). Then drops them.
 pub fn close(mut entries: Vec<Entry>) {
-    let reqs: Vec<Option<Request>> = entries.iter_mut().map(Entry::say_goodbye).collect();
+    part(&mut entries);
+}
+
+/// Says goodbye on every connection and waits for the answers, as [`close`] does, without
+/// freeing anything: the connections stay with their owner.
+fn part(entries: &mut [Entry]) {
+    for e in entries.iter_mut() {
+        e.say_goodbye();
+    }
     let end = Instant::now() + GOODBYE_WAIT;
-    for (e, r) in entries.iter_mut().zip(reqs) {
-        let Some(r) = r else { continue };
-        while Instant::now() < end {
-            match e.send.comm.test(&r) {
-                Ok(None) => std::thread::yield_now(),
-                Ok(Some(_)) | Err(_) => break,
-            }
-        }
+    while Instant::now() < end && entries.iter_mut().map(Entry::settle).fold(false, |busy, b| busy | b) {
+        std::thread::yield_now();
     }
 }
 
 impl Entry {
-    /// Posts the goodbye word, unless the connection failed, its peer already left, or a step
-    /// is half sent (its size word went out: the peer expects its data next).
-    fn say_goodbye(&mut self) -> Option<Request> {
-        if self.failed || self.recv.peer_closed || self.send.size_sent {
-            return None;
+    /// Posts the goodbye word once, unless the connection failed or a step is half sent (its size
+    /// word went out: the peer expects its data next).
+    fn say_goodbye(&mut self) {
+        if self.said_goodbye || self.failed || self.send.size_sent {
+            return;
         }
+        self.said_goodbye = true;
         self.block.store_u32(GOODBYE_AT, GOODBYE);
-        let mr = self.send.mr.as_ref()?;
+        let Some(mr) = self.send.mr.as_ref() else { return };
         // SAFETY: the word is in the block, which outlives the comm (field order of Entry).
-        unsafe { self.send.comm.isend(self.block.ptr(GOODBYE_AT, 4), 4, TAG_SIZE, mr) }.ok().flatten()
+        self.goodbye = unsafe { self.send.comm.isend(self.block.ptr(GOODBYE_AT, 4), 4, TAG_SIZE, mr) }.ok().flatten();
+        // A net with no free request now: the word goes out on a later attempt.
+        self.said_goodbye = self.goodbye.is_some();
+    }
+
+    /// After the peer's goodbye: ours in answer once nothing of ours is in flight, and its
+    /// request tested; whether anything moved.
+    fn answer_goodbye(&mut self) -> bool {
+        if !self.said_goodbye && self.send.inflight.is_empty() && self.send.posted >= self.block.load_u64(SEND_TAIL) {
+            self.say_goodbye();
+            return self.said_goodbye;
+        }
+        self.test_goodbye();
+        false
+    }
+
+    fn test_goodbye(&mut self) {
+        if let Some(r) = &self.goodbye {
+            if !matches!(self.send.comm.test(r), Ok(None)) {
+                self.goodbye = None;
+            }
+        }
+    }
+
+    /// One look at a closing connection: whether it still waits, for our goodbye to go out or
+    /// for a receive to complete (the peer's goodbye, or a step already on its way).
+    fn settle(&mut self) -> bool {
+        if self.failed {
+            return false;
+        }
+        if !self.said_goodbye {
+            self.say_goodbye();
+        }
+        self.test_goodbye();
+        while let Some((req, what)) = self.recv.inflight.front() {
+            match self.recv.comm.test(req) {
+                Ok(None) => break,
+                Ok(Some(_)) => {
+                    let at = match *what {
+                        Expect::Size(step) => Some(RECV_SIZES + 4 * (step % NSTEPS) as usize),
+                        Expect::Data(..) => None,
+                    };
+                    self.recv.peer_closed |= at.is_some_and(|at| self.block.load_u32(at) == GOODBYE);
+                    self.recv.inflight.pop_front();
+                }
+                Err(_) => {
+                    self.failed = true;
+                    return false;
+                }
+            }
+        }
+        self.goodbye.is_some() || !self.recv.inflight.is_empty()
     }
 }
 
@@ -500,6 +565,8 @@ impl Proxy {
         if let Some(p) = all.iter().find(|(d, _)| *d == dev).and_then(|(_, w)| w.upgrade()) {
             return Ok(p);
         }
+        // A process that exits with communicators alive still says goodbye on their connections.
+        crate::exit::on_exit(farewell);
         let inner =
             Arc::new(Inner { entries: Mutex::new(Vec::new()), stop: AtomicBool::new(false), next_id: 1.into() });
         let run = inner.clone();
@@ -545,16 +612,29 @@ impl Drop for Proxy {
     }
 }
 
-/// The thread: poll every connection, spin while something is in flight, nap when idle.
+/// At exit with communicators alive: every proxy's connections say goodbye, so that peers which
+/// go on (or exit later) see an orderly close, not a lost rank. Nothing is freed: the pinned
+/// blocks and the comms stay with their communicators, which the process leaks (crate::exit).
+fn farewell() {
+    let proxies: Vec<Arc<Proxy>> = PROXIES.lock().iter().filter_map(|(_, w)| w.upgrade()).collect();
+    for p in proxies {
+        part(&mut p.inner.entries.lock());
+    }
+}
+
+/// The thread: poll every connection, spin while something is in flight, nap when idle. It
+/// touches pinned memory only while the process is not exiting (crate::exit), and then stops.
 fn serve(inner: &Inner) {
     let mut last_move = Instant::now();
     while !inner.stop.load(Ordering::Acquire) {
+        let Some(alive) = crate::exit::hold() else { return };
         let (mut moved, mut busy) = (false, false);
         for e in inner.entries.lock().iter_mut() {
             let (m, b) = e.progress();
             moved |= m;
             busy |= b;
         }
+        drop(alive);
         let now = Instant::now();
         if moved {
             last_move = now;
