@@ -79,22 +79,18 @@ pub fn arena_conn(
 ) -> fnConn {
     let (my_head, my_tail, my_fifo) = ours.offsets(theirs.owner, ch);
     let (peer_head, peer_tail, peer_fifo) = theirs.offsets(ours.owner, ch);
+    // (FIFOs, tail, head) of each half, as our GPU addresses them.
+    let send = (peer_fifo.map(|o| at(peer_base, o)), at(peer_base, peer_tail), at(mine, my_head));
+    let recv = (my_fifo.map(|o| at(mine, o)), at(mine, my_tail), at(peer_base, peer_head));
     fnConn {
-        send: fnConnSend {
-            buffs: peer_fifo.map(|o| (peer_base + o as u64) as *mut _),
-            tail: (peer_base + peer_tail as u64) as *mut _,
-            head: (mine + my_head as u64) as *mut _,
-            flags,
-            ..Default::default()
-        },
-        recv: fnConnRecv {
-            buffs: my_fifo.map(|o| (mine + o as u64) as *mut _),
-            tail: (mine + my_tail as u64) as *mut _,
-            head: (peer_base + peer_head as u64) as *mut _,
-            flags,
-            ..Default::default()
-        },
+        send: fnConnSend { buffs: send.0, tail: send.1, head: send.2, flags, ..Default::default() },
+        recv: fnConnRecv { buffs: recv.0, tail: recv.1, head: recv.2, flags, ..Default::default() },
     }
+}
+
+/// The address `off` bytes into an arena at `base`.
+fn at<T>(base: u64, off: usize) -> *mut T {
+    (base + off as u64) as *mut T
 }
 
 /// Our connection with `peer` on `ch` between two arenas of `kind` whose bases, as our GPU
