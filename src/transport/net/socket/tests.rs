@@ -1,17 +1,11 @@
 //! The Socket net over loopback: interfaces, wire formats, strangers, slow and broken peers.
 
-use super::wire::chunk_header;
-use super::wire::chunks;
-use super::wire::msg_header;
-use super::*;
-use crate::transport::net::PtrKind;
-use crate::transport::net::RecvBuf;
-use crate::transport::net::RecvComm;
-use crate::transport::net::Request;
-use crate::transport::net::MAX_REQUESTS;
 use std::io::{Read, Write};
-use std::net::Ipv4Addr;
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, TcpStream};
+
+use super::wire::{chunk_header, chunks, msg_header};
+use super::*;
+use crate::transport::net::{PtrKind, RecvBuf, RecvComm, Request, SendComm, MAX_REQUESTS};
 
 fn ifs(list: &[(&str, &str)]) -> Vec<(String, IpAddr)> {
     list.iter().map(|(n, a)| (n.to_string(), a.parse().unwrap())).collect()
@@ -134,6 +128,19 @@ fn accept_within(l: &mut dyn Listener, d: Duration) -> Box<dyn RecvComm> {
     }
 }
 
+/// Both ends of a connection: `c` polled and `l` accepting until both are up (10 s at most).
+fn both_ends(c: &mut dyn Connecting, l: &mut dyn Listener) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
+    let until = Instant::now() + Duration::from_secs(10);
+    let (mut s, mut r) = (None, None);
+    while s.is_none() || r.is_none() {
+        assert!(Instant::now() < until, "no connection within 10 s");
+        s = s.or(c.poll().unwrap());
+        r = r.or(l.accept().unwrap());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    (s.unwrap(), r.unwrap())
+}
+
 fn failure(r: &mut dyn RecvComm, req: &Request) -> String {
     let until = Instant::now() + Duration::from_secs(10);
     loop {
@@ -245,14 +252,7 @@ fn a_receiver_that_goes_away_fails_the_pending_send_naming_it() {
     let net = lo_net();
     let (handle, mut l) = net.listen(0).unwrap();
     let mut c = net.connect(0, &handle).unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    let (mut s, mut r) = (None, None);
-    while s.is_none() || r.is_none() {
-        assert!(Instant::now() < until, "no connection within 10 s");
-        s = s.or(c.poll().unwrap());
-        r = r.or(l.accept().unwrap());
-    }
-    let (mut s, r) = (s.unwrap(), r.unwrap());
+    let (mut s, r) = both_ends(&mut *c, &mut *l);
     let data = vec![3u8; 64 << 20];
     let mr = s.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
     // SAFETY: data outlives s.
@@ -301,14 +301,7 @@ fn strangers_on_the_listen_port_are_dropped_and_honest_peers_connect() {
     forged.write_all(&Hello { nonce: 1, conn: 2, index: 0, nsocks: 1, nthreads: 1 }.encode()).unwrap();
     let silent = TcpStream::connect(addr).unwrap();
     let mut c = net.connect(0, &handle).unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    let (mut s, mut r) = (None, None);
-    while s.is_none() || r.is_none() {
-        assert!(Instant::now() < until, "the honest connection did not complete");
-        s = s.or(c.poll().unwrap());
-        r = r.or(l.accept().unwrap());
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let _honest = both_ends(&mut *c, &mut *l);
     for mut bad in [stranger, forged] {
         bad.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         assert_eq!(bad.read(&mut [0u8; 8]).unwrap(), 0, "a stranger's connection was kept");
