@@ -361,6 +361,15 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
     net_step check_net_${P}_2 200 NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
   done
   net_step check_net_mixed_2x2 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 2 $Q --failures-only
+  # Hosts told apart as in production, by host name and boot id, with no NCCL_HOSTID: each rank
+  # process takes a UTS namespace of its own named after its host (check --uts; needs
+  # CAP_SYS_ADMIN, so skipped where `unshare -u` is refused).
+  if unshare -u true 2>/dev/null; then
+    net_step check_net_uts_2 200 "$CHK" --mode procs --devs 0,0 --hosts 2 --uts --quick --failures-only
+    net_step check_net_uts_2x2 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 2 --uts --quick --failures-only
+  else
+    skip check_net_uts net "unshare -u is refused here (no CAP_SYS_ADMIN)"
+  fi
   # One host with P2P and SHM both off: NET between ranks of one host, as NCCL falls back.
   net_step check_net_noshm_2 150 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "$CHK" --mode procs --devs 0,0 --quick --failures-only
   # Runtime connections (NCCL_RUNTIME_CONNECT, default on): 4 hosts of 2 ranks, where all-to-all

@@ -7,6 +7,7 @@
 #   g++               the C++ half of tests/abi.rs             -> apt-get install g++
 #   cmake, pkg-config tests/install.rs finds the installed lib -> apt-get install cmake pkg-config
 #   zstd              the fatbin test in src/cuda/module.rs    -> apt-get install zstd
+#   iproute2 (ip), util-linux (unshare)  tests/hosts.rs' hosts -> apt-get install iproute2
 #   nvcc 13.0 + CUDA headers   build.rs kernels, tests' C code -> pip install nvidia-cuda-* 13.0
 #   NVIDIA's nccl.h 2.28.9     reference for tests/abi.rs      -> .deps/nvidia-nccl/include/
 #   .deps/cuda-include         symlink to the CUDA headers the tests compile against
@@ -72,6 +73,17 @@ command -v c++ >/dev/null || missing+=(g++)
 command -v zstd >/dev/null || missing+=(zstd)
 if [ ${#missing[@]} -eq 0 ]; then
   say "cc, c++, nm, readelf, zstd: found"
+else
+  say "installing ${missing[*]} (apt-get)"
+  apt_install "${missing[@]}"
+fi
+
+# --- ip and unshare (tests/hosts.rs makes hosts of network and UTS namespaces) --------------
+missing=()
+command -v ip >/dev/null || missing+=(iproute2)
+command -v unshare >/dev/null || missing+=(util-linux)
+if [ ${#missing[@]} -eq 0 ]; then
+  say "ip, unshare: found"
 else
   say "installing ${missing[*]} (apt-get)"
   apt_install "${missing[@]}"

@@ -124,7 +124,10 @@ fn info_shows_versions_and_where_each_setting_came_from() {
 #[test]
 fn info_without_settings_and_with_an_interface_that_does_not_exist() {
     let out = ok_text(&["info"], &[("NCCL_SOCKET_IFNAME", "=no-such-if0")]);
-    assert!(out.contains("nothing matches: listeners fall back to 127.0.0.1"), "{out}");
+    assert!(
+        out.contains("nothing matches: init fails (Bootstrap: NCCL_SOCKET_IFNAME==no-such-if0 matches no"),
+        "{out}"
+    );
     assert!(out.contains("NCCL_SOCKET_IFNAME==no-such-if0  (environment)"), "{out}");
     let j = ok_json(&["info"], &[("NCCL_CONF_FILE", "/nonexistent/nccl.conf")]);
     assert_eq!(j["settings"].as_array().unwrap().len(), 1, "only NCCL_CONF_FILE itself: {j}");

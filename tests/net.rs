@@ -366,20 +366,7 @@ fn the_net() -> std::sync::Arc<dyn Net> {
 
 fn connect_pair(net: &dyn Net) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
     let (handle, mut listener) = net.listen(0).unwrap();
-    let mut conn = net.connect(0, &handle).unwrap();
-    let (mut s, mut r) = (None, None);
-    let until = Instant::now() + Duration::from_secs(20);
-    while s.is_none() || r.is_none() {
-        assert!(Instant::now() < until, "connect/accept did not complete within 20 s");
-        if s.is_none() {
-            s = conn.poll().unwrap();
-        }
-        if r.is_none() {
-            r = listener.accept().unwrap();
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    (s.unwrap(), r.unwrap())
+    finish_connect(net.connect(0, &handle).unwrap(), &mut *listener, Duration::from_secs(20))
 }
 
 /// A small deterministic generator (xorshift64*), so a failure can be replayed.

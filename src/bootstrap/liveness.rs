@@ -39,6 +39,8 @@ use crate::socket::wire::{self, Msg};
 
 /// How often each rank tells its neighbours it is alive.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// A heartbeat this late is worth a warning (a slow network or a stalled peer, not a lost one).
+const LATE: Duration = Duration::from_secs(2);
 
 crate::int_param!(
     /// FERRONICKEL_HEARTBEAT_TIMEOUT_MS: a neighbour silent this long is taken for lost (0: only a
@@ -325,7 +327,19 @@ fn look(me: usize, s: &mut Side, timeout: Duration, observer: &impl Observer) ->
     loop {
         match s.link.try_recv(MAX_BODY) {
             Ok(None) => break,
-            Ok(Some(Msg::Data { tag: TAG_HEARTBEAT, .. })) => s.heard = Instant::now(),
+            Ok(Some(Msg::Data { tag: TAG_HEARTBEAT, .. })) => {
+                let gap = s.heard.elapsed();
+                if gap > LATE {
+                    crate::nccl_warn!(
+                        "Liveness: rank {me} heard from {} after {:.1} s of silence: the network to it is slow or \
+                         was down for a while, or its process stalled; not lost (FERRONICKEL_HEARTBEAT_TIMEOUT_MS={})",
+                        observer.describe(s.peer),
+                        gap.as_secs_f64(),
+                        timeout.as_millis()
+                    );
+                }
+                s.heard = Instant::now();
+            }
             Ok(Some(Msg::Data { tag: TAG_BYE, .. })) => {
                 crate::nccl_info!(
                     crate::debug::Subsys::BOOTSTRAP,
@@ -361,10 +375,22 @@ fn look(me: usize, s: &mut Side, timeout: Duration, observer: &impl Observer) ->
             }
             // A killed process's sockets close, or reset when unread data was left in them.
             Err(NetError::Closed) => return dead(me, s, observer),
-            Err(NetError::Io(e))
-                if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) =>
-            {
-                return dead(me, s, observer)
+            Err(NetError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return dead(me, s, observer),
+            Err(NetError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                let text = format!(
+                    "{}: its host reset its liveness link to rank {me} without a goodbye (its process was killed with \
+                     data unread, its sockets were destroyed, or the connection was reset on the way)",
+                    observer.describe(s.peer)
+                );
+                return Seen::Lost(Lost { rank: s.peer, text });
+            }
+            Err(NetError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionAborted => {
+                let text = format!(
+                    "{}: its liveness link to rank {me} was aborted on rank {me}'s host ({e}): the connection was \
+                     destroyed here, not by the peer",
+                    observer.describe(s.peer)
+                );
+                return Seen::Lost(Lost { rank: s.peer, text });
             }
             Err(e) => {
                 let text = format!("{}: its liveness link to rank {me} failed ({e})", observer.describe(s.peer));
@@ -375,18 +401,70 @@ fn look(me: usize, s: &mut Side, timeout: Duration, observer: &impl Observer) ->
     let silent = s.heard.elapsed();
     if !timeout.is_zero() && silent > timeout {
         let text = format!(
-            "{} sent no heartbeat to rank {me} for {:.1} s (FERRONICKEL_HEARTBEAT_TIMEOUT_MS={}): its host or the network is gone",
+            "{} sent no heartbeat to rank {me} for {:.1} s (FERRONICKEL_HEARTBEAT_TIMEOUT_MS={}): {}",
             observer.describe(s.peer),
             silent.as_secs_f64(),
-            timeout.as_millis()
+            timeout.as_millis(),
+            why_silent(&s.link, timeout)
         );
         return Seen::Lost(Lost { rank: s.peer, text });
     }
     Seen::Quiet
 }
 
-/// The peer at the other end of `s` is gone: its process exited or was killed.
+/// `tcpi_state` of a closed connection (Linux's TCP_CLOSE; libc does not export it).
+const TCP_CLOSE: u8 = 7;
+
+/// What the kernel knows of a link's TCP connection.
+fn tcp_info(link: &FrameStream) -> Option<libc::tcp_info> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero tcp_info is a valid out-buffer; len says how much of it there is.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let at = (&mut info as *mut libc::tcp_info).cast();
+    // SAFETY: the descriptor is the link's open socket; info and len are valid for writes.
+    let rc = unsafe { libc::getsockopt(link.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, at, &mut len) };
+    (rc == 0).then_some(info)
+}
+
+/// Why a link's peer is silent, from what TCP knows of it: a dead network (or host) leaves our
+/// heartbeats unacknowledged; a live network with a stopped or starved process acknowledges
+/// them (its kernel does) while the process sends nothing.
+fn why_silent(link: &FrameStream, timeout: Duration) -> String {
+    let Some(info) = tcp_info(link) else { return "its host or the network is gone".into() };
+    // We send a heartbeat every second: a live host's kernel acknowledges each within a round
+    // trip. (Packets that could not even leave this host are neither in flight nor acknowledged.)
+    // A dead link has been deaf about as long as it has been silent (more than `timeout`).
+    let deaf = Duration::from_millis(info.tcpi_last_ack_recv.into()) > (timeout / 2).max(HEARTBEAT_EVERY * 3 / 2);
+    if info.tcpi_unacked > 0 || deaf {
+        format!(
+            "its host has acknowledged nothing for {:.1} s ({} packets unacknowledged, {} retransmissions): the network \
+             to it is down, or the host is gone",
+            info.tcpi_last_ack_recv as f64 / 1000.0,
+            info.tcpi_unacked,
+            info.tcpi_total_retrans
+        )
+    } else {
+        format!(
+            "its host still acknowledges our heartbeats (last {:.1} s ago), so the network is up: its process is stopped \
+             or starved",
+            info.tcpi_last_ack_recv as f64 / 1000.0
+        )
+    }
+}
+
+/// The peer at the other end of `s` is gone: its process exited or was killed (its kernel
+/// closed the link: our side waits to close), unless the connection itself was reset or
+/// destroyed (it is closed already: the error that said so was taken by an earlier call).
 fn dead(me: usize, s: &Side, observer: &impl Observer) -> Seen {
+    if tcp_info(&s.link).is_some_and(|i| i.tcpi_state == TCP_CLOSE) {
+        let text = format!(
+            "{}: its liveness link to rank {me} was reset or aborted without a goodbye (sockets destroyed on either \
+             host, or the connection reset on the way), not closed by an exiting process",
+            observer.describe(s.peer)
+        );
+        return Seen::Lost(Lost { rank: s.peer, text });
+    }
     let text = format!(
         "{} exited or was killed: its connection to rank {me} closed without a goodbye",
         observer.describe(s.peer)

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use super::addr::{resolve, split_host_port};
 use crate::debug::Subsys;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A parsed `NCCL_SOCKET_IFNAME`: `eth,ib` (prefixes), `^docker,lo` (all but these prefixes),
 /// `=eth0` (exact names), `^=eth0` (all but these names).
@@ -107,6 +107,27 @@ impl IfRule {
             .map(|t| pick(&t))
             .find(|v| !v.is_empty())
             .unwrap_or_default()
+    }
+
+    /// The error for a rule that selects nothing on this host: names the spec and the family and
+    /// lists every interface that is up (NCCL's own message names neither). `layer` begins it.
+    pub fn nothing_matches(&self, layer: &str, all: &[(String, IpAddr)]) -> Error {
+        let listing = if all.is_empty() {
+            "none".to_string()
+        } else {
+            all.iter().map(|(n, ip)| format!("{n} ({ip})")).collect::<Vec<_>>().join(", ")
+        };
+        let fam = match self.v6 {
+            None => String::new(),
+            Some(v6) => format!(" with NCCL_SOCKET_FAMILY={}", if v6 { "AF_INET6" } else { "AF_INET" }),
+        };
+        Error::InvalidUsage(match &self.spec {
+            Some(s) => format!(
+                "{layer}: NCCL_SOCKET_IFNAME={s} matches no usable interface{fam}. Interfaces that are up: {listing}. \
+                 Use a name prefix (eth), ^ to exclude (^docker,lo) or = for exact names (=eth0)"
+            ),
+            None => format!("{layer}: no usable network interface{fam}. Interfaces that are up: {listing}"),
+        })
     }
 
     /// How this rule chooses, for tools: "NCCL_SOCKET_IFNAME=eth0 selects them", or the
@@ -223,24 +244,24 @@ pub fn interface_nets() -> Vec<(String, IpAddr, u8)> {
 }
 
 /// The address this process's bootstrap listeners bind, chosen once per process ([`IfRule`]).
+/// A rule the user set (`NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`) that selects nothing is an
+/// error, as in NCCL: 127.0.0.1 in its place would send every other host to its own loopback.
 pub fn local_ip() -> Result<IpAddr> {
     static IP: OnceLock<Result<IpAddr>> = OnceLock::new();
     IP.get_or_init(|| {
         let rule = IfRule::from_env()?;
-        Ok(match rule.select(&interfaces()).first() {
+        let all = interfaces();
+        match rule.select(&all).first() {
             Some((name, ip)) => {
                 crate::nccl_info!(Subsys::BOOTSTRAP, "Bootstrap: using interface {name} ({ip})");
-                *ip
+                Ok(*ip)
             }
+            None if rule.spec.is_some() || rule.v6.is_some() => Err(rule.nothing_matches("Bootstrap", &all)),
             None => {
-                let why = match &rule.spec {
-                    Some(s) => format!("NCCL_SOCKET_IFNAME={s} matches no interface that is up"),
-                    None => "no usable interface found".into(),
-                };
-                crate::nccl_info!(Subsys::BOOTSTRAP, "Bootstrap: {why}; falling back to 127.0.0.1");
-                Ipv4Addr::LOCALHOST.into()
+                crate::nccl_info!(Subsys::BOOTSTRAP, "Bootstrap: no usable interface found; falling back to 127.0.0.1");
+                Ok(Ipv4Addr::LOCALHOST.into())
             }
-        })
+        }
     })
     .clone()
 }

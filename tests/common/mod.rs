@@ -148,3 +148,30 @@ pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
     };
     Output { status, stdout: out.join().expect("stdout reader"), stderr: err.join().expect("stderr reader") }
 }
+
+/// Hosts of network and UTS namespaces for the cross-host tests (tests/hosts.rs).
+pub mod hosts;
+
+/// A fault-injecting TCP relay (delay, stall, cut one stream) for the net tests (tests/net_relay.rs).
+pub mod relay;
+
+/// Drives a net's connect and accept to the end (both sides in this thread): the comm pair.
+pub fn finish_connect(
+    mut conn: Box<dyn nccl::transport::net::Connecting>,
+    listener: &mut dyn nccl::transport::net::Listener,
+    within: std::time::Duration,
+) -> (Box<dyn nccl::transport::net::SendComm>, Box<dyn nccl::transport::net::RecvComm>) {
+    let (mut s, mut r) = (None, None);
+    let until = std::time::Instant::now() + within;
+    while s.is_none() || r.is_none() {
+        assert!(std::time::Instant::now() < until, "connect/accept did not complete within {within:?}");
+        if s.is_none() {
+            s = conn.poll().unwrap();
+        }
+        if r.is_none() {
+            r = listener.accept().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    (s.unwrap(), r.unwrap())
+}

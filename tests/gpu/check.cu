@@ -27,6 +27,8 @@
 #include "common.cuh"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
 #include <strings.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -96,12 +98,13 @@ struct Opts {
   int maxPrint = 5;
   bool dryRun = false;
   int hosts = 0;  // procs mode: split the ranks into this many "hosts" (NCCL_HOSTID per child)
+  bool uts = false;  // with --hosts: a host is a host name (a UTS namespace per child), no NCCL_HOSTID
 };
 static Opts g;
 
 static void usage() {
   printf(
-      "usage: check [--mode threads|procs|mpi] [--devs 0,1,...] [--hosts H (procs)] [--quick] [--seed N]\n"
+      "usage: check [--mode threads|procs|mpi] [--devs 0,1,...] [--hosts H [--uts] (procs)] [--quick] [--seed N]\n"
       "             [--counts a,b,c] [--large-bytes N (0=off)] [--colls AllReduce,Reduce,...]\n"
       "             [--dtypes float32,int8,...] [--ops sum,prod,max,min,avg,pmsH,pmsD]\n"
       "             [--roots all|ends] [--no-unaligned] [--failures-only] [--dry-run (list case counts)]\n"
@@ -146,6 +149,7 @@ static void parseArgs(int argc, char** argv) {
     else if (a == "--devs") { g.devs.clear(); for (auto& s : splitList(need())) g.devs.push_back(atoi(s.c_str())); }
     else if (a == "--quick") g.quick = true;
     else if (a == "--hosts") g.hosts = atoi(need());
+    else if (a == "--uts") g.uts = true;
     else if (a == "--seed") g.seed = strtoull(need(), 0, 0);
     else if (a == "--counts") { g.counts.clear(); for (auto& s : splitList(need())) g.counts.push_back(parseSize(s)); }
     else if (a == "--large-bytes") { g.largeBytes = parseSize(need()); g.largeSet = true; }
@@ -1168,13 +1172,15 @@ int main(int argc, char** argv) {
     if (g.devs.empty()) { fprintf(stderr, "--mode procs needs --devs (no CUDA call is allowed before fork)\n"); return 2; }
     if (g.hosts < 0 || g.hosts > (int)g.devs.size()) { fprintf(stderr, "--hosts %d: 1 to %d\n", g.hosts, (int)g.devs.size()); return 2; }
     if (g.hosts > 0 && getenv("NCCL_HOSTID")) { fprintf(stderr, "--hosts sets NCCL_HOSTID per child: unset it\n"); return 2; }
+    if (g.uts && g.hosts <= 0) { fprintf(stderr, "--uts needs --hosts\n"); return 2; }
     C.nranks = (int)g.devs.size();
     C.devs = g.devs;
     // Unique ids first, before any CUDA call: id 0 for the main communicator, 1..N for --leak.
     int nids = 1 + (g.tLeak ? g.leakIters : 0);
     C.ids.resize(nids);
     for (int i = 0; i < nids; i++) NCCLCHECK(ncclGetUniqueId(&C.ids[i]));
-    printf("# check: mode procs, %d ranks (one process each)%s\n", C.nranks, g.hosts > 0 ? ", split into hosts by NCCL_HOSTID" : "");
+    printf("# check: mode procs, %d ranks (one process each)%s\n", C.nranks,
+           g.hosts > 0 ? (g.uts ? ", split into hosts by host name (a UTS namespace each)" : ", split into hosts by NCCL_HOSTID") : "");
     fflush(stdout);
     fflush(stderr);
     std::vector<pid_t> pids(C.nranks, -1);
@@ -1194,7 +1200,13 @@ int main(int argc, char** argv) {
           // the parent only made unique ids).
           char h[32];
           snprintf(h, sizeof h, "fnhost%d", r * g.hosts / C.nranks);
-          setenv("NCCL_HOSTID", h, 1);
+          if (!g.uts) {
+            setenv("NCCL_HOSTID", h, 1);
+          } else if (unshare(CLONE_NEWUTS) != 0 || sethostname(h, strlen(h)) != 0) {
+            // As production tells hosts apart: host name and boot id (needs CAP_SYS_ADMIN).
+            fprintf(stderr, "r%d: cannot take host name %s in a UTS namespace of its own: %s\n", r, h, strerror(errno));
+            _exit(3);
+          }
         }
         return finish(runTests());
       }

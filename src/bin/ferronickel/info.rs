@@ -155,7 +155,10 @@ fn interfaces_section(text: &mut String) -> Value {
     }
     match &first {
         Some(f) => writeln!(text, "  listeners bind {f}").unwrap(),
-        None => writeln!(text, "  nothing matches: listeners fall back to 127.0.0.1").unwrap(),
+        None => match iface::local_ip() {
+            Ok(ip) => writeln!(text, "  nothing matches: listeners fall back to {ip}").unwrap(),
+            Err(e) => writeln!(text, "  nothing matches: init fails ({e})").unwrap(),
+        },
     }
     json!({
         "socket_ifname": spec,

@@ -8,13 +8,14 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
 use super::super::{MemHandle, PtrKind, Request, MAX_REQUESTS};
 use super::nonblock::{poll_fds, recv_some, send_some};
 use super::wire::{chunk_header, chunks};
-use super::{HDR_BYTES, HELPER_NAP, HELPER_SLICE};
+use super::{tcp_timeout_ms, HDR_BYTES, HELPER_NAP, HELPER_SLICE};
 use crate::error::{Error, Result};
 
 /// A chunk for a helper thread: header first, then the payload, to or from the caller's memory.
@@ -75,6 +76,9 @@ impl Conn {
         send: bool,
     ) -> Result<Conn> {
         ctrl.set_nonblocking(true)?;
+        for s in std::iter::once(&ctrl).chain(&data) {
+            bound_silence(s)?;
+        }
         let nsocks = data.len();
         let shared = Arc::new(Shared {
             peer,
@@ -153,6 +157,38 @@ impl Drop for Conn {
     }
 }
 
+/// Bounds how long the peer's host may stay silent at the TCP level ([`tcp_timeout_ms`]):
+/// TCP_USER_TIMEOUT for data in flight, keepalive probes for an idle socket (a receiver waiting
+/// for a dead host has nothing in flight). Zero-window probes the peer answers do not count as
+/// silence (Linux 5.11 and later), so a peer that is slow to read is not cut.
+fn bound_silence(s: &TcpStream) -> io::Result<()> {
+    let ms = tcp_timeout_ms();
+    if ms <= 0 {
+        return Ok(());
+    }
+    let sock = socket2::SockRef::from(s);
+    let probe = Duration::from_millis(ms as u64 / 3).max(Duration::from_secs(1));
+    sock.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(probe).with_interval(probe).with_retries(3))?;
+    sock.set_tcp_user_timeout(Some(Duration::from_millis(ms as u64)))
+}
+
+/// An I/O error on a connection with a peer, with what it means for the job.
+pub(super) fn explain(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ETIMEDOUT) => format!(
+            "{e}: its host acknowledged nothing for {} ms (FERRONICKEL_NET_TCP_TIMEOUT_MS): the network to it is down, \
+             or the host is gone",
+            tcp_timeout_ms()
+        ),
+        Some(libc::ECONNRESET) => format!(
+            "{e}: its host reset the connection (its process died with data unread, its sockets were destroyed, or \
+             the connection was reset on the way)"
+        ),
+        Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => format!("{e}: no route to it: the network to it is down"),
+        _ => e.to_string(),
+    }
+}
+
 /// A helper thread: moves the chunks queued on its sockets until the comm closes or fails.
 pub(super) fn helper(sh: Arc<Shared>, me: usize, socks: Vec<(usize, TcpStream)>) {
     let mut fds: Vec<libc::pollfd> = Vec::with_capacity(socks.len());
@@ -203,8 +239,10 @@ pub(super) fn step(sh: &Shared, sock: usize, fd: RawFd, t: &mut Task) -> std::re
     let mut moved = 0;
     let io_err = |e: io::Error, t: &Task| {
         format!(
-            "NET/Socket: connection with {peer} failed on data socket {sock} after {} of {} bytes of a chunk: {e}",
-            t.done, t.len
+            "NET/Socket: connection with {peer} failed on data socket {sock} after {} of {} bytes of a chunk: {}",
+            t.done,
+            t.len,
+            explain(&e)
         )
     };
     let eof = |t: &Task| {

@@ -38,6 +38,14 @@ crate::int_param!(
     nsocks_perthread, "NCCL_NSOCKS_PERTHREAD", 1
 );
 
+crate::int_param!(
+    /// FERRONICKEL_NET_TCP_TIMEOUT_MS: a connection whose peer's host acknowledges nothing for
+    /// this long (data in flight or, on an idle socket, keepalive probes unanswered: the network
+    /// to it is down, or the host is gone) fails with an error saying so; 0 leaves it to the
+    /// kernel (about 15 minutes). A slow peer whose host still acknowledges is never cut.
+    tcp_timeout_ms, "FERRONICKEL_NET_TCP_TIMEOUT_MS", 20000
+);
+
 /// At most this many data sockets per connection, as NCCL.
 pub const MAX_SOCKS: usize = 64;
 /// At most this many helper threads per connection, as NCCL.
@@ -79,7 +87,8 @@ mod wire;
 
 use connect::{Dialing, SocketConnecting};
 use listen::SocketListen;
-use wire::{decode_handle, encode_handle, Hello};
+pub use wire::{decode_handle, encode_handle};
+use wire::Hello;
 
 /// The devices of the Socket net: one address per interface, in NCCL's order of preference
 /// (the bootstrap's [`IfRule`]).
@@ -90,7 +99,6 @@ pub fn select_interfaces() -> Result<Vec<(String, IpAddr)>> {
 /// The pure part of [`select_interfaces`]: an empty result is an error that names the spec and
 /// lists every interface there is (NCCL says nothing there).
 pub fn pick_interfaces(rule: &IfRule, all: &[(String, IpAddr)]) -> Result<Vec<(String, IpAddr)>> {
-    let (spec, v6) = (rule.spec.as_deref(), rule.v6);
     let mut picked: Vec<(String, IpAddr)> = Vec::new();
     for (name, ip) in rule.select(all) {
         if picked.len() < MAX_IFS && !picked.iter().any(|(n, _)| *n == name) {
@@ -100,22 +108,7 @@ pub fn pick_interfaces(rule: &IfRule, all: &[(String, IpAddr)]) -> Result<Vec<(S
     if !picked.is_empty() {
         return Ok(picked);
     }
-    let listing = if all.is_empty() {
-        "none".to_string()
-    } else {
-        all.iter().map(|(n, ip)| format!("{n} ({ip})")).collect::<Vec<_>>().join(", ")
-    };
-    let fam = match v6 {
-        None => String::new(),
-        Some(v6) => format!(" with NCCL_SOCKET_FAMILY={}", if v6 { "AF_INET6" } else { "AF_INET" }),
-    };
-    Err(Error::InvalidUsage(match spec {
-        Some(s) => format!(
-            "NET/Socket: NCCL_SOCKET_IFNAME={s} matches no usable interface{fam}. Interfaces that are up: {listing}. \
-             Use a name prefix (eth), ^ to exclude (^docker,lo) or = for exact names (=eth0)"
-        ),
-        None => format!("NET/Socket: no usable network interface{fam}. Interfaces that are up: {listing}"),
-    }))
+    Err(rule.nothing_matches("NET/Socket", all))
 }
 
 fn link_speed_mbps(ifname: &str) -> i32 {

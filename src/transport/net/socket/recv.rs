@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::super::{check_recv, MemHandle, PtrKind, RecvBuf, RecvComm, Request, MAX_RECVS};
-use super::conn::{host_only, Conn, Slots};
+use super::conn::{explain, host_only, Conn, Slots};
 use super::nonblock::recv_some;
 use super::{HDR_BYTES, MIN_CHUNK};
 use crate::error::Result;
@@ -105,7 +105,7 @@ impl SocketRecv {
                         Ok(Some(n)) => inl.done += n,
                         Ok(None) => return Ok(()),
                         Err(e) => {
-                            return Err(self.conn.fail(format!("NET/Socket: lost the connection to {peer}: {e}")))
+                            return Err(self.conn.fail(format!("NET/Socket: lost the connection to {peer}: {}", explain(&e))))
                         }
                     }
                 }
@@ -124,7 +124,7 @@ impl SocketRecv {
                     }
                     Ok(Some(n)) => self.hdr_got += n,
                     Ok(None) => return Ok(()),
-                    Err(e) => return Err(self.conn.fail(format!("NET/Socket: lost the connection to {peer}: {e}"))),
+                    Err(e) => return Err(self.conn.fail(format!("NET/Socket: lost the connection to {peer}: {}", explain(&e)))),
                 }
             }
             self.hdr_got = 0;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::super::{MemHandle, PtrKind, Request, SendComm};
-use super::conn::{host_only, Conn, Slots};
+use super::conn::{explain, host_only, Conn, Slots};
 use super::nonblock::send_iov;
 use super::wire::msg_header;
 use super::{HDR_BYTES, MIN_CHUNK};
@@ -56,7 +56,7 @@ impl SocketSend {
                 Err(e) => {
                     return Err(self
                         .conn
-                        .fail(format!("NET/Socket: lost the connection to {peer} (control socket): {e}")))
+                        .fail(format!("NET/Socket: lost the connection to {peer} (control socket): {}", explain(&e))))
                 }
             };
             while let Some(&i) = self.order.front() {

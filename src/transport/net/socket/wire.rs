@@ -7,7 +7,9 @@ use super::super::{Handle, HANDLE_BYTES};
 use super::{HANDLE_MAGIC, HDR_BYTES, HELLO_BYTES, HELLO_MAGIC, MAX_CHUNK, MAX_SOCKS, MAX_THREADS, MIN_CHUNK};
 use crate::error::{Error, Result};
 
-pub(super) fn encode_handle(nonce: u64, addr: SocketAddr) -> Handle {
+/// A handle for the listener `nonce` at `addr` (public so that a relay put between two ends, as
+/// in the fault tests, can hand out its own address).
+pub fn encode_handle(nonce: u64, addr: SocketAddr) -> Handle {
     let mut h = [0u8; HANDLE_BYTES];
     h[..8].copy_from_slice(HANDLE_MAGIC);
     h[8..16].copy_from_slice(&nonce.to_le_bytes());
@@ -25,7 +27,8 @@ pub(super) fn encode_handle(nonce: u64, addr: SocketAddr) -> Handle {
     h
 }
 
-pub(super) fn decode_handle(h: &Handle) -> Result<(u64, SocketAddr)> {
+/// The listener nonce and address a handle holds.
+pub fn decode_handle(h: &Handle) -> Result<(u64, SocketAddr)> {
     if &h[..8] != HANDLE_MAGIC {
         return Err(Error::InvalidArgument("connect: the handle is not one the Socket net's listen made".into()));
     }
