@@ -294,6 +294,31 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
   else
     skip exit_torch exit "no PyTorch"
   fi
+  # NVIDIA's nccl-tests, when its sources are given (NCCL_TESTS_SRC, e.g. a copy of
+  # github.com/NVIDIA/nccl-tests): all_reduce_perf in parallel-init mode (-p 1), where it never
+  # destroys its communicators and returns from main after MPI_Finalize, as many training scripts
+  # end. Built against NVIDIA's headers and linked with ours, 2 MPI ranks on GPU 0, 5 runs: every
+  # run must exit 0 with every size correct (#wrong 0) and nothing printing a WARN or a panic.
+  if [ -n "${NCCL_TESTS_SRC:-}" ] && [ $HAVE_MPI = 1 ]; then
+    step nccl_tests_p1 exit 240 bash -c 'set -e; src=$1 b=$2 ref=$3 lib=$4 arch=$5
+      mkdir -p "$b/home/lib"; ln -sfn "$ref/include" "$b/home/include"
+      ln -sf "$lib" "$b/home/lib/libnccl.so"; ln -sf "$lib" "$b/home/lib/libnccl.so.2"
+      make -s -j16 -C "$src/src" MPI=1 MPI_HOME="$(dirname "$(dirname "$(command -v mpicc)")")" \
+        NCCL_HOME="$b/home" CUDA_HOME="$6" BUILDDIR="$b/bin" \
+        NVCC_GENCODE="-gencode=arch=compute_${arch#sm_},code=$arch" "$b/bin/all_reduce_perf" >/dev/null
+      fails=0
+      for i in 1 2 3 4 5; do
+        rc=0; LD_LIBRARY_PATH="$b/home/lib:${LD_LIBRARY_PATH:-}" mpirun --allow-run-as-root -np 2 \
+          -x LD_LIBRARY_PATH -x NCCL_DEBUG=WARN "$b/bin/all_reduce_perf" -b 8 -e 1M -f 8 -g 1 -c 1 -p 1 >"$b/run$i.txt" 2>&1 || rc=$?
+        wrong=$(awk "/Out of bounds values/{print \$(NF-1)}" "$b/run$i.txt"); w=$(grep -cE "NCCL WARN|panicked" "$b/run$i.txt" || true)
+        echo "run $i: rc $rc, out of bounds ${wrong:-?}, $w WARN/panic lines"; cat "$b/run$i.txt"
+        [ $rc = 0 ] && [ "${wrong:-x}" = 0 ] && [ "$w" = 0 ] || fails=$((fails + 1))
+      done
+      echo "exit: nccl-tests -p 1, $fails of 5 runs failed"; [ $fails = 0 ]' _ \
+      "$NCCL_TESTS_SRC" "$BUILD/nccl-tests" "$REF" "$OURLIB" "$ARCH" "$CUDA"
+  else
+    skip nccl_tests_p1 exit "NCCL_TESTS_SRC not set or no MPI"
+  fi
 fi
 # examples
 if [ "$NG" -ge 1 ]; then
