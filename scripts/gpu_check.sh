@@ -299,11 +299,15 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
   # destroys its communicators and returns from main after MPI_Finalize, as many training scripts
   # end. Built against NVIDIA's headers and linked with ours, 2 MPI ranks on GPU 0, 5 runs: every
   # run must exit 0 with every size correct (#wrong 0) and nothing printing a WARN or a panic.
+  # NVIDIA's 2.28.9 headers as setup-deps.sh extracts them (with nccl_device.h), else the NCCL's.
+  REFINC=$REF/include; [ -f .deps/nvidia-nccl/include/nccl_device.h ] && REFINC=$ROOT/.deps/nvidia-nccl/include
   if [ -n "${NCCL_TESTS_SRC:-}" ] && [ $HAVE_MPI = 1 ]; then
     step nccl_tests_p1 exit 240 bash -c 'set -e; src=$1 b=$2 ref=$3 lib=$4 arch=$5
-      mkdir -p "$b/home/lib"; ln -sfn "$ref/include" "$b/home/include"
+      mkdir -p "$b/home/lib"; ln -sfn "$ref" "$b/home/include"
       ln -sf "$lib" "$b/home/lib/libnccl.so"; ln -sf "$lib" "$b/home/lib/libnccl.so.2"
-      make -s -j16 -C "$src/src" MPI=1 MPI_HOME="$(dirname "$(dirname "$(command -v mpicc)")")" \
+      mkdir -p "$b/mpi"; set -- "$@" $(mpicc --showme:incdirs) $(mpicc --showme:libdirs)
+      ln -sfn "$7" "$b/mpi/include"; ln -sfn "${@: -1}" "$b/mpi/lib"
+      make -s -j16 -C "$src/src" MPI=1 MPI_HOME="$b/mpi" \
         NCCL_HOME="$b/home" CUDA_HOME="$6" BUILDDIR="$b/bin" \
         NVCC_GENCODE="-gencode=arch=compute_${arch#sm_},code=$arch" "$b/bin/all_reduce_perf" >/dev/null
       fails=0
@@ -315,7 +319,7 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
         [ $rc = 0 ] && [ "${wrong:-x}" = 0 ] && [ "$w" = 0 ] || fails=$((fails + 1))
       done
       echo "exit: nccl-tests -p 1, $fails of 5 runs failed"; [ $fails = 0 ]' _ \
-      "$NCCL_TESTS_SRC" "$BUILD/nccl-tests" "$REF" "$OURLIB" "$ARCH" "$CUDA"
+      "$NCCL_TESTS_SRC" "$BUILD/nccl-tests" "$REFINC" "$OURLIB" "$ARCH" "$CUDA"
   else
     skip nccl_tests_p1 exit "NCCL_TESTS_SRC not set or no MPI"
   fi

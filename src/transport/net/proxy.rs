@@ -48,6 +48,9 @@ const LONG_IDLE: Duration = Duration::from_millis(200);
 const GOODBYE: u32 = u32::MAX;
 /// How long closing connections waits for their goodbyes to go out, in all.
 const GOODBYE_WAIT: Duration = Duration::from_millis(500);
+/// How long closing connections waits, before its goodbyes, for steps the kernel has handed over
+/// to go out (a FIFO's worth of data at most).
+const DRAIN_WAIT: Duration = Duration::from_secs(1);
 
 /// Offsets in one connection's host block: the counters on their own 128-byte lines, then the
 /// sender's staging FIFOs, then the receiver's FIFOs (each: LL128, LL, Simple).
@@ -455,7 +458,7 @@ impl Entry {
     }
 }
 
-/// Closes connections taken out of the proxy ([`Proxy::remove`]): says goodbye on each, so the
+/// Closes connections taken out of the proxy ([`Proxy::remove`]): sends what is left to send, says goodbye on each, so the
 /// peers see a close and not a failure, and waits at most [`GOODBYE_WAIT`] in all for the words
 /// to go out and for the peers' answers to land in the receives we have posted, so that every
 /// request is complete when the comms close (a strict net plugin warns about, or leaks, requests
@@ -467,6 +470,14 @@ pub fn close(mut entries: Vec<Entry>) {
 /// Says goodbye on every connection and waits for the answers, as [`close`] does, without
 /// freeing anything: the connections stay with their owner.
 fn part(entries: &mut [Entry]) {
+    // Steps the kernel has already handed over go out first: a rank whose last collective has
+    // completed on its GPU may still owe its peers the data of that collective's final steps.
+    let end = Instant::now() + DRAIN_WAIT;
+    while Instant::now() < end && entries.iter().any(|e| !e.failed && !e.recv.peer_closed && e.send.busy(&e.block)) {
+        if !entries.iter_mut().fold(false, |moved, e| e.progress().0 | moved) {
+            std::thread::yield_now();
+        }
+    }
     for e in entries.iter_mut() {
         e.say_goodbye();
     }
