@@ -434,10 +434,10 @@ fn consult(
 /// (NET). The rest is zero; what a plugin writes there is not read back (docs/PLUGINS.md).
 pub fn plugin_constants() -> ncclTunerConstants_v5_t {
     let mut c = ncclTunerConstants_v5_t::default();
-    for p in 0..3 {
-        for (hw, hop) in
-            [(NCCL_HW_NVLINK, COST[p].hop_us), (NCCL_HW_PCI, SHM_COST.hop_us[p]), (NCCL_HW_NET, NET_COST.hop_us[p])]
-        {
+    for (p, cost) in COST.iter().enumerate() {
+        let hops =
+            [(NCCL_HW_NVLINK, cost.hop_us), (NCCL_HW_PCI, SHM_COST.hop_us[p]), (NCCL_HW_NET, NET_COST.hop_us[p])];
+        for (hw, hop) in hops {
             for algo in [NCCL_ALGO_RING, NCCL_ALGO_TREE] {
                 c.hwLatencies[hw as usize][algo as usize][p] = hop;
             }

@@ -304,7 +304,7 @@ impl Profiler {
             );
             return None;
         }
-        let p = Profiler { lib, ctx, mask, rank: rank as i32, comm_hash: info.comm_hash, name };
+        let p = Profiler { lib, ctx, mask, rank, comm_hash: info.comm_hash, name };
         crate::nccl_info!(Subsys::INIT | Subsys::PROFILE, "PROFILER/Plugin: rank {rank}: {p:?}");
         Some(Arc::new(p))
     }
