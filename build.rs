@@ -1,7 +1,7 @@
 //! Build script: generates the kernel translation units and the host's kernel table from one
 //! list, compiles the units with nvcc 13.0 in parallel into fatbins embedded in the library, binds
-//! `kernels/device_abi.h` and the net plugin ABI (`src/transport/net/net_plugin_abi.h`) into Rust
-//! with bindgen, and gives the cdylib NCCL's SONAME.
+//! `kernels/device_abi.h`, the net plugin ABI (`src/transport/net/net_plugin_abi.h`) and the tuner and
+//! profiler plugin ABI (`src/plugin/plugin_abi.h`) into Rust with bindgen, and gives the cdylib NCCL's SONAME.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -142,6 +142,7 @@ fn main() {
     write_kernel_table(&out, &units, &fatbins, &gencode);
     bind_device_abi(&kernels, &out);
     bind_net_plugin_abi(&manifest.join("src/transport/net/net_plugin_abi.h"), &out);
+    bind_plugin_abi(&manifest.join("src/plugin/plugin_abi.h"), &out);
 
     // The loader matches `NEEDED libnccl.so.2` (PyTorch, nccl-tests) against this SONAME.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libnccl.so.2");
@@ -613,6 +614,24 @@ fn bind_net_plugin_abi(header: &Path, out: &Path) {
             panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
         });
     bindings.write_to_file(out.join("net_plugin_abi.rs")).unwrap();
+}
+
+/// The tuner and profiler plugin ABIs (`src/plugin/plugin_abi.h`), bound as the net plugin's.
+fn bind_plugin_abi(header: &Path, out: &Path) {
+    println!("cargo:rerun-if-changed={}", header.display());
+    let bindings = bindgen::Builder::default()
+        .header(header.to_string_lossy())
+        .allowlist_type("ncclTuner.*|ncclNvlDomainInfo.*|ncclProfiler.*|ncclFunc_t|ncclDebugLogger_t|ncclResult_t")
+        .allowlist_var("NCCL_(ALGO|PROTO|NUM|HW)_.*|ncclProfile.*")
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .layout_tests(true)
+        .generate()
+        .unwrap_or_else(|e| {
+            panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
+        });
+    bindings.write_to_file(out.join("plugin_abi.rs")).unwrap();
 }
 
 /// `target/<profile>/libnccl.so.2` pointing at the cdylib, the name loaders and LD_PRELOAD use.

@@ -393,6 +393,7 @@ fn transport() {
                     fault: Arc::new(|m| panic!("NET fault: {m}")),
                     timeout: limit,
                     net: net::NetConfig::default(),
+                    profiler: None,
                 };
                 let t = NetTransport::connect(&bs, &[(1 - r, 0), (1 - r, 1)], &setup, &HostBlock::plain).unwrap();
                 bs.barrier().unwrap();

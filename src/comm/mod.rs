@@ -5,6 +5,7 @@
 
 pub mod init;
 pub mod launch;
+mod profile;
 pub mod registry;
 mod watch;
 
@@ -16,6 +17,8 @@ use crate::bootstrap::liveness::Watcher;
 use crate::bootstrap::Bootstrap;
 use crate::cuda::{Context, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
+use crate::plugin::profiler::Profiler;
+use crate::plugin::tuner::Session as TunerSession;
 use crate::task::{CommShape, DevOp, Link};
 use crate::topo::tree::TreeShape;
 use crate::transport::conn_plan::ConnPlan;
@@ -25,7 +28,7 @@ use crate::types::ncclDataType_t;
 use launch::LaunchState;
 use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use watch::{News, Ops};
@@ -113,6 +116,11 @@ pub struct Comm {
     /// exercise argument checking.
     gpu: Option<Gpu>,
     leak: AtomicBool,
+    /// This communicator's contexts of the tuner and profiler plugins (docs/PLUGINS.md).
+    pub tuner_plugin: Option<Arc<TunerSession>>,
+    pub profiler: Option<Arc<Profiler>>,
+    /// Collectives issued so far, by NCCL's `ncclFunc_t`: the profiler's sequence numbers.
+    pub coll_seq: [AtomicU64; 5],
 }
 
 /// A communicator's context, device resources and launch ordering.
@@ -153,6 +161,9 @@ impl Comm {
             ops: Arc::new(Ops::default()),
             gpu: None,
             leak: AtomicBool::new(false),
+            tuner_plugin: None,
+            profiler: None,
+            coll_seq: Default::default(),
         }
     }
 
@@ -245,6 +256,7 @@ impl Comm {
             all_pairs_channels: self.conns.all_pairs_channels(),
             tree: self.tree,
             link: self.link,
+            tuner: self.tuner_plugin.clone(),
         }
     }
 

@@ -109,6 +109,7 @@ fn setup(names: &[&str], faults: &Faults) -> Setup {
         fault: Arc::new(move |m| f.lock().push(m)),
         timeout: LIMIT,
         net: NetConfig::default(),
+        profiler: None,
     }
 }
 
