@@ -41,6 +41,7 @@ if [ -z "$nvinc" ]; then
 fi
 [ -f "$nvinc/nccl_device.h" ] || die "$nvinc has no nccl_device.h (NVIDIA's headers; see --nvidia-include)"
 [ -f "$root/include/nccl_device.h" ] || die "$root/include/nccl_device.h is missing"
+echo "build_device_example: NVIDIA's headers $nvinc ($(sed -n 's/^#define NCCL_VERSION_CODE //p' "$nvinc/nccl.h"))"
 lib="$root/target/release"
 if [ $compile_only = 0 ]; then
   [ -f "$lib/libnccl.so" ] || die "$lib/libnccl.so is missing (cargo build --release)"

@@ -4,7 +4,7 @@
  * A window (ncclWindow_t, registered with ncclCommWindowRegister and NCCL_WIN_COLL_SYMMETRIC) has
  * the same size on every rank. Its device record (struct ncclWindow_vidmem, nccl_device/core.h)
  * maps all the LSA team's buffers flat: byte `offset` of LSA rank p's buffer is at
- * lsaFlatBase + p * stride4G * 4 GiB + offset (docs/ARCHITECTURE.md, "The device API").
+ * lsaFlatBase + p * stride4G * 4 GiB + offset (README.md, "The device API").
  *
  * Multimem (NVLink SHARP multicast) is not provided by ferronickel: ncclDevCommCreate refuses
  * lsaMultimem and multimem team requirements, so no ncclMultimemHandle it hands out has a base.

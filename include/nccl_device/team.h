@@ -2,8 +2,7 @@
  * ferronickel: teams of NCCL 2.28.9's device API. A team (struct ncclTeam, nccl_device/core.h) is
  * an arithmetic progression of world ranks seen from one member: team rank r is world rank
  * myWorldRank + (r - team.rank) * team.stride. The world team has stride 1; the LSA team is the
- * ranks whose memory this GPU can load and store (consecutive world ranks, docs/ARCHITECTURE.md,
- * "The device API"); the rail team is the ranks with the same LSA rank, one per LSA team.
+ * ranks whose memory this GPU can load and store (consecutive world ranks); the rail team is the ranks with the same LSA rank, one per LSA team.
  */
 #ifndef NCCL_DEVICE_TEAM_H_
 #define NCCL_DEVICE_TEAM_H_
