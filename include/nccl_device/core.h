@@ -1,7 +1,7 @@
 /*
  * ferronickel: the types of NCCL 2.28.9's device API that host and device share, and the host
  * functions that create them. This header is their one definition: the library binds it with
- * bindgen (build.rs), the device headers (nccl_device.h, nccl_device/*.h) include it, and a layout
+ * bindgen (build.rs), the device headers (nccl_device.h and the headers under nccl_device/) include it, and a layout
  * test checks every size and offset against NCCL's (docs/ARCHITECTURE.md, "Windows and the device
  * communicator").
  */
