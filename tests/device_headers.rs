@@ -26,15 +26,7 @@ fn ok(cmd: &mut Command) -> String {
 /// nvcc -c for sm_90 with every warning an error.
 fn nvcc_compiles(src: &Path, include: &Path, obj: &Path) {
     ok(Command::new(nvcc())
-        .args([
-            "-c",
-            "-std=c++17",
-            "-arch=sm_90",
-            "-Werror",
-            "all-warnings",
-            "-Xcompiler",
-            "-Wall,-Werror,-Wno-comment",
-        ])
+        .args(["-c", "-std=c++17", "-arch=sm_90", "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Werror"])
         .arg("-I")
         .arg(include)
         .arg(src)
@@ -55,7 +47,7 @@ fn team_algebra_and_sym_ptr_match_nvidias_on_the_host() {
     let run = |include: &Path, name: &str| -> String {
         let exe = dir.join(name);
         ok(Command::new("c++")
-            .args(["-std=c++17", "-Wall", "-Werror", "-Wno-comment"])
+            .args(["-std=c++17", "-Wall", "-Werror"])
             .arg("-I")
             .arg(include)
             .arg("-I")
@@ -109,7 +101,7 @@ fn host_half_compiles_as_c() {
     )
     .unwrap();
     ok(Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-Wno-comment", "-c"])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-c"])
         .arg("-I")
         .arg(our_include())
         .arg("-I")

@@ -171,7 +171,7 @@ fn device_api_headers_build_against_the_install() {
     .unwrap();
     run_ok_within(
         Command::new("c++")
-            .args(["-std=c++17", "-Wall", "-Werror", "-Wno-comment", "-c"])
+            .args(["-std=c++17", "-Wall", "-Werror", "-c"])
             .arg("-I")
             .arg(&include)
             .arg("-I")
