@@ -341,6 +341,8 @@ fn compile_kernels(kernels: &Path, out: &Path, units: &[Unit], gencode: &[String
     // A directory: cargo reruns us when any file in it changes, is added or removed.
     println!("cargo:rerun-if-changed={}", kernels.display());
     let nvcc = find_nvcc().unwrap_or_else(|| panic!("{NVCC_HELP}"));
+    // The tests that compile CUDA against the device headers use the same compiler.
+    println!("cargo:rustc-env=FERRONICKEL_NVCC={}", nvcc.display());
     let src_dir = out.join("kernels");
     std::fs::create_dir_all(&src_dir).unwrap();
     let sources: Vec<(PathBuf, String)> = units

@@ -9,7 +9,7 @@
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
 #   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
-#                      shm,net,tree,mpi,graph,leak,watchdog,faults,exit,examples,torch,bench   (e.g. --only check,graph)
+#                      shm,net,tree,mpi,graph,leak,watchdog,faults,exit,examples,device,torch,bench   (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
 #   --bench-only       build + the A/B benchmark only
@@ -115,7 +115,7 @@ step() {
   local res=PASS
   case $rc in 0) ;; 124|137) res=TIMEOUT ;; *) res="FAIL($rc)" ;; esac
   local det
-  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|EXIT_LIVE:|exit:|TORCH EXIT:|single_process:|mpi_per_gpu:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|EXIT_LIVE:|exit:|TORCH EXIT:|single_process:|mpi_per_gpu:|device_allreduce:|build_device_example:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
   record "$name" "$res" "$dt" "$det"
   echo "gpu_check:   -> $res in ${dt}s ${det}"
 }
@@ -334,6 +334,25 @@ if [ "$NG" -ge 1 ]; then
   else
     skip example_mpi examples "no mpicc/mpirun"
   fi
+fi
+# The device API (README.md, "The device API"): examples/device_allreduce, an LSA all-reduce kernel
+# with LSA barriers, built against our headers (_ours) and NVIDIA's 2.28.9 headers (_nvhdr), both
+# linked with our library; run as 2 and 4 ranks on GPU 0, as processes and as threads, each rank
+# checking every element. Then the build against our headers on NVIDIA's library, 1 rank (NVIDIA's
+# refuses several ranks on one GPU).
+if [ "$NG" -ge 1 ]; then
+  NVDEV=$ROOT/.deps/nvidia-nccl/include; [ -f "$NVDEV/nccl_device.h" ] || NVDEV=$REF/include
+  step device_build device 300 env NVCC="$NVCC" bash scripts/build_device_example.sh --out "$BUILD" --arch "$ARCH" \
+    --nvidia-include "$NVDEV"
+  if [ "$LIB" = ours ]; then
+    for V in ours nvhdr; do
+      for N in 2 4; do
+        step device_${V}_procs_$N device 120 "$BUILD/device_allreduce_$V" --procs $N --dev 0
+        step device_${V}_threads_$N device 120 "$BUILD/device_allreduce_$V" --threads $N --dev 0
+      done
+    done
+  fi
+  step device_ours_on_nccl_1 device 120 env LD_LIBRARY_PATH="$REF/lib" "$BUILD/device_allreduce_ours" --procs 1 --dev 0
 fi
 # several ranks on one GPU (ours only)
 if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
