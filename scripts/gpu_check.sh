@@ -300,12 +300,14 @@ fi
 # Symmetric windows and device communicators (tests/gpu/windows.cu): 2 and 4 processes on GPU 0
 # write each other's windows through the flat mapping, re-register, see every refusal, and signal
 # LSA barriers through a device communicator's resource window; then 2 non-dumpable processes,
-# whose descriptors travel over a Unix socket where pidfd_getfd is refused. Then PyTorch's
+# whose descriptors travel over a Unix socket where pidfd_getfd is refused; then P2P disabled,
+# where each rank is an LSA team of its own and GIN barriers are refused. Then PyTorch's
 # symmetric memory on the NCCL backend, 2 ranks on GPU 0 (tests/torch/symm_mem.py).
 if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
   step windows_2 windows 90 "$BUILD/windows" --procs 2
   step windows_4 windows 120 "$BUILD/windows" --procs 4
   step windows_undumpable_2 windows 90 "$BUILD/windows" --procs 2 --undumpable
+  step windows_nop2p_2 windows 90 env NCCL_P2P_DISABLE=1 "$BUILD/windows" --procs 2
   TORCH_PY=/opt/torch/.venv/bin/python; [ -x "$TORCH_PY" ] || TORCH_PY=python3
   if "$TORCH_PY" -c 'import torch.distributed._symmetric_memory' >/dev/null 2>&1; then
     step windows_torch_symm windows 180 env LD_PRELOAD="$OURLIB" "$TORCH_PY" tests/torch/symm_mem.py --ranks 2

@@ -406,13 +406,6 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
             ),
             dev_comm_case(
                 comm,
-                "DevCommCreate railGinBarrierCount",
-                ncclInvalidUsage,
-                "reqs->railGinBarrierCount 1 asks for GIN",
-                |r| r.railGinBarrierCount = 1,
-            ),
-            dev_comm_case(
-                comm,
                 "DevCommCreate lsaMultimem",
                 ncclInvalidUsage,
                 "reqs->lsaMultimem asks for multimem",

@@ -10,6 +10,7 @@ use crate::abi::device_api::{
 use crate::comm::window::dev_comm::lsa_barrier_bytes;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
+use crate::topo::Lsa;
 use crate::types::{ncclComm_t, ncclResult_t};
 use std::ffi::c_int;
 
@@ -92,6 +93,44 @@ unsafe fn check_teams(c: &Comm, mut p: *mut ncclTeamRequirements) -> Result<()> 
     Ok(())
 }
 
+/// The requirements' counts, checked, and the LSA barriers they ask for. GIN and multimem are
+/// refused; the GIN barriers of a rail team that is this rank alone (one LSA team holds the whole
+/// communicator) have nothing to cross the network for and are accepted, as NCCL accepts them
+/// without GIN, their handles left zero: PyTorch's symmetric memory asks for them on one host.
+fn check_requirements(r: &ncclDevCommRequirements, lsa: Lsa, nranks: usize) -> Result<usize> {
+    if r.ginForceEnable {
+        refuse_gin("reqs->ginForceEnable")?;
+    }
+    for (v, what) in [(r.ginSignalCount, "ginSignalCount"), (r.ginCounterCount, "ginCounterCount")] {
+        if count_arg(v, what)? > 0 {
+            refuse_gin(&format!("reqs->{what} {v}"))?;
+        }
+    }
+    if r.lsaMultimem {
+        refuse_multimem("reqs->lsaMultimem")?;
+    }
+    if count_arg(r.lsaLLA2ABlockCount, "lsaLLA2ABlockCount")? > 0
+        || count_arg(r.lsaLLA2ASlotCount, "lsaLLA2ASlotCount")? > 0
+    {
+        not_yet("the LL all-to-all (reqs->lsaLLA2ABlockCount, lsaLLA2ASlotCount)")?;
+    }
+    count_arg(r.ginContextCount, "ginContextCount")?;
+    let rail = count_arg(r.railGinBarrierCount, "railGinBarrierCount")?;
+    let barriers = count_arg(r.barrierCount, "barrierCount")?;
+    if lsa.size < nranks {
+        let teams = nranks / lsa.size;
+        if rail > 0 {
+            refuse_gin(&format!("reqs->railGinBarrierCount {rail} across {teams} LSA teams"))?;
+        }
+        if barriers > 0 {
+            refuse_gin(&format!(
+                "reqs->barrierCount {barriers} across {teams} LSA teams (the world barrier crosses them over the network)"
+            ))?;
+        }
+    }
+    Ok(count_arg(r.lsaBarrierCount, "lsaBarrierCount")?.max(barriers))
+}
+
 /// Creates a device communicator, collectively: its resource window holds every buffer of
 /// `reqs->resourceRequirementsList` and the LSA barriers; GIN and multimem are refused.
 #[no_mangle]
@@ -105,36 +144,9 @@ pub unsafe extern "C" fn ncclDevCommCreate(
         non_null(reqs, "reqs")?;
         non_null(outDevComm, "outDevComm")?;
         // SAFETY: checked non-NULL; the caller passes a readable requirements struct.
+        let lsa_barriers = check_requirements(unsafe { &*reqs }, c.lsa, c.nranks)?;
+        // SAFETY: as above.
         let r = unsafe { &*reqs };
-        if r.ginForceEnable {
-            refuse_gin("reqs->ginForceEnable")?;
-        }
-        for (v, what) in [
-            (r.ginSignalCount, "ginSignalCount"),
-            (r.ginCounterCount, "ginCounterCount"),
-            (r.railGinBarrierCount, "railGinBarrierCount"),
-        ] {
-            if count_arg(v, what)? > 0 {
-                refuse_gin(&format!("reqs->{what} {v}"))?;
-            }
-        }
-        if r.lsaMultimem {
-            refuse_multimem("reqs->lsaMultimem")?;
-        }
-        if count_arg(r.lsaLLA2ABlockCount, "lsaLLA2ABlockCount")? > 0
-            || count_arg(r.lsaLLA2ASlotCount, "lsaLLA2ASlotCount")? > 0
-        {
-            return not_yet("the LL all-to-all (reqs->lsaLLA2ABlockCount, lsaLLA2ASlotCount)");
-        }
-        count_arg(r.ginContextCount, "ginContextCount")?;
-        let barriers = count_arg(r.barrierCount, "barrierCount")?;
-        if barriers > 0 && c.lsa.size < c.nranks {
-            refuse_gin(&format!(
-                "reqs->barrierCount {barriers} across {} LSA teams (the world barrier crosses them over the network)",
-                c.nranks / c.lsa.size
-            ))?;
-        }
-        let lsa_barriers = count_arg(r.lsaBarrierCount, "lsaBarrierCount")?.max(barriers);
         // SAFETY: the lists are the caller's, readable by the API's contract.
         let bufs = unsafe { resource_list(r.resourceRequirementsList)? };
         // SAFETY: as above.
@@ -328,4 +340,33 @@ twins! {
     ncclGinBarrierCreateRequirement => pncclGinBarrierCreateRequirement(comm: ncclComm_t, team: ncclTeam_t,
         nBarriers: c_int, outHandle: *mut ncclGinBarrierHandle, outReq: *mut ncclDevResourceRequirements)
         -> ncclResult_t;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(set: impl Fn(&mut ncclDevCommRequirements), lsa: Lsa, nranks: usize) -> Result<usize> {
+        let mut r = ncclDevCommRequirements::default();
+        set(&mut r);
+        check_requirements(&r, lsa, nranks)
+    }
+
+    #[test]
+    fn gin_barriers_are_refused_only_where_the_rail_team_crosses_lsa_teams() {
+        let one_team = Lsa { rank: 1, size: 4 };
+        let split = Lsa { rank: 0, size: 1 };
+        assert_eq!(check(|r| r.railGinBarrierCount = 8, one_team, 4).unwrap(), 0);
+        assert_eq!(check(|r| r.barrierCount = 3, one_team, 4).unwrap(), 3);
+        assert_eq!(check(|r| (r.barrierCount, r.lsaBarrierCount) = (3, 5), one_team, 4).unwrap(), 5);
+        let e = check(|r| r.railGinBarrierCount = 8, split, 2).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidUsage(_)) && e.to_string().contains("railGinBarrierCount 8 across 2 LSA teams")
+        );
+        let e = check(|r| r.barrierCount = 1, split, 2).unwrap_err();
+        assert!(e.to_string().contains("reqs->barrierCount 1 across 2 LSA teams"), "{e}");
+        assert_eq!(check(|r| r.lsaBarrierCount = 2, split, 2).unwrap(), 2);
+        let e = check(|r| r.ginSignalCount = 1, one_team, 4).unwrap_err();
+        assert!(e.to_string().contains("reqs->ginSignalCount 1 asks for GIN"), "{e}");
+    }
 }

@@ -5,13 +5,16 @@
 // before any CUDA call; each rank:
 //   1. registers three symmetric windows (NCCL_WIN_COLL_SYMMETRIC) over ncclMemAlloc memory: one
 //      at the start of an allocation, one 1 MiB + 4 KiB into the same allocation, one over a
-//      second allocation; in each a kernel writes the next rank's window through the window's
+//      second allocation; in each a kernel writes the next LSA rank's window through the window's
 //      lsaFlatBase arithmetic (peer p's byte o at lsaFlatBase + p * stride4G * 4 GiB + o), and
-//      the owner checks every element of its own (poisoned first) buffer;
+//      the owner checks every element of its own (poisoned first) buffer. With NCCL_P2P_DISABLE=1
+//      every rank is an LSA team of its own and writes its own window the same way;
 //   2. deregisters them all, registers again at another offset and checks again;
 //   3. checks the refusals: a window over cudaMalloc memory and windows at different offsets on
 //      different ranks (ncclInvalidArgument), and every GIN / multimem requirement of
-//      ncclDevCommCreate (ncclInvalidUsage, the text naming it);
+//      ncclDevCommCreate (ncclInvalidUsage, the text naming it); GIN barriers (railGinBarrierCount,
+//      barrierCount) are refused only where the LSA team is not the whole communicator, and
+//      accepted otherwise (the rail is this rank alone);
 //   4. creates a device communicator with two resource buffers and two LSA barriers: checks its
 //      fields, then a kernel writes its rank into each peer's first resource buffer, signals each
 //      peer's barrier inbox through the raw layout the device API indexes (word
@@ -73,15 +76,16 @@ struct Win {
   ncclWindow_t w;
 };
 
-// Each window's owner checks its buffer after the previous rank wrote it.
-static void writeAndCheck(ncclComm_t comm, cudaStream_t s, int* scratch, std::vector<Win>& wins, int rank, int n,
+// Each window's owner checks its buffer after the previous rank of its LSA team wrote it.
+static void writeAndCheck(ncclComm_t comm, cudaStream_t s, int* scratch, std::vector<Win>& wins, ncclTeam_t lsa,
                           const char* what) {
+  int rank = gRank, m = lsa.nRanks;
   for (auto& w : wins) CUDACHECK(cudaMemsetAsync(w.buf, 0xff, w.bytes, s));
   barrier(comm, s, scratch);
-  for (auto& w : wins) writePeer<<<64, 256, 0, s>>>(w.w, (rank + 1) % n, rank, w.bytes / 4);
+  for (auto& w : wins) writePeer<<<64, 256, 0, s>>>(w.w, (lsa.rank + 1) % m, rank, w.bytes / 4);
   CUDACHECK(cudaGetLastError());
   barrier(comm, s, scratch);
-  int src = (rank + n - 1) % n;
+  int src = rank - lsa.rank + (lsa.rank + m - 1) % m;
   for (size_t k = 0; k < wins.size(); k++) {
     std::vector<int> h(wins[k].bytes / 4);
     CUDACHECK(cudaMemcpy(h.data(), wins[k].buf, wins[k].bytes, cudaMemcpyDeviceToHost));
@@ -139,9 +143,12 @@ static int runRank(const ncclUniqueId& id, int rank, int n) {
   int* scratch;
   CUDACHECK(cudaMalloc(&scratch, 4));
 
+  // One GPU: one LSA team of every rank, unless P2P is disabled (then a team of one each).
   ncclTeam_t lsa = ncclTeamLsa(comm);
-  EXPECT(lsa.nRanks == n && lsa.rank == rank && lsa.stride == 1, "ncclTeamLsa {%d,%d,%d}", lsa.nRanks, lsa.rank,
-         lsa.stride);
+  const char* p2pOff = getenv("NCCL_P2P_DISABLE");
+  int wantLsa = (p2pOff && atoi(p2pOff) == 1) ? 1 : n;
+  EXPECT(lsa.nRanks == wantLsa && lsa.rank == rank % wantLsa && lsa.stride == 1, "ncclTeamLsa {%d,%d,%d}",
+         lsa.nRanks, lsa.rank, lsa.stride);
 
   // 1. Three windows: at the start of an allocation, inside it, and over a second allocation.
   const size_t kAlloc = 4 << 20, kSmall = 64 << 10;
@@ -150,13 +157,13 @@ static int runRank(const ncclUniqueId& id, int rank, int n) {
   NCCLCHECK(ncclMemAlloc((void**)&b, kSmall));
   std::vector<Win> wins = {{a, 1 << 20, nullptr}, {a + (1 << 20) + 4096, kSmall, nullptr}, {b, kSmall, nullptr}};
   for (auto& w : wins) NCCLCHECK(ncclCommWindowRegister(comm, w.buf, w.bytes, &w.w, NCCL_WIN_COLL_SYMMETRIC));
-  writeAndCheck(comm, s, scratch, wins, rank, n, "first");
+  writeAndCheck(comm, s, scratch, wins, lsa, "first");
 
   // 2. Deregister all, register again elsewhere in the allocation.
   for (auto& w : wins) NCCLCHECK(ncclCommWindowDeregister(comm, w.w));
   std::vector<Win> again = {{a + 8192, 2 << 20, nullptr}};
   NCCLCHECK(ncclCommWindowRegister(comm, again[0].buf, again[0].bytes, &again[0].w, NCCL_WIN_COLL_SYMMETRIC));
-  writeAndCheck(comm, s, scratch, again, rank, n, "re-registered");
+  writeAndCheck(comm, s, scratch, again, lsa, "re-registered");
   NCCLCHECK(ncclCommWindowDeregister(comm, again[0].w));
 
   // 3. Refusals: memory that is not VMM memory, offsets that differ, GIN and multimem.
@@ -165,7 +172,7 @@ static int runRank(const ncclUniqueId& id, int rank, int n) {
   ncclWindow_t w;
   expectRefused(ncclCommWindowRegister(comm, plain, kSmall, &w, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument,
                 "not memory from ncclMemAlloc", "cudaMalloc window");
-  if (n > 1)
+  if (lsa.nRanks > 1)
     expectRefused(ncclCommWindowRegister(comm, a + 4096 * rank, kSmall, &w, NCCL_WIN_COLL_SYMMETRIC),
                   ncclInvalidArgument, "same offset", "windows at different offsets");
   struct Refusal {
@@ -175,7 +182,6 @@ static int runRank(const ncclUniqueId& id, int rank, int n) {
       {"ginForceEnable", [](ncclDevCommRequirements& r) { r.ginForceEnable = true; }},
       {"ginSignalCount", [](ncclDevCommRequirements& r) { r.ginSignalCount = 1; }},
       {"ginCounterCount", [](ncclDevCommRequirements& r) { r.ginCounterCount = 1; }},
-      {"railGinBarrierCount", [](ncclDevCommRequirements& r) { r.railGinBarrierCount = 1; }},
       {"lsaMultimem", [](ncclDevCommRequirements& r) { r.lsaMultimem = true; }},
   };
   for (auto& rf : refusals) {
@@ -184,6 +190,28 @@ static int runRank(const ncclUniqueId& id, int rank, int n) {
     rf.set(reqs);
     ncclDevComm dc;
     expectRefused(ncclDevCommCreate(comm, &reqs, &dc), ncclInvalidUsage, rf.text, rf.text);
+  }
+  // GIN barriers: refused across LSA teams, accepted (handles zero) within one.
+  for (int k = 0; k < 2; k++) {
+    ncclDevCommRequirements reqs;
+    memset(&reqs, 0, sizeof(reqs));
+    const char* name = k == 0 ? "railGinBarrierCount" : "barrierCount";
+    if (k == 0) reqs.railGinBarrierCount = 4;
+    else reqs.barrierCount = 2;
+    ncclDevComm dc;
+    ncclResult_t got = ncclDevCommCreate(comm, &reqs, &dc);
+    if (lsa.nRanks < n) {
+      expectRefused(got, ncclInvalidUsage, name, name);
+    } else {
+      EXPECT(got == ncclSuccess, "%s within one LSA team: %s (%s)", name, ncclGetErrorString(got),
+             ncclGetLastError(nullptr));
+      if (got == ncclSuccess) {
+        EXPECT(dc.railGinBarrier.bufHandle == 0 && dc.railGinBarrier.signal0 == 0, "%s: railGinBarrier set", name);
+        EXPECT(dc.lsaBarrier.nBarriers == (k == 0 ? 0 : 2), "%s: lsaBarrier.nBarriers %d", name,
+               dc.lsaBarrier.nBarriers);
+        NCCLCHECK(ncclDevCommDestroy(comm, &dc));
+      }
+    }
   }
   {
     ncclTeamRequirements team;
@@ -215,7 +243,7 @@ static int runRank(const ncclUniqueId& id, int rank, int n) {
   ncclDevComm dc;
   memset(&dc, 0xab, sizeof(dc));
   NCCLCHECK(ncclDevCommCreate(comm, &reqs, &dc));
-  EXPECT(dc.rank == rank && dc.nRanks == n && dc.lsaRank == rank && dc.lsaSize == n, "ranks %d/%d lsa %d/%d",
+  EXPECT(dc.rank == rank && dc.nRanks == n && dc.lsaRank == lsa.rank && dc.lsaSize == lsa.nRanks, "ranks %d/%d lsa %d/%d",
          dc.rank, dc.nRanks, dc.lsaRank, dc.lsaSize);
   EXPECT(h0 == 0 && h1 == 1024 / 128, "handles %u %u", h0, h1);
   EXPECT(dc.lsaBarrier.nBarriers == 2 && dc.lsaBarrier.bufHandle >= (1024 + 4096) / 128, "barrier {%u, %d}",
@@ -226,19 +254,23 @@ static int runRank(const ncclUniqueId& id, int rank, int n) {
   ncclWindow_vidmem fromDevice;
   CUDACHECK(cudaMemcpy(&fromDevice, dc.resourceWindow, sizeof(fromDevice), cudaMemcpyDeviceToHost));
   EXPECT(fromDevice.lsaFlatBase == dc.resourceWindow_inlined.lsaFlatBase &&
-             fromDevice.stride4G == dc.resourceWindow_inlined.stride4G && fromDevice.lsaRank == rank,
+             fromDevice.stride4G == dc.resourceWindow_inlined.stride4G && fromDevice.lsaRank == lsa.rank,
          "resourceWindow and its inlined copy differ");
   int* out;
-  CUDACHECK(cudaMalloc(&out, (1 + n) * sizeof(int)));
-  CUDACHECK(cudaMemset(out, 0xff, (1 + n) * sizeof(int)));
+  int m = lsa.nRanks;
+  CUDACHECK(cudaMalloc(&out, (1 + m) * sizeof(int)));
+  CUDACHECK(cudaMemset(out, 0xff, (1 + m) * sizeof(int)));
   barrier(comm, s, scratch);
   signalPeers<<<1, 1, 0, s>>>(dc, h0, out, 20ll * 1000 * 1000 * 1000);  // ~10 s at 2 GHz
   CUDACHECK(cudaGetLastError());
   CUDACHECK(cudaStreamSynchronize(s));
-  std::vector<int> h(1 + n);
+  std::vector<int> h(1 + m);
   CUDACHECK(cudaMemcpy(h.data(), out, h.size() * sizeof(int), cudaMemcpyDeviceToHost));
-  EXPECT(h[0] == n, "%d of %d peers' barrier signals arrived", h[0], n);
-  for (int q = 0; q < n; q++) EXPECT(h[1 + q] == 100 + q, "resource buffer slot %d holds %d, want %d", q, h[1 + q], 100 + q);
+  EXPECT(h[0] == m, "%d of %d peers' barrier signals arrived", h[0], m);
+  for (int q = 0; q < m; q++) {
+    int want = 100 + rank - lsa.rank + q;
+    EXPECT(h[1 + q] == want, "resource buffer slot %d holds %d, want %d", q, h[1 + q], want);
+  }
   barrier(comm, s, scratch);
   NCCLCHECK(ncclDevCommDestroy(comm, &dc));
 
