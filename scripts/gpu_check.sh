@@ -310,7 +310,7 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
   step windows_nop2p_2 windows 90 env NCCL_P2P_DISABLE=1 "$BUILD/windows" --procs 2
   TORCH_PY=/opt/torch/.venv/bin/python; [ -x "$TORCH_PY" ] || TORCH_PY=python3
   if "$TORCH_PY" -c 'import torch.distributed._symmetric_memory' >/dev/null 2>&1; then
-    step windows_torch_symm windows 180 env LD_PRELOAD="$OURLIB" "$TORCH_PY" tests/torch/symm_mem.py --ranks 2
+    step windows_torch_symm windows 180 "$TORCH_PY" tests/torch/symm_mem.py --ranks 2 --lib "$OURLIB"
   else
     skip windows_torch_symm windows "no PyTorch with symmetric memory"
   fi

@@ -13,8 +13,14 @@ use std::time::{Duration, Instant};
 /// What taking a descriptor with `pidfd_getfd` gave.
 pub enum Taken {
     Fd(OwnedFd),
-    /// The kernel refused (EPERM): ask the owner over its socket instead.
+    /// The kernel refused (no ptrace permission, a kernel before 5.6 without the calls, a process
+    /// this PID namespace cannot see): ask the owner over its socket instead.
     Refused,
+}
+
+/// Errors of pidfd_open / pidfd_getfd that the socket hand-over gets around.
+fn refused(err: &std::io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::EPERM | libc::EACCES | libc::ENOSYS | libc::ESRCH))
 }
 
 /// Duplicates descriptor `fd` of process `pid` into ours.
@@ -32,7 +38,11 @@ pub fn take(pid: u32, fd: i32) -> Result<Taken> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if pidfd < 0 {
-        return Err(Error::System(format!("pidfd_open of process {pid}: {}", std::io::Error::last_os_error())));
+        let err = std::io::Error::last_os_error();
+        if refused(&err) {
+            return Ok(Taken::Refused);
+        }
+        return Err(Error::System(format!("pidfd_open of process {pid}: {err}")));
     }
     // SAFETY: fresh descriptor from pidfd_open.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
@@ -43,7 +53,7 @@ pub fn take(pid: u32, fd: i32) -> Result<Taken> {
         return Ok(Taken::Fd(unsafe { OwnedFd::from_raw_fd(got as i32) }));
     }
     let err = std::io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EPERM) {
+    if refused(&err) {
         return Ok(Taken::Refused);
     }
     Err(Error::System(format!("pidfd_getfd of descriptor {fd} of process {pid}: {err}")))
