@@ -171,3 +171,72 @@ pub fn recv_fd(stream: &UnixStream, deadline: Instant, name: &str) -> Result<Own
     // SAFETY: the kernel installed this descriptor in our table for us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, Write};
+    use std::os::fd::AsFd;
+
+    /// A file with known contents, as an owned descriptor.
+    fn file_with(text: &[u8]) -> OwnedFd {
+        let mut f = memfd();
+        f.write_all(text).unwrap();
+        f.into()
+    }
+
+    fn memfd() -> std::fs::File {
+        let name = std::ffi::CString::new("ferronickel-fd-test").unwrap();
+        // SAFETY: memfd_create with a valid name; the result is a fresh descriptor or -1.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+        // SAFETY: fresh descriptor.
+        unsafe { std::fs::File::from_raw_fd(fd) }
+    }
+
+    fn contents(fd: OwnedFd) -> Vec<u8> {
+        let mut f = std::fs::File::from(fd);
+        f.rewind().unwrap();
+        let mut v = Vec::new();
+        f.read_to_end(&mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn our_own_descriptor_is_duplicated() {
+        let fd = file_with(b"own");
+        let Taken::Fd(got) = take(std::process::id(), fd.as_fd().as_raw_fd()).unwrap() else {
+            panic!("dup of our own descriptor was refused")
+        };
+        assert_ne!(got.as_raw_fd(), fd.as_raw_fd());
+        assert_eq!(contents(got), b"own");
+    }
+
+    #[test]
+    fn another_process_descriptor_is_taken_or_refused_never_an_error() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn sleep");
+        let taken = take(child.id(), 0);
+        child.kill().ok();
+        child.wait().ok();
+        assert!(matches!(taken, Ok(Taken::Fd(_)) | Ok(Taken::Refused)), "pidfd_getfd gave an error");
+    }
+
+    #[test]
+    fn descriptors_travel_over_the_socket_to_each_peer_that_connects() {
+        let name = socket_name(0x5eed, std::process::id() as u64, 3);
+        let owner = Owner::listen(&name).unwrap();
+        // Both peers connect before the owner serves: the backlog holds them.
+        let (a, b) = (connect(&name).unwrap(), connect(&name).unwrap());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        owner.serve(&file_with(b"window"), 2, deadline, &name).unwrap();
+        assert_eq!(contents(recv_fd(&a, deadline, &name).unwrap()), b"window");
+        assert_eq!(contents(recv_fd(&b, deadline, &name).unwrap()), b"window");
+        // Nobody connects: the owner gives up at the deadline, naming the socket.
+        let e = owner.serve(&file_with(b"x"), 1, Instant::now() + Duration::from_millis(50), &name).unwrap_err();
+        assert!(e.to_string().contains("0 of 1 peers") && e.to_string().contains(&name), "{e}");
+    }
+}
