@@ -408,6 +408,80 @@ impl Comm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bootstrap::{new_unique_id, Bootstrap};
+    use std::io::{Read, Seek, Write};
+    use std::os::fd::FromRawFd;
+
+    fn memfd_with(text: &str) -> OwnedFd {
+        let name = std::ffi::CString::new("ferronickel-window-test").unwrap();
+        // SAFETY: memfd_create with a valid name; the result is a fresh descriptor or -1.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: fresh descriptor.
+        let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+        f.write_all(text.as_bytes()).unwrap();
+        f.into()
+    }
+
+    /// Four ranks that each need every peer's descriptor over the socket (as where pidfd_getfd
+    /// is refused) get them all: the collective steps neither deadlock nor mix them up.
+    #[test]
+    fn every_rank_gets_every_peers_descriptor_over_the_sockets() {
+        let n = 4;
+        let id = new_unique_id().unwrap();
+        let ranks: Vec<_> = (0..n)
+            .map(|r| {
+                std::thread::spawn(move || {
+                    let comm = Comm::without_gpu(Bootstrap::init(&id, r, n, Duration::from_secs(20)).unwrap(), 9);
+                    let wants: Vec<u8> = (0..n).map(|p| if p == r { WANT_NONE } else { WANT_SOCKET }).collect();
+                    let mut fds: Vec<Option<OwnedFd>> = (0..n).map(|_| None).collect();
+                    comm.hand_over(&wants, None, &memfd_with(&format!("rank {r}")), &mut fds, 7).unwrap();
+                    fds.into_iter()
+                        .map(|f| {
+                            f.map(|f| {
+                                let mut file = std::fs::File::from(f);
+                                file.rewind().unwrap();
+                                let mut s = String::new();
+                                file.read_to_string(&mut s).unwrap();
+                                s
+                            })
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for (r, t) in ranks.into_iter().enumerate() {
+            let got = t.join().unwrap();
+            for (p, text) in got.iter().enumerate() {
+                let want = (p != r).then(|| format!("rank {p}"));
+                assert_eq!(text, &want, "rank {r}'s descriptor of rank {p}");
+            }
+        }
+    }
+
+    /// A rank that failed to take a descriptor fails every rank, named.
+    #[test]
+    fn a_rank_that_could_not_take_a_descriptor_fails_everyone() {
+        let n = 2;
+        let id = new_unique_id().unwrap();
+        let ranks: Vec<_> = (0..n)
+            .map(|r| {
+                std::thread::spawn(move || {
+                    let comm = Comm::without_gpu(Bootstrap::init(&id, r, n, Duration::from_secs(20)).unwrap(), 9);
+                    let mut wants = vec![WANT_NONE; n];
+                    let failed = (r == 1).then(|| {
+                        wants[1] = WANT_FAILED;
+                        Error::System("pidfd_getfd of descriptor 9 of process 1: bad".into())
+                    });
+                    let mut fds: Vec<Option<OwnedFd>> = (0..n).map(|_| None).collect();
+                    comm.hand_over(&wants, failed, &memfd_with("x"), &mut fds, 1).unwrap_err().to_string()
+                })
+            })
+            .collect();
+        let errs: Vec<String> = ranks.into_iter().map(|t| t.join().unwrap()).collect();
+        assert!(errs[0].contains("rank 1 could not take a peer's window descriptor"), "{}", errs[0]);
+        assert!(errs[1].contains("pidfd_getfd of descriptor 9"), "{}", errs[1]);
+    }
 
     #[test]
     fn flat_mapping_puts_peers_whole_4gib_strides_apart() {
