@@ -23,13 +23,17 @@ fn prop(dev: i32, exportable: bool) -> sys::CUmemAllocationProp {
 }
 
 /// The allocation granularity of `dev` (2 MiB on H100): sizes and mapping addresses are
-/// multiples of it.
+/// multiples of it. Asked for exportable memory, and for plain memory where the driver refuses.
 pub fn granularity(dev: i32) -> Result<usize> {
-    let mut g = 0usize;
-    let p = prop(dev, true);
     let flag = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+    let mut g = 0usize;
     // SAFETY: valid out-pointer and property struct.
-    check(unsafe { sys::cuMemGetAllocationGranularity(&mut g, &p, flag) }, "cuMemGetAllocationGranularity")?;
+    if unsafe { sys::cuMemGetAllocationGranularity(&mut g, &prop(dev, true), flag) } == sys::CUresult::CUDA_SUCCESS {
+        return Ok(g.max(1));
+    }
+    // SAFETY: as above.
+    let rc = unsafe { sys::cuMemGetAllocationGranularity(&mut g, &prop(dev, false), flag) };
+    check(rc, "cuMemGetAllocationGranularity")?;
     Ok(g.max(1))
 }
 
