@@ -313,7 +313,10 @@ int main(int argc, char** argv) {
         perror("prctl");
         _exit(3);
       }
-      _exit(runRank(id, r, procs));
+      int rc = runRank(id, r, procs);
+      fflush(stdout);
+      fflush(stderr);
+      _exit(rc);
     }
   }
   int failed = 0;
