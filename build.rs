@@ -143,6 +143,7 @@ fn main() {
     bind_device_abi(&kernels, &out);
     bind_net_plugin_abi(&manifest.join("src/transport/net/net_plugin_abi.h"), &out);
     bind_plugin_abi(&manifest.join("src/plugin/plugin_abi.h"), &out);
+    bind_device_api(&manifest.join("include"), &out);
 
     // The loader matches `NEEDED libnccl.so.2` (PyTorch, nccl-tests) against this SONAME.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libnccl.so.2");
@@ -634,6 +635,35 @@ fn bind_plugin_abi(header: &Path, out: &Path) {
             panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
         });
     bindings.write_to_file(out.join("plugin_abi.rs")).unwrap();
+}
+
+/// The device API's shared types (`include/nccl_device/core.h`, also included by the device
+/// headers). The few `nccl.h` types it names are declared in front of it (the communicator and the
+/// result opaquely, left out of the bindings), so no CUDA header is needed here. bindgen's
+/// layout tests check every size and offset against the header; tests/device_abi.rs checks the
+/// header against NVIDIA's.
+fn bind_device_api(include: &Path, out: &Path) {
+    let header = include.join("nccl_device/core.h");
+    println!("cargo:rerun-if-changed={}", header.display());
+    let front = "#define NCCL_H_\n\
+                 typedef struct ncclComm* ncclComm_t;\n\
+                 typedef struct ncclWindow_vidmem* ncclWindow_t;\n\
+                 typedef int ncclResult_t;\n\
+                 #include \"nccl_device/core.h\"\n";
+    let bindings = bindgen::Builder::default()
+        .header_contents("device_api_front.h", front)
+        .clang_arg(format!("-I{}", include.display()))
+        .allowlist_type("ncclTeam.*|ncclDev.*|ncclWindow_vidmem|ncclMultimem.*|ncclLsaBarrier.*|ncclGin.*|ncclLLA2A.*")
+        .allowlist_var("NCCL_GIN_MAX_CONTEXTS")
+        .blocklist_type("ncclComm_t|ncclComm|ncclResult_t")
+        .derive_default(true)
+        .derive_partialeq(true)
+        .layout_tests(true)
+        .generate()
+        .unwrap_or_else(|e| {
+            panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
+        });
+    bindings.write_to_file(out.join("device_api.rs")).unwrap();
 }
 
 /// `target/<profile>/libnccl.so.2` pointing at the cdylib, the name loaders and LD_PRELOAD use.

@@ -9,7 +9,8 @@
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
 #   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
-#                      shm,net,tree,mpi,graph,leak,watchdog,faults,exit,examples,device,torch,bench   (e.g. --only check,graph)
+#                      shm,net,tree,mpi,graph,leak,watchdog,faults,exit,windows,examples,device,torch,bench
+#                      (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
 #   --bench-only       build + the A/B benchmark only
@@ -115,7 +116,7 @@ step() {
   local res=PASS
   case $rc in 0) ;; 124|137) res=TIMEOUT ;; *) res="FAIL($rc)" ;; esac
   local det
-  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|EXIT_LIVE:|exit:|TORCH EXIT:|single_process:|mpi_per_gpu:|device_allreduce:|build_device_example:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|EXIT_LIVE:|exit:|TORCH EXIT:|single_process:|mpi_per_gpu:|device_allreduce:|WINDOWS:|SYMM_MEM:|build_device_example:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
   record "$name" "$res" "$dt" "$det"
   echo "gpu_check:   -> $res in ${dt}s ${det}"
 }
@@ -129,6 +130,7 @@ build() {
   $TO $NVCC $NVFLAGS -o "$BUILD/nccl_bench" benches/nccl_bench.cu $LINK -ldl >"$LOG/build_bench.log" 2>&1 & pids+=($!)
   $TO $NVCC $NVFLAGS -o "$BUILD/faults" tests/gpu/faults.cu $LINK -lpthread >"$LOG/build_faults.log" 2>&1 & pids+=($!)
   $TO $NVCC $NVFLAGS -o "$BUILD/exit_live" tests/gpu/exit_live.cu $LINK >"$LOG/build_exit_live.log" 2>&1 & pids+=($!)
+  $TO $NVCC $NVFLAGS -o "$BUILD/windows" tests/gpu/windows.cu $LINK >"$LOG/build_windows.log" 2>&1 & pids+=($!)
   if [ $HAVE_MPI = 1 ]; then
     $TO $NVCC -ccbin mpicxx -DCHECK_MPI $NVFLAGS -o "$BUILD/check_mpi" tests/gpu/check.cu $LINK -lpthread -ldl >"$LOG/build_check_mpi.log" 2>&1 & pids+=($!)
     $TO mpicc -O2 -Wall -I"$INC" -I"$CUDA/include" -o "$BUILD/mpi_per_gpu" examples/mpi_per_gpu.c $LINK -L"$CUDA/lib64" -lcudart >"$LOG/build_mpi_example.log" 2>&1 & pids+=($!)
@@ -322,6 +324,24 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
       "$NCCL_TESTS_SRC" "$BUILD/nccl-tests" "$REFINC" "$OURLIB" "$ARCH" "$CUDA"
   else
     skip nccl_tests_p1 exit "NCCL_TESTS_SRC not set or no MPI"
+  fi
+fi
+# Symmetric windows and device communicators (tests/gpu/windows.cu): 2 and 4 processes on GPU 0
+# write each other's windows through the flat mapping, re-register, see every refusal, and signal
+# LSA barriers through a device communicator's resource window; then 2 non-dumpable processes,
+# whose descriptors travel over a Unix socket where pidfd_getfd is refused; then P2P disabled,
+# where each rank is an LSA team of its own and GIN barriers are refused. Then PyTorch's
+# symmetric memory on the NCCL backend, 2 ranks on GPU 0 (tests/torch/symm_mem.py).
+if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
+  step windows_2 windows 90 "$BUILD/windows" --procs 2
+  step windows_4 windows 120 "$BUILD/windows" --procs 4
+  step windows_undumpable_2 windows 90 "$BUILD/windows" --procs 2 --undumpable
+  step windows_nop2p_2 windows 90 env NCCL_P2P_DISABLE=1 "$BUILD/windows" --procs 2
+  TORCH_PY=/opt/torch/.venv/bin/python; [ -x "$TORCH_PY" ] || TORCH_PY=python3
+  if "$TORCH_PY" -c 'import torch.distributed._symmetric_memory' >/dev/null 2>&1; then
+    step windows_torch_symm windows 180 "$TORCH_PY" tests/torch/symm_mem.py --ranks 2 --lib "$OURLIB"
+  else
+    skip windows_torch_symm windows "no PyTorch with symmetric memory"
   fi
 fi
 # examples

@@ -4,6 +4,7 @@
 
 use super::launch::LaunchState;
 use super::watch::{News, Observer, Ops, RingCounters, WatchGpu};
+use super::window::Windows;
 use super::{Comm, CommConfig, Gpu, Resources, FLAG_ABORT, FLAG_ERROR};
 use crate::abi::{self, fnDevComm, fnRing};
 use crate::bootstrap::{Bootstrap, BootstrapId};
@@ -13,7 +14,7 @@ use crate::plugin::profiler::{self, Profiler};
 use crate::plugin::tuner as tuner_plugin;
 use crate::task::Link;
 use crate::topo::tree::Trees;
-use crate::topo::{self, PeerInfo, Ring};
+use crate::topo::{self, Lsa, PeerInfo, Ring};
 use crate::transport::conn_plan::ConnPlan;
 use crate::transport::net::proxy::FaultHook;
 use crate::transport::{self, net, Connections, Kind, NetNeeds, Path, Settings};
@@ -64,6 +65,13 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     // Alike on every rank: from every pair's kind, not only ours.
     let host_fifos = transport::host_fifos(&kinds);
     let limits = Allowed::for_connections(nranks, host_fifos, !host_fifos);
+    // Alike on every rank, from every pair's kind.
+    let reach: Vec<Vec<bool>> = kinds
+        .iter()
+        .enumerate()
+        .map(|(a, row)| row.iter().enumerate().map(|(b, k)| a == b || *k == Kind::P2p).collect())
+        .collect();
+    let lsa = Lsa::new(rank, &reach);
     let transport = Connections::establish(&bootstrap, &plan, &peers, kinds, needs)?;
 
     let table = transport.table(&plan, rank);
@@ -119,6 +127,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         limits,
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),
+        lsa,
         watchdog,
         lost,
         news,
@@ -135,6 +144,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
                 _ring_ranks: ring_ranks,
                 flags,
                 _watch: watch_gpu,
+                windows: Mutex::new(Windows::default()),
             }),
             ctx,
         }),

@@ -8,6 +8,7 @@ pub mod launch;
 mod profile;
 pub mod registry;
 mod watch;
+pub mod window;
 
 pub use init::{init_rank, shrink, split};
 pub use registry::{CommHandle, Phase};
@@ -21,6 +22,7 @@ use crate::plugin::profiler::Profiler;
 use crate::plugin::tuner::Session as TunerSession;
 use crate::task::{CommShape, DevOp, Link};
 use crate::topo::tree::TreeShape;
+use crate::topo::Lsa;
 use crate::transport::conn_plan::ConnPlan;
 use crate::transport::Connections;
 use crate::tuner::Allowed;
@@ -32,6 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use watch::{News, Ops};
+use window::Windows;
 
 crate::int_param!(
     /// NCCL_CHECK_POINTERS: check that buffers are device memory before enqueuing (default on).
@@ -68,6 +71,8 @@ struct Resources {
     flags: Arc<HostMapped>,
     /// What the liveness watcher borrows (it holds only a `Weak`): freed here, with the rest.
     _watch: Arc<watch::WatchGpu>,
+    /// Symmetric windows and device communicators, unmapped here with the rest.
+    windows: Mutex<Windows>,
 }
 
 /// How long the first error after a watchdog timeout waits for the hang report.
@@ -99,6 +104,8 @@ pub struct Comm {
     pub limits: Allowed,
     pub user_ops: Mutex<Vec<Option<UserOp>>>,
     pub registrations: Mutex<HashSet<usize>>,
+    /// Our LSA team (docs/ARCHITECTURE.md, "Windows and the device communicator").
+    pub lsa: Lsa,
     watchdog: Duration,
     /// Set once, by the liveness watcher, when a rank of this communicator is lost: what was lost
     /// and how it was noticed.
@@ -153,6 +160,7 @@ impl Comm {
             limits: Allowed::ALL,
             user_ops: Mutex::new(Vec::new()),
             registrations: Mutex::new(HashSet::new()),
+            lsa: Lsa { rank, size: nranks },
             watchdog: Duration::ZERO,
             lost: Arc::new(OnceLock::new()),
             news: Arc::new(News::default()),
