@@ -169,6 +169,9 @@ pub unsafe extern "C" fn ncclDevCommCreate(
 #[no_mangle]
 pub unsafe extern "C" fn ncclDevCommDestroy(comm: ncclComm_t, devComm: *const ncclDevComm) -> ncclResult_t {
     boundary("ncclDevCommDestroy", || {
+        if super::left_to_exit("ncclDevCommDestroy") {
+            return SUCCESS;
+        }
         let c = comm_arg(comm)?.queryable()?;
         non_null(devComm, "devComm")?;
         // SAFETY: checked non-NULL; the caller passes the struct ncclDevCommCreate filled.

@@ -40,7 +40,7 @@ pub unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncc
 #[no_mangle]
 pub unsafe extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
     boundary("ncclMemFree", || {
-        if ptr.is_null() {
+        if ptr.is_null() || super::left_to_exit("ncclMemFree") {
             return SUCCESS;
         }
         let entry = ALLOCS.lock().as_mut().and_then(|m| m.remove(&(ptr as u64)));
@@ -117,6 +117,9 @@ pub unsafe extern "C" fn ncclCommRegister(
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
     boundary("ncclCommDeregister", || {
+        if super::left_to_exit("ncclCommDeregister") {
+            return SUCCESS;
+        }
         deregister(comm, handle, false)?;
         SUCCESS
     })
@@ -163,6 +166,9 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
     boundary("ncclCommWindowDeregister", || {
+        if super::left_to_exit("ncclCommWindowDeregister") {
+            return SUCCESS;
+        }
         let c = comm_arg(comm)?.queryable()?;
         if !win.is_null() && c.is_window(win as u64) {
             c.deregister_window(win as u64)?;

@@ -43,6 +43,19 @@ use crate::types::{ncclComm_t, ncclResult_t};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+/// Whether a releasing call (destroy, abort, deregister, free) comes after the process began to
+/// exit: it then leaves everything to the operating system and succeeds, as NCCL leaks the
+/// communicators alive at exit, for CUDA may already be torn down (docs/ARCHITECTURE.md, "Who owns
+/// what"). Static destructors do make such calls: PyTorch's symmetric-memory manager destroys its
+/// device communicators from one.
+fn left_to_exit(call: &str) -> bool {
+    let exiting = crate::exit::exiting();
+    if exiting {
+        crate::nccl_info!(crate::debug::Subsys::INIT, "{call} after the process began to exit: left to the OS");
+    }
+    exiting
+}
+
 /// Runs an API body: panics become `ncclInternalError`, errors become their code plus a WARN.
 pub fn boundary(call: &str, body: impl FnOnce() -> Result<ncclResult_t>) -> ncclResult_t {
     match catch_unwind(AssertUnwindSafe(body)) {
