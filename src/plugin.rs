@@ -8,6 +8,7 @@
 
 pub mod abi;
 pub mod logger;
+pub mod nvtx;
 pub mod profiler;
 pub mod tuner;
 
