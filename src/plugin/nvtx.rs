@@ -30,7 +30,8 @@ crate::int_param!(
 /// The variable through which a 64-bit NVTX tool names its injection library.
 pub const INJECTION_VAR: &str = "NVTX_INJECTION64_PATH";
 
-const TOOL: Kind = Kind { var: INJECTION_VAR, kind: "nvtx", default: "", label: "NVTX", subsys: Subsys::INIT };
+const TOOL: Kind =
+    Kind { var: INJECTION_VAR, kind: "nvtx", default: "", label: "NVTX", subsys: Subsys::INIT, list: false };
 
 // NVTX v3's callback modules (NvtxCallbackModule) and their slot counts (NVTX_CBID_*_SIZE).
 const MODULES: [(u32, usize); 6] = [(1, 16), (2, 9), (3, 15), (4, 7), (5, 16), (6, 7)];

@@ -28,6 +28,7 @@ pub const TUNER_PLUGINS: Kind = Kind {
     default: "libnccl-tuner.so",
     label: "TUNER/Plugin",
     subsys: Subsys::TUNING,
+    list: false,
 };
 
 /// The symbols looked up, newest first.
