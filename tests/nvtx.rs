@@ -3,7 +3,8 @@
 //! calls that need no GPU (a version query, a group, collectives and sends on a NULL communicator,
 //! which fail) each push one range in the domain "NCCL" named after the call and pop it, and the
 //! collectives carry NCCL's payload decoded through the schemas registered with the tool. One test
-//! per process: the tool is attached once, at the first call. Needs `cc`.
+//! per process: the tool is attached once, at the first call. `ferronickel info` names the tool.
+//! Needs `cc`.
 
 mod common;
 
@@ -73,4 +74,18 @@ fn api_calls_push_nccl_ranges_with_payloads_to_an_attached_tool() {
         "pop NCCL",
     ];
     assert_eq!(lines, expected, "the tool's log:\n{log}");
+
+    // `ferronickel info` says whether a tool is attached, and which.
+    let info = |tool: Option<&std::path::Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferronickel"));
+        cmd.arg("info").env_remove("NVTX_INJECTION64_PATH");
+        if let Some(t) = tool {
+            cmd.env("NVTX_INJECTION64_PATH", t);
+        }
+        String::from_utf8_lossy(&run_ok(&mut cmd).stdout).into_owned()
+    };
+    let out = info(Some(&lib));
+    assert!(out.contains(&format!("NVTX tool: {} (ranges in the domain NCCL)", lib.display())), "{out}");
+    let out = info(None);
+    assert!(out.contains("NVTX tool: none attached"), "{out}");
 }
