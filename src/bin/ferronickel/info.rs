@@ -48,7 +48,7 @@ pub fn run(args: Args) -> CmdResult {
 fn plugins_section(text: &mut String) -> Value {
     use nccl::plugin::{nvtx, profiler, tuner};
     writeln!(text, "\nPlugins (tuner, profiler, NVTX tool; net plugins are listed above):").unwrap();
-    let t = tuner::found();
+    let t = tuner::found(nccl::transport::net::plugin_library);
     let p = profiler::found();
     let mut section = |kind: &str, used: Option<(&str, u32, &str)>, notes: &[String]| {
         match used {
