@@ -463,13 +463,15 @@ if [ "$LIB" = ours ] && [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
       python3 tests/gpu/profiler_trace.py "$3" $4' _ "$LOG/$name.log" "$BUILD/libnccl-profiler-fnprof5.so" \
       "$OUT/$name.trace" "$net" "$@"
   }
-  PCOLLS="--colls AllReduce,AllGather,SendRecv"
-  prof_step profiler_p2p_2 150 "$CHK" --mode threads --devs 0,0 --quick $PCOLLS --failures-only
-  prof_step profiler_net_2 200 --net "$CHK" --mode procs --devs 0,0 --hosts 2 --quick $PCOLLS --failures-only
+  # A few cases, so that the plugin's table of events (65536) holds the whole trace.
+  PCASES="--colls AllReduce,AllGather,SendRecv --dtypes float32 --ops sum --counts 1000,300000 --no-unaligned"
+  prof_step profiler_p2p_2 150 "$CHK" --mode threads --devs 0,0 --quick $PCASES --failures-only
+  prof_step profiler_net_2 200 --net "$CHK" --mode procs --devs 0,0 --hosts 2 --quick $PCASES --failures-only
   if command -v nsys >/dev/null 2>&1; then
     step nvtx_nsys plugins 240 bash -c 'rm -f "$1".nsys-rep "$1".sqlite
-      nsys profile -t nvtx,cuda -o "$1" --force-overwrite true "$2" --mode threads --devs 0,0 --quick --colls AllReduce --failures-only || exit 1
-      nsys stats --report nvtx_sum --force-export true "$1".nsys-rep | tee "$1".nvtx.txt
+      nsys profile -t nvtx,cuda -o "$1" --force-overwrite true "$2" --mode threads --devs 0,0 --quick --colls AllReduce --dtypes float32 --failures-only || exit 1
+      # nvtx_sum, named nvtxsum by older nsys.
+      { nsys stats --report nvtx_sum --force-export true "$1".nsys-rep || nsys stats --report nvtxsum --force-export true "$1".nsys-rep; } | tee "$1".nvtx.txt
       n=$(grep -c "ncclAllReduce" "$1".nvtx.txt); echo "NVTX: ncclAllReduce rows: $n"; [ "$n" -gt 0 ]' _ "$OUT/nvtx_trace" "$CHK"
   else
     skip nvtx_nsys plugins "nsys is not on PATH: no NVTX capture"
