@@ -9,7 +9,7 @@
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
 #   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
-#                      shm,net,tree,mpi,graph,leak,watchdog,faults,exit,windows,examples,device,torch,bench
+#                      shm,net,tree,mpi,graph,leak,watchdog,faults,exit,windows,examples,device,plugins,torch,bench
 #                      (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
@@ -116,7 +116,7 @@ step() {
   local res=PASS
   case $rc in 0) ;; 124|137) res=TIMEOUT ;; *) res="FAIL($rc)" ;; esac
   local det
-  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|EXIT_LIVE:|exit:|TORCH EXIT:|single_process:|mpi_per_gpu:|device_allreduce:|WINDOWS:|SYMM_MEM:|build_device_example:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|EXIT_LIVE:|exit:|TORCH EXIT:|single_process:|mpi_per_gpu:|device_allreduce:|WINDOWS:|SYMM_MEM:|build_device_example:|TORCH CHECK:|PROFILER TRACE:|NVTX:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
   record "$name" "$res" "$dt" "$det"
   echo "gpu_check:   -> $res in ${dt}s ${det}"
 }
@@ -141,6 +141,8 @@ build() {
   for v in 11 8; do
     $TO gcc -shared -fPIC -O2 -Wall -Isrc/transport/net -DPLUGIN_VERSION=$v -o "$BUILD/libnccl-net-fntcp$v.so" tests/c/net_plugin_tcp.c >"$LOG/build_plugin$v.log" 2>&1 & pids+=($!)
   done
+  # The test profiler plugin (tests/c/profiler_plugin.c, ABI v5), for the plugins group.
+  $TO gcc -shared -fPIC -O2 -Wall -Isrc/plugin -pthread -DPROFILER_VERSION=5 -o "$BUILD/libnccl-profiler-fnprof5.so" tests/c/profiler_plugin.c >"$LOG/build_profiler.log" 2>&1 & pids+=($!)
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   for f in "$LOG"/build_*.log; do [ -s "$f" ] && { echo "== $f"; cat "$f"; }; done
   return $rc
@@ -465,6 +467,36 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   fi
   [ "$LIB" = ours ] && net_step faults_net_2 90 "$BUILD/faults" --devs 0,0 --hosts 2
   [ "$LIB" = ours ] && net_step faults_net_4 90 "$BUILD/faults" --devs 0,0,0,0 --hosts 4
+fi
+# Tool plugins (docs/PLUGINS.md): the test profiler plugin records an all-reduce, an all-gather and
+# send/recv between 2 ranks on GPU 0, over P2P (one process) and over NET (two "hosts" by
+# NCCL_HOSTID); tests/gpu/profiler_trace.py checks that every event stopped, the collectives' and
+# sends' events, and over NET the proxy's op and step events. Then, where nsys is installed, an
+# NVTX capture whose summary must list our ncclAllReduce ranges.
+if [ "$LIB" = ours ] && [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
+  prof_step() {  # prof_step NAME TIMEOUT [--net] CHECK ARGS...
+    local name=$1 tmo=$2 net=""; shift 2
+    [ "$1" = --net ] && { net=--net; shift; }
+    rm -f "$OUT/$name.trace"
+    step "$name" plugins "$tmo" bash -c 'env NCCL_PROFILER_PLUGIN="$2" TEST_PROFILER_OUT="$3" "${@:5}" || exit 1
+      python3 tests/gpu/profiler_trace.py "$3" $4' _ "$LOG/$name.log" "$BUILD/libnccl-profiler-fnprof5.so" \
+      "$OUT/$name.trace" "$net" "$@"
+  }
+  # A few cases, so that the plugin's table of events (65536) holds the whole trace.
+  PCASES="--colls AllReduce,AllGather,SendRecv --dtypes float32 --ops sum --counts 1000,300000 --no-unaligned"
+  prof_step profiler_p2p_2 150 "$CHK" --mode threads --devs 0,0 --quick $PCASES --failures-only
+  prof_step profiler_net_2 200 --net "$CHK" --mode procs --devs 0,0 --hosts 2 --quick $PCASES --failures-only
+  if command -v nsys >/dev/null 2>&1; then
+    step nvtx_nsys plugins 240 bash -c 'rm -f "$1".nsys-rep "$1".sqlite
+      nsys profile -t nvtx,cuda -o "$1" --force-overwrite true "$2" --mode threads --devs 0,0 --quick --colls AllReduce --dtypes float32 --failures-only || exit 1
+      # nvtx_sum, named nvtxsum by older nsys.
+      { nsys stats --report nvtx_sum --force-export true "$1".nsys-rep || nsys stats --report nvtxsum --force-export true "$1".nsys-rep; } | tee "$1".nvtx.txt
+      n=$(grep -c "ncclAllReduce" "$1".nvtx.txt); echo "NVTX: ncclAllReduce rows: $n"; [ "$n" -gt 0 ]' _ "$OUT/nvtx_trace" "$CHK"
+  else
+    skip nvtx_nsys plugins "nsys is not on PATH: no NVTX capture"
+  fi
+else
+  skip plugins plugins "needs our library and ranks sharing GPU 0"
 fi
 if [ $HAVE_MPI = 1 ] && [ "$NG" -ge 1 ]; then
   NP=2; MDEVS=""; [ "$NG" -lt 2 ] && { [ $ONE_GPU_OK = 1 ] || NP=1; MDEVS="--devs 0"; }

@@ -1,6 +1,7 @@
 //! Plugin libraries, found and opened as NCCL 2.28 finds its plugins (`docs/NET.md`, "Which net is used";
 //! `docs/PLUGINS.md`): a variable (`NCCL_NET_PLUGIN`, `NCCL_TUNER_PLUGIN`, `NCCL_PROFILER_PLUGIN`)
-//! names a comma list of libraries (`none`: no plugin), each tried as given with
+//! names a library (`none`: no plugin; for nets a comma list of them, tuner and profiler take one
+//! name as in NCCL), each tried as given with
 //! `dlopen(RTLD_NOW | RTLD_LOCAL)` and then as `libnccl-<kind>-<name>.so`; unset, the list is the
 //! kind's default library. What a library must export is its user's business: the net's in
 //! `transport::net::plugin`, the tuner's in [`tuner`], the profiler's in [`profiler`]; the ABI of
@@ -8,6 +9,7 @@
 
 pub mod abi;
 pub mod logger;
+pub mod nvtx;
 pub mod profiler;
 pub mod tuner;
 
@@ -34,6 +36,8 @@ pub struct Kind {
     pub label: &'static str,
     /// The subsystem of its INFO lines.
     pub subsys: u64,
+    /// Whether the variable holds a comma list (nets) or one name (tuner, profiler), as in NCCL.
+    pub list: bool,
 }
 
 impl Kind {
@@ -42,6 +46,7 @@ impl Kind {
         match value.map(str::trim) {
             None => vec![self.default.to_string()],
             Some(v) if v.eq_ignore_ascii_case("none") => Vec::new(),
+            Some(v) if !self.list => vec![v.to_string()],
             Some(v) => {
                 let list: Vec<String> =
                     v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
@@ -252,6 +257,7 @@ mod tests {
         default: "libnccl-net.so",
         label: "NET/Plugin",
         subsys: Subsys::NET,
+        list: true,
     };
 
     #[test]
@@ -270,8 +276,11 @@ mod tests {
         assert_eq!(NET.file_names("./x.so"), ["./x.so"]);
         assert_eq!(NET.file_names("/opt/libnccl-net.so"), ["/opt/libnccl-net.so"]);
         assert_eq!(NET.file_names("libfoo"), ["libfoo", "libnccl-net-libfoo.so"]);
-        let tuner = Kind { kind: "tuner", ..NET };
+        let tuner = Kind { kind: "tuner", list: false, ..NET };
         assert_eq!(tuner.file_names("x"), ["x", "libnccl-tuner-x.so"]);
+        // One name, commas and all, as NCCL reads NCCL_TUNER_PLUGIN.
+        assert_eq!(tuner.candidates(Some(" a,b ")), ["a,b"]);
+        assert!(tuner.candidates(Some("none")).is_empty());
     }
 
     #[test]

@@ -9,10 +9,11 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// A directory holding only `libnccl.so` and the `libnccl.so.2` SONAME link, both pointing at
-/// the cdylib cargo just built (`target/<profile>/deps` has no `libnccl.so.2`).
-fn private_lib_dir() -> PathBuf {
+/// the cdylib cargo just built (`target/<profile>/deps` has no `libnccl.so.2`); one per test, as
+/// tests run at once.
+fn private_lib_dir(test: &str) -> PathBuf {
     let so = cdylib();
-    let dir = scratch("clink/lib");
+    let dir = scratch(&format!("clink/lib-{test}"));
     for name in ["libnccl.so", "libnccl.so.2"] {
         let link = dir.join(name);
         let _ = std::fs::remove_file(&link);
@@ -24,7 +25,7 @@ fn private_lib_dir() -> PathBuf {
 
 #[test]
 fn c_app_links_with_lnccl_and_runs() {
-    let lib = private_lib_dir();
+    let lib = private_lib_dir("link_app");
     let app = scratch("clink").join("link_app");
     run_ok(
         Command::new("cc")
@@ -73,7 +74,7 @@ fn c_app_links_with_lnccl_and_runs() {
 /// (tests/c/exit_calls.c), return result codes: the library must not abort the process there.
 #[test]
 fn calls_from_an_exit_handler_return_codes_and_never_abort() {
-    let lib = private_lib_dir();
+    let lib = private_lib_dir("exit_calls");
     let app = scratch("clink").join("exit_calls");
     run_ok(
         Command::new("cc")

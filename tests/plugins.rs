@@ -1,7 +1,8 @@
 //! Tuner and profiler plugins (docs/PLUGINS.md), with test plugins of our own in C built here
 //! against `src/plugin/plugin_abi.h` for every ABI version: a tuner's costs change what
 //! `ferronickel plan` picks; a plugin without a table, or whose init or getCollInfo fails, is
-//! refused with a message and the built-in tuner carries on; a profiler gets every event it was
+//! refused with a message and the built-in tuner carries on; with no tuner library, a tuner inside
+//! the net plugin's library is used, as NCCL does; a profiler gets every event it was
 //! started with stopped, with NCCL's fields. Needs `cc`.
 
 mod common;
@@ -37,6 +38,23 @@ fn plugin_dir() -> &'static PathBuf {
             build(&format!("libnccl-profiler-fn{v}.so"), "profiler_plugin.c", &[&format!("-DPROFILER_VERSION={v}")]);
         }
         build("libnccl-profiler-fninitfail.so", "profiler_plugin.c", &["-DPROFILER_VERSION=5", "-DFAIL_INIT"]);
+        // Net plugins, with and without a tuner table in the same library.
+        let net = root().join("src/transport/net");
+        let net_build = |out: &str, tuner: bool| {
+            let mut cc = Command::new("cc");
+            cc.args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread", "-DPLUGIN_VERSION=11"])
+                .args(["-DTUNER_VERSION=5", "-I"])
+                .arg(root().join("src/plugin"))
+                .arg("-I")
+                .arg(&net)
+                .arg(root().join("tests/c/net_plugin_tcp.c"));
+            if tuner {
+                cc.arg(root().join("tests/c/tuner_plugin.c"));
+            }
+            run_ok(cc.arg("-o").arg(dir.join(out)));
+        };
+        net_build("libnccl-net-fnnettuner.so", true);
+        net_build("libnccl-net-fnnetonly.so", false);
         dir
     })
 }
@@ -44,13 +62,20 @@ fn plugin_dir() -> &'static PathBuf {
 /// `ferronickel plan` of two ranks on one host of two GPUs with the tuner `name`: (stdout, stdout and
 /// stderr, where NCCL_DEBUG's lines go).
 fn plan(name: &str, force: Option<&str>) -> (String, String) {
+    plan_with(Some(name), None, force)
+}
+
+/// [`plan`] with `NCCL_TUNER_PLUGIN` and `NCCL_NET_PLUGIN` set, or unset where `None`.
+fn plan_with(tuner: Option<&str>, net: Option<&str>, force: Option<&str>) -> (String, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferronickel"));
-    cmd.args(["plan", "--nranks", "2", "--gpus-per-host", "2"])
-        .env("NCCL_TUNER_PLUGIN", name)
-        .env("LD_LIBRARY_PATH", plugin_dir())
-        .env("NCCL_DEBUG", "WARN")
-        .env_remove("NCCL_ALGO")
-        .env_remove("NCCL_PROTO");
+    cmd.args(["plan", "--nranks", "2", "--gpus-per-host", "2"]).env("LD_LIBRARY_PATH", plugin_dir());
+    for (var, v) in [("NCCL_TUNER_PLUGIN", tuner), ("NCCL_NET_PLUGIN", net)] {
+        match v {
+            Some(v) => cmd.env(var, v),
+            None => cmd.env_remove(var),
+        };
+    }
+    cmd.env("NCCL_DEBUG", "WARN").env_remove("NCCL_ALGO").env_remove("NCCL_PROTO");
     match force {
         Some(f) => cmd.env("TEST_TUNER_FORCE", f),
         None => cmd.env_remove("TEST_TUNER_FORCE"),
@@ -81,6 +106,30 @@ fn tuner_plugin_costs_change_the_choice_at_every_version() {
         let (out, _) = plan(&format!("fn{v}"), Some("0,2,0"));
         assert_eq!(row16(&out), base, "v{v}");
     }
+}
+
+/// As NCCL: with no tuner library found, the tuner table is looked for in the net plugin's library;
+/// `none` turns that off too, a tuner library that is found wins, and a net plugin without a tuner
+/// is no error.
+#[test]
+fn a_tuner_inside_the_net_plugin_library_is_used_when_no_tuner_library_is_found() {
+    let (builtin, _) = plan("none", None);
+    let base = row16(&builtin);
+    let (out, err) = plan_with(None, Some("fnnettuner"), Some("1,2,3"));
+    assert!(
+        out.contains("tuner plugin: fntest5 (v5) from ") && out.contains("libnccl-net-fnnettuner.so"),
+        "{out}\n{err}"
+    );
+    assert_eq!(row16(&out).matches("Ring/Simple 3ch").count(), 5, "{out}");
+    let (out, _) = plan_with(Some("none"), Some("fnnettuner"), Some("1,2,3"));
+    assert!(out.contains("tuner plugin: none"), "{out}");
+    assert_eq!(row16(&out), base);
+    let (out, _) = plan_with(Some("fn4"), Some("fnnettuner"), Some("1,2,3"));
+    assert!(out.contains("tuner plugin: fntest4 (v4) from "), "{out}");
+    let (out, err) = plan_with(None, Some("fnnetonly"), Some("1,2,3"));
+    assert!(out.contains("tuner plugin: none") && out.contains("holds no tuner"), "{out}");
+    assert!(!err.contains("WARN"), "{err}");
+    assert_eq!(row16(&out), base);
 }
 
 #[test]

@@ -39,6 +39,7 @@ mod bad_input_tests;
 
 use crate::comm::registry::{self, CommHandle};
 use crate::error::{Error, Result};
+use crate::plugin::nvtx::{self, Payload};
 use crate::types::{ncclComm_t, ncclResult_t};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -57,7 +58,18 @@ fn left_to_exit(call: &str) -> bool {
 }
 
 /// Runs an API body: panics become `ncclInternalError`, errors become their code plus a WARN.
-pub fn boundary(call: &str, body: impl FnOnce() -> Result<ncclResult_t>) -> ncclResult_t {
+pub fn boundary(call: &'static str, body: impl FnOnce() -> Result<ncclResult_t>) -> ncclResult_t {
+    boundary_with(call, || Payload::None, body)
+}
+
+/// [`boundary`] whose NVTX range carries NCCL's payload of the call (docs/PLUGINS.md, "NVTX");
+/// `payload` runs only when an NVTX tool is attached.
+pub fn boundary_with(
+    call: &'static str,
+    payload: impl FnOnce() -> Payload,
+    body: impl FnOnce() -> Result<ncclResult_t>,
+) -> ncclResult_t {
+    let _range = nvtx::push(call, payload);
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) => {
@@ -83,7 +95,7 @@ pub fn boundary(call: &str, body: impl FnOnce() -> Result<ncclResult_t>) -> nccl
 }
 
 /// Like [`boundary`] for the few exports that return a value instead of `ncclResult_t`.
-pub fn boundary_value<T>(call: &str, fallback: T, body: impl FnOnce() -> Result<T>) -> T {
+pub fn boundary_value<T>(call: &'static str, fallback: T, body: impl FnOnce() -> Result<T>) -> T {
     let mut out = None;
     boundary(call, || {
         out = Some(body()?);

@@ -179,7 +179,7 @@ fn plugins(
         max_ranks_per_node: counts.max().unwrap_or(1),
         constants: crate::tuner::plugin_constants(),
     };
-    let tuner = tuner_plugin::Session::start(&mut info);
+    let tuner = tuner_plugin::Session::start(&mut info, crate::transport::net::plugin_library);
     let profiler = Profiler::start(&profiler::CommInfo {
         comm_hash: bootstrap.magic(),
         name: config.name.as_deref().unwrap_or(""),

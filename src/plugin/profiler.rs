@@ -28,6 +28,7 @@ pub const PROFILER_PLUGINS: Kind = Kind {
     default: "libnccl-profiler.so",
     label: "PROFILER/Plugin",
     subsys: Subsys::PROFILE,
+    list: false,
 };
 
 const SYMBOLS: [&str; 5] =

@@ -1,5 +1,5 @@
 //! External tuner plugins (`NCCL_TUNER_PLUGIN`; docs/PLUGINS.md, "Tuner"): the library is found once
-//! per process, its table looked up newest first (`ncclTunerPlugin_v5` .. `_v2`, as NCCL 2.28.9),
+//! per process (else, as NCCL, the tuner table in the net plugin's library), its table looked up newest first (`ncclTunerPlugin_v5` .. `_v2`, as NCCL 2.28.9),
 //! and each communicator gets a [`Session`]: the plugin's `init` with the communicator's size, its
 //! `getCollInfo` per collective on our cost table, its `finalize` when the communicator goes. What
 //! the table holds and how its answer is used is the cost model's (`tuner`); this module only
@@ -28,6 +28,7 @@ pub const TUNER_PLUGINS: Kind = Kind {
     default: "libnccl-tuner.so",
     label: "TUNER/Plugin",
     subsys: Subsys::TUNING,
+    list: false,
 };
 
 /// The symbols looked up, newest first.
@@ -124,10 +125,51 @@ impl TunerLib {
     }
 }
 
-/// The process's tuner plugin, looked for once (NCCL loads one per process).
-pub fn found() -> &'static Found<TunerLib> {
+/// The process's tuner plugin, looked for once (NCCL loads one per process). As NCCL, when no
+/// tuner library could be opened (and `NCCL_TUNER_PLUGIN` is not `none`), the tuner table is looked
+/// for in the net plugin's library, whose path `net_library` gives (the NET transport knows it;
+/// every caller passes `transport::net::plugin_library`).
+pub fn found(net_library: fn() -> Option<String>) -> &'static Found<TunerLib> {
     static FOUND: OnceLock<Found<TunerLib>> = OnceLock::new();
-    FOUND.get_or_init(|| super::find(&TUNER_PLUGINS, tuner_plugin_env(), TunerLib::accept))
+    FOUND.get_or_init(|| {
+        let opened = std::cell::Cell::new(false);
+        let mut found = super::find(&TUNER_PLUGINS, tuner_plugin_env(), |lib| {
+            opened.set(true);
+            TunerLib::accept(lib)
+        });
+        let off = tuner_plugin_env().is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
+        if found.plugin.is_none() && !opened.get() && !off {
+            if let Some(path) = net_library() {
+                found.notes.push(in_net_library(&path, &mut found.plugin));
+            }
+        }
+        found
+    })
+}
+
+/// Looks for a tuner table in the net plugin's library `path`, as NCCL does when no tuner library
+/// was found; a net plugin without one is no error (NCCL says so at INFO level). The note for
+/// `ferronickel info`.
+fn in_net_library(path: &str, plugin: &mut Option<TunerLib>) -> String {
+    let lib = match Library::open(&TUNER_PLUGINS, path) {
+        Ok(Some(lib)) => lib,
+        Ok(None) => return format!("net plugin library {path}: not found"),
+        Err(e) => return format!("net plugin library {path}: {e}"),
+    };
+    if super::first_symbol(&lib, &SYMBOLS).is_none() {
+        crate::nccl_info!(Subsys::INIT | Subsys::TUNING, "TUNER/Plugin: the net plugin {path} holds no tuner");
+        return format!("net plugin library {path}: holds no tuner");
+    }
+    match TunerLib::accept(lib) {
+        Ok(t) => {
+            *plugin = Some(t);
+            format!("net plugin library {path}: tuner loaded from it")
+        }
+        Err(e) => {
+            crate::nccl_warn!("{e}");
+            format!("net plugin library {path}: refused: {e}")
+        }
+    }
 }
 
 /// What `init` is told about the communicator.
@@ -163,8 +205,9 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Runs the process's plugin's `init` for a communicator. `None` when there is no plugin or
     /// its `init` failed (WARNed: the communicator then uses the built-in tuner).
-    pub fn start(info: &mut CommInfo) -> Option<Arc<Session>> {
-        let lib = found().plugin.as_ref()?;
+    /// `net_library` as for [`found`].
+    pub fn start(info: &mut CommInfo, net_library: fn() -> Option<String>) -> Option<Arc<Session>> {
+        let lib = found(net_library).plugin.as_ref()?;
         match Self::init(lib, info) {
             Ok(s) => Some(Arc::new(s)),
             Err(e) => {

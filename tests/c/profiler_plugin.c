@@ -140,6 +140,8 @@ static ncclResult_t fini(void* ctx) {
   pthread_mutex_lock(&lock);
   FILE* f = path ? fopen(path, "a") : stderr;
   if (f) {
+    /* A line per write: processes appending to one file keep their lines whole. */
+    setvbuf(f, NULL, _IOLBF, 0);
     for (int i = 0; i < nevents; i++) {
       ev_t* e = &events[i];
       if (!e->used) continue;

@@ -43,11 +43,12 @@ pub fn run(args: Args) -> CmdResult {
 }
 
 /// The tuner and profiler plugins (`NCCL_TUNER_PLUGIN`, `NCCL_PROFILER_PLUGIN`): which library
-/// each found and loaded, or why none (the net plugins are listed under the network).
+/// each found and loaded, or why none (the net plugins are listed under the network); and whether
+/// an NVTX tool is attached (`NVTX_INJECTION64_PATH`).
 fn plugins_section(text: &mut String) -> Value {
-    use nccl::plugin::{profiler, tuner};
-    writeln!(text, "\nPlugins (tuner, profiler; net plugins are listed above):").unwrap();
-    let t = tuner::found();
+    use nccl::plugin::{nvtx, profiler, tuner};
+    writeln!(text, "\nPlugins (tuner, profiler, NVTX tool; net plugins are listed above):").unwrap();
+    let t = tuner::found(nccl::transport::net::plugin_library);
     let p = profiler::found();
     let mut section = |kind: &str, used: Option<(&str, u32, &str)>, notes: &[String]| {
         match used {
@@ -64,7 +65,12 @@ fn plugins_section(text: &mut String) -> Value {
     };
     let tuner_json = section("tuner", t.plugin.as_ref().map(|l| (l.name(), l.version(), l.path())), &t.notes);
     let profiler_json = section("profiler", p.plugin.as_ref().map(|l| (l.name(), l.version(), l.path())), &p.notes);
-    json!({ "tuner": tuner_json, "profiler": profiler_json })
+    let nvtx_tool = nvtx::attached();
+    match nvtx_tool {
+        Some(path) => writeln!(text, "  NVTX tool: {path} (ranges in the domain NCCL)").unwrap(),
+        None => writeln!(text, "  NVTX tool: none attached ({} unset or unusable)", nvtx::INJECTION_VAR).unwrap(),
+    }
+    json!({ "tuner": tuner_json, "profiler": profiler_json, "nvtx_tool": nvtx_tool })
 }
 
 /// The networks between hosts: the net plugins found (`NCCL_NET_PLUGIN`, else `libnccl-net.so`)

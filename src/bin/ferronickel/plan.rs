@@ -120,11 +120,11 @@ pub fn run(mut args: Args) -> CmdResult {
         max_ranks_per_node: nranks / hosts,
         constants: tuner::plugin_constants(),
     };
-    let plugin = tuner_plugin::Session::start(&mut info);
-    let plugin_note = match (&plugin, &tuner_plugin::found().plugin) {
+    let plugin = tuner_plugin::Session::start(&mut info, nccl::transport::net::plugin_library);
+    let plugin_note = match (&plugin, &tuner_plugin::found(nccl::transport::net::plugin_library).plugin) {
         (Some(_), Some(lib)) => format!("{} (v{}) from {}", lib.name(), lib.version(), lib.path()),
         (None, Some(lib)) => format!("{} (v{}): init failed, the built-in tuner decides", lib.name(), lib.version()),
-        (_, None) => format!("none ({})", tuner_plugin::found().notes.join("; ")),
+        (_, None) => format!("none ({})", tuner_plugin::found(nccl::transport::net::plugin_library).notes.join("; ")),
     };
     let shape = CommShape {
         rank: 0,

@@ -35,6 +35,7 @@ pub const NET_PLUGINS: plugin::Kind = plugin::Kind {
     default: "libnccl-net.so",
     label: "NET/Plugin",
     subsys: Subsys::NET,
+    list: true,
 };
 
 /// Which table a library exports.
