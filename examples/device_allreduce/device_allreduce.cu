@@ -89,6 +89,11 @@ static int runRank(Job const& job, int rank) {
   }
   float* out;
   CUDACHECK(cudaMalloc(&out, bytes));
+  // A stream of this rank's own: ranks that are threads of one process must not share the legacy
+  // default stream, where one rank's kernel, waiting at the barrier for the others, would hold
+  // back theirs for ever.
+  cudaStream_t stream;
+  CUDACHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::vector<float> host(job.count), want(job.count);
   size_t wrong = 0;
   for (int it = 0; it < job.iters && wrong == 0; it++) {
@@ -97,12 +102,12 @@ static int runRank(Job const& job, int rank) {
       want[i] = 0;
       for (int r = 0; r < job.nranks; r++) want[i] += inputOf(r, i, it);
     }
-    CUDACHECK(cudaMemcpy(in, host.data(), bytes, cudaMemcpyHostToDevice));
-    CUDACHECK(cudaMemset(out, 0xff, bytes));  // NaN everywhere: an element left unwritten fails
-    lsaAllReduce<<<job.blocks, 256>>>(win, 0, out, job.count, devComm);
+    CUDACHECK(cudaMemcpyAsync(in, host.data(), bytes, cudaMemcpyHostToDevice, stream));
+    CUDACHECK(cudaMemsetAsync(out, 0xff, bytes, stream));  // NaN everywhere: an element left unwritten fails
+    lsaAllReduce<<<job.blocks, 256, 0, stream>>>(win, 0, out, job.count, devComm);
     CUDACHECK(cudaGetLastError());
-    CUDACHECK(cudaDeviceSynchronize());
-    CUDACHECK(cudaMemcpy(host.data(), out, bytes, cudaMemcpyDeviceToHost));
+    CUDACHECK(cudaMemcpyAsync(host.data(), out, bytes, cudaMemcpyDeviceToHost, stream));
+    CUDACHECK(cudaStreamSynchronize(stream));
     for (size_t i = 0; i < job.count; i++) {
       if (host[i] != want[i]) {
         if (wrong < 5) fprintf(stderr, "rank %d iteration %d: out[%zu] = %g, want %g\n", rank, it, i, host[i], want[i]);
@@ -114,6 +119,7 @@ static int runRank(Job const& job, int rank) {
   NCCLCHECK(ncclCommWindowDeregister(comm, win));
   NCCLCHECK(ncclMemFree(in));
   CUDACHECK(cudaFree(out));
+  CUDACHECK(cudaStreamDestroy(stream));
   NCCLCHECK(ncclCommDestroy(comm));
   if (wrong) fprintf(stderr, "rank %d: %zu wrong elements\n", rank, wrong);
   return wrong ? 1 : 0;
