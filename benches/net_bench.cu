@@ -3,6 +3,8 @@
 // proxy thread and the Socket net; for NVIDIA's NCCL: NET/Socket), all on one GPU. With
 // --one-host the processes keep the machine's host identity, so the library picks P2P or, under
 // NCCL_P2P_DISABLE=1, SHM; --gpus G puts rank r on GPU dev + r % G (NCCL needs a GPU per rank).
+// With --uts a host is told apart as production does, by host name: each rank process takes a UTS
+// namespace of its own with its own host name, and no NCCL_HOSTID (needs CAP_SYS_ADMIN).
 //
 // Public NCCL API only: the same binary runs against either library (LD_LIBRARY_PATH). One process
 // per rank, forked after ncclGetUniqueId and before any CUDA call. Per size: warm-up, then `iters`
@@ -11,11 +13,13 @@
 // with inputs rank+1 is checked at its first, middle and last element (exact sums of small
 // integers in float).
 //
-// usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host] [--min 8] [--max 512M] [--budget-s 0.25]
+// usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--min 8] [--max 512M] [--budget-s 0.25]
 // Output: "# net_bench ..." header, then rows "bytes time_us algbw_GBs busbw_GBs" and
 // "NET_BENCH: PASS|FAIL".
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <nccl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,12 +59,18 @@ struct Shared {
   int wrong[8];
 };
 
-static int rankMain(int rank, int n, int dev, bool oneHost, ncclUniqueId id, const std::vector<size_t>& sizes,
-                    double budget, Shared* sh) {
+static int rankMain(int rank, int n, int dev, bool oneHost, bool uts, ncclUniqueId id,
+                    const std::vector<size_t>& sizes, double budget, Shared* sh) {
   if (!oneHost) {
     char host[32];
     snprintf(host, sizeof host, "fnbench%d", rank);
-    setenv("NCCL_HOSTID", host, 1);
+    if (!uts) {
+      setenv("NCCL_HOSTID", host, 1);
+    } else if (unshare(CLONE_NEWUTS) != 0 || sethostname(host, strlen(host)) != 0) {
+      fprintf(stderr, "rank %d: cannot take host name %s in a UTS namespace of its own: %s\n", rank, host,
+              strerror(errno));
+      return 3;
+    }
   }
   CK(cudaSetDevice(dev));
   ncclComm_t comm;
@@ -113,7 +123,7 @@ static int rankMain(int rank, int n, int dev, bool oneHost, ncclUniqueId id, con
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   int n = 2, dev = 0, gpus = 1;
-  bool oneHost = false;
+  bool oneHost = false, uts = false;
   size_t minB = 8, maxB = 512 << 20;
   double budget = 0.25;
   for (int i = 1; i < argc; i++) {
@@ -126,17 +136,18 @@ int main(int argc, char** argv) {
     else if (a == "--dev") dev = atoi(need());
     else if (a == "--gpus") gpus = atoi(need());
     else if (a == "--one-host") oneHost = true;
+    else if (a == "--uts") uts = true;
     else if (a == "--min") minB = parseSize(need());
     else if (a == "--max") maxB = parseSize(need());
     else if (a == "--budget-s") budget = atof(need());
     else {
       fprintf(stderr,
-              "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host] [--min 8] [--max 512M] "
+              "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--min 8] [--max 512M] "
               "[--budget-s 0.25]\n");
       return 2;
     }
   }
-  if (n < 2 || n > 8 || gpus < 1 || minB < 8 || maxB < minB) { fprintf(stderr, "net_bench: bad arguments\n"); return 2; }
+  if (n < 2 || n > 8 || gpus < 1 || minB < 8 || maxB < minB || (uts && oneHost)) { fprintf(stderr, "net_bench: bad arguments\n"); return 2; }
   std::vector<size_t> sizes;
   for (size_t s = minB; s <= maxB && sizes.size() < kMaxSizes; s *= 2) sizes.push_back(s);
   ncclUniqueId id;
@@ -147,12 +158,13 @@ int main(int argc, char** argv) {
   int version = 0;
   ncclGetVersion(&version);
   printf("# net_bench: all_reduce float sum, %d processes on GPU %d-%d, %s; NCCL version %d\n", n, dev,
-         dev + gpus - 1, oneHost ? "one host" : "each its own NCCL_HOSTID", version);
+         dev + gpus - 1, oneHost ? "one host" : uts ? "each its own host name (UTS namespace)" : "each its own NCCL_HOSTID",
+         version);
   printf("# %12s %12s %10s %10s\n", "bytes", "time_us", "algbw_GBs", "busbw_GBs");
   std::vector<pid_t> pids(n);
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
-    if (pids[r] == 0) _exit(rankMain(r, n, dev + r % gpus, oneHost, id, sizes, budget, sh));
+    if (pids[r] == 0) _exit(rankMain(r, n, dev + r % gpus, oneHost, uts, id, sizes, budget, sh));
   }
   int bad = 0;
   for (int r = 0; r < n; r++) {

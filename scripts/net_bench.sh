@@ -6,18 +6,20 @@
 # a GPU are otherwise time-sliced, 2-5 ms per exchange for both libraries) and is stopped after.
 # Then the ceiling under our figures without a GPU: examples/net_ceiling (proxy + net + sockets,
 # both directions at once, as a two-rank all-reduce), if it was built.
+# --uts: each process is a host by its host name (a UTS namespace of its own, no NCCL_HOSTID), as
+# production tells hosts apart; both libraries then run NET/Socket. Needs `unshare -u`.
 # --shm: the processes share one host identity and NCCL_P2P_DISABLE=1, so both libraries use SHM;
 # ours is also run without it (P2P) for comparison. NCCL refuses two ranks on one GPU, so its SHM
 # run needs --gpus >= --nranks (a machine with that many GPUs); no ceiling is run.
 #
-# usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm] [--max 512M] [--budget-s 0.25] [--no-mps]
+# usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm | --uts] [--max 512M] [--budget-s 0.25] [--no-mps]
 #            [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8]
 #            [--also "VAR=VALUE ..."]   (ours once more with these settings, e.g. NCCL_MAX_NCHANNELS=1)
 # Output: ${OUT:-./net-out}/net/{ours,ref,ours_p2p,ceiling}.log and summary.txt (printed last).
 set -u
 export NCCL_NVLS_ENABLE=0
 
-NRANKS=2; GPUS=1; SHM=0; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
+NRANKS=2; GPUS=1; SHM=0; UTS=0; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
 REF_DIR=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
@@ -26,6 +28,7 @@ while [ $# -gt 0 ]; do
     --nranks) NRANKS=$2; shift ;;
     --gpus) GPUS=$2; shift ;;
     --shm) SHM=1 ;;
+    --uts) UTS=1 ;;
     --max) MAX=$2; shift ;;
     --budget-s) BUDGET=$2; shift ;;
     --no-mps) MPS=0 ;;
@@ -33,7 +36,7 @@ while [ $# -gt 0 ]; do
     --ref-dir) REF_DIR=$2; shift ;;
     --ceiling-channels) CH=$2; shift ;;
     --also) ALSO=$2; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "net_bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -58,6 +61,7 @@ fi
 
 LAYOUT=(--gpus "$GPUS"); WHAT="each its own NCCL_HOSTID"
 [ $SHM = 1 ] && LAYOUT+=(--one-host) && WHAT="one host, SHM (NCCL_P2P_DISABLE=1)"
+[ $UTS = 1 ] && LAYOUT+=(--uts) && WHAT="each its own host name (UTS namespace)"
 run() {  # run NAME LIBDIR [VAR=VALUE...]
   echo "net_bench: $1 ${*:3}"
   env LD_LIBRARY_PATH="$2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${@:3}" timeout -k 5 150 \
