@@ -1,0 +1,145 @@
+//! The docs speak of the repository as it is: every repository path that README.md, the other
+//! READMEs and docs/*.md cite in backticks exists, and no tracked text file refers to work by
+//! ticket or issue number or to the sittings it was done in; it says what and why instead.
+//! (BENCHMARKS.md and GPU_RESULTS.md are records of past commits and may name files those commits
+//! had, so only the second check covers them.)
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The directories a cited path may start with.
+const ROOTS: [&str; 7] = ["src/", "kernels/", "tests/", "scripts/", "examples/", "include/", "docs/"];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The files git tracks (the repository's own text, nothing built or downloaded).
+fn tracked() -> Vec<String> {
+    let out = Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(root())
+        .output()
+        .expect("git runs (the checks read the tracked files)");
+    assert!(out.status.success(), "git ls-files failed: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout.split(|&b| b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()).collect()
+}
+
+/// The repository paths cited in backticks in `text`: the first word of a backticked span, when
+/// it starts with one of [`ROOTS`] and is a plain path (no glob, placeholder or variable), less a
+/// trailing `:line` and punctuation.
+fn cited_paths(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        for span in line.split('`').skip(1).step_by(2) {
+            let Some(word) = span.split_whitespace().next() else { continue };
+            if !ROOTS.iter().any(|r| word.starts_with(r)) || word.contains(['*', '<', '{', '$', '[', '|']) {
+                continue;
+            }
+            let word = word.trim_end_matches([',', '.', ';', ')', ':']);
+            let word = match word.rsplit_once(':') {
+                Some((path, line)) if line.chars().all(|c| c.is_ascii_digit()) => path,
+                _ => word,
+            };
+            found.push((n + 1, word.to_string()));
+        }
+    }
+    found
+}
+
+/// Where the docs that must cite only existing paths are: every README and docs/*.md.
+fn is_doc(path: &str) -> bool {
+    path.ends_with("README.md") || (path.starts_with("docs/") && !path[5..].contains('/') && path.ends_with(".md"))
+}
+
+#[test]
+fn every_path_the_docs_cite_exists() {
+    let root = root();
+    let docs: Vec<String> = tracked().into_iter().filter(|p| is_doc(p)).collect();
+    assert!(docs.iter().any(|d| d == "README.md") && docs.iter().any(|d| d == "docs/ARCHITECTURE.md"), "{docs:?}");
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for doc in &docs {
+        let text = std::fs::read_to_string(root.join(doc)).expect("a tracked doc reads");
+        for (line, path) in cited_paths(&text) {
+            checked += 1;
+            if !Path::new(&root.join(&path)).exists() {
+                missing.push(format!("{doc}:{line}: `{path}` does not exist"));
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} paths cited: is the extraction broken?");
+    assert!(missing.is_empty(), "the docs cite paths that are not in the repository:\n{}", missing.join("\n"));
+}
+
+/// A reference to a ticket or to a sitting of work on `line` (lower-cased), or None. Allowed:
+/// Python's `start_new_session` (a process session, setsid), and `op #N` / `last is #N`, the
+/// operation numbers of a hang report (`src/hang_report.rs`).
+fn work_reference(line: &str) -> Option<&'static str> {
+    let l = line.to_lowercase().replace("start_new_session", "");
+    if l.contains("session") {
+        return Some("the word \"session\"");
+    }
+    for word in ["issue", "ticket"] {
+        for (at, _) in l.match_indices(word) {
+            let rest = l[at + word.len()..].trim_start().trim_start_matches('#');
+            if rest.starts_with(|c: char| c.is_ascii_digit()) {
+                return Some("an issue or ticket number");
+            }
+        }
+    }
+    for (at, _) in l.match_indices('#') {
+        let before = &l[..at];
+        let digits = l[at + 1..].chars().take_while(char::is_ascii_digit).count();
+        let after = l[at + 1 + digits..].chars().next();
+        let standalone = before.is_empty() || before.ends_with([' ', '(', '[']);
+        if digits > 0
+            && standalone
+            && !after.is_some_and(|c| c.is_alphanumeric())
+            && !before.ends_with("op ")
+            && !before.ends_with("last is ")
+        {
+            return Some("a `#N` ticket reference");
+        }
+    }
+    None
+}
+
+#[test]
+fn no_file_refers_to_tickets_or_sittings_of_work() {
+    let root = root();
+    let mut found = Vec::new();
+    for path in tracked().iter().filter(|p| *p != "Cargo.lock") {
+        let Ok(bytes) = std::fs::read(root.join(path)) else { continue };
+        if bytes.contains(&0) {
+            continue; // not text
+        }
+        for (n, line) in String::from_utf8_lossy(&bytes).lines().enumerate() {
+            if let Some(what) = work_reference(line) {
+                found.push(format!("{path}:{}: {what}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "say what and why instead:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_checks_catch_what_they_are_for() {
+    let cited = cited_paths("see `src/env.rs` and `scripts/gpu_check.sh --only x`, `src/a.rs:12`;\n`src/*.rs` `cargo`");
+    assert_eq!(cited, [(1, "src/env.rs".into()), (1, "scripts/gpu_check.sh".into()), (1, "src/a.rs".into())]);
+    for bad in ["fixed in issue 13", "Issue #5 item 3", "what this session changed", "Sessions keep it", "see #12 for"]
+    {
+        assert!(work_reference(bad).is_some(), "{bad}");
+    }
+    for good in [
+        "hang report: op #1 (AllReduce)",
+        "(its last is #11, finished)",
+        "comm {:#018x}",
+        "start_new_session=True",
+        "#[cfg(test)]",
+        "ours#1: losses",
+        "issues a request",
+    ] {
+        assert_eq!(work_reference(good), None, "{good}");
+    }
+}
