@@ -67,7 +67,7 @@ impl Machine {
 pub fn run(args: PlanArgs) -> CmdResult {
     let nranks = args.nranks;
     let hosts = args.hosts.unwrap_or(1);
-    if nranks % hosts != 0 {
+    if !nranks.is_multiple_of(hosts) {
         return Err(format!("--nranks {nranks} does not divide evenly over --hosts {hosts}"));
     }
     let gpus_per_host = match args.gpus_per_host {
