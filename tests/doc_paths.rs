@@ -109,7 +109,9 @@ fn work_reference(line: &str) -> Option<&'static str> {
 fn no_file_refers_to_tickets_or_sittings_of_work() {
     let root = root();
     let mut found = Vec::new();
-    for path in tracked().iter().filter(|p| *p != "Cargo.lock") {
+    // This file names what it looks for; Cargo.lock is generated.
+    let own = ["Cargo.lock", "tests/doc_paths.rs"];
+    for path in tracked().iter().filter(|p| !own.contains(&p.as_str())) {
         let Ok(bytes) = std::fs::read(root.join(path)) else { continue };
         if bytes.contains(&0) {
             continue; // not text
