@@ -9,7 +9,7 @@
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
 #   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
-#                      ptx,shm,net,tree,mpi,graph,leak,watchdog,faults,exit,examples,torch,bench   (e.g. --only check,graph)
+#                      shm,net,tree,mpi,graph,leak,watchdog,faults,exit,examples,torch,bench   (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
 #   --bench-only       build + the A/B benchmark only
@@ -180,6 +180,7 @@ if [ "$NG" -ge 1 ]; then
   step check_ring_LL_2 protos 240 env NCCL_ALGO=Ring NCCL_PROTO=LL "$CHK" --mode threads --devs $DEVS2 --quick --failures-only
   # The kernels' PTX, as a GPU newer than the SASS would run it: the driver ignores the SASS and
   # compiles the embedded PTX at load (README, "Building"; a unit without PTX fails to load here).
+  # Group `ptx` (--only ptx).
   step check_ptx_jit_2 ptx 400 env CUDA_FORCE_PTX_JIT=1 "$CHK" --mode threads --devs $DEVS2 --quick --failures-only
   if [ $ONE_GPU_OK = 1 ]; then
     for P in LL LL128; do
