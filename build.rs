@@ -1,7 +1,7 @@
 //! Build script: generates the kernel translation units and the host's kernel table from one
 //! list, compiles the units with nvcc 13.0 in parallel into fatbins embedded in the library, binds
-//! `kernels/device_abi.h` and the net plugin ABI (`src/transport/net/net_plugin_abi.h`) into Rust
-//! with bindgen, and gives the cdylib NCCL's SONAME.
+//! `kernels/device_abi.h`, the net plugin ABI (`src/transport/net/net_plugin_abi.h`) and the tuner and
+//! profiler plugin ABI (`src/plugin/plugin_abi.h`) into Rust with bindgen, and gives the cdylib NCCL's SONAME.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -142,6 +142,8 @@ fn main() {
     write_kernel_table(&out, &units, &fatbins, &archs);
     bind_device_abi(&kernels, &out);
     bind_net_plugin_abi(&manifest.join("src/transport/net/net_plugin_abi.h"), &out);
+    bind_plugin_abi(&manifest.join("src/plugin/plugin_abi.h"), &out);
+    bind_device_api(&manifest.join("include"), &out);
 
     // The loader matches `NEEDED libnccl.so.2` (PyTorch, nccl-tests) against this SONAME.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libnccl.so.2");
@@ -338,6 +340,8 @@ fn compile_kernels(kernels: &Path, out: &Path, units: &[Unit], archs: &[u32]) ->
     // A directory: cargo reruns us when any file in it changes, is added or removed.
     println!("cargo:rerun-if-changed={}", kernels.display());
     let nvcc = find_nvcc().unwrap_or_else(|| panic!("{NVCC_HELP}"));
+    // The tests that compile CUDA against the device headers use the same compiler.
+    println!("cargo:rustc-env=FERRONICKEL_NVCC={}", nvcc.display());
     let src_dir = out.join("kernels");
     std::fs::create_dir_all(&src_dir).unwrap();
     let sources: Vec<(PathBuf, String)> = units
@@ -611,6 +615,53 @@ fn bind_net_plugin_abi(header: &Path, out: &Path) {
             panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
         });
     bindings.write_to_file(out.join("net_plugin_abi.rs")).unwrap();
+}
+
+/// The tuner and profiler plugin ABIs (`src/plugin/plugin_abi.h`), bound as the net plugin's.
+fn bind_plugin_abi(header: &Path, out: &Path) {
+    println!("cargo:rerun-if-changed={}", header.display());
+    let bindings = bindgen::Builder::default()
+        .header(header.to_string_lossy())
+        .allowlist_type("ncclTuner.*|ncclNvlDomainInfo.*|ncclProfiler.*|ncclFunc_t|ncclDebugLogger_t|ncclResult_t")
+        .allowlist_var("NCCL_(ALGO|PROTO|NUM|HW)_.*|ncclProfile.*")
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .layout_tests(true)
+        .generate()
+        .unwrap_or_else(|e| {
+            panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
+        });
+    bindings.write_to_file(out.join("plugin_abi.rs")).unwrap();
+}
+
+/// The device API's shared types (`include/nccl_device/core.h`, also included by the device
+/// headers). The few `nccl.h` types it names are declared in front of it (the communicator and the
+/// result opaquely, left out of the bindings), so no CUDA header is needed here. bindgen's
+/// layout tests check every size and offset against the header; tests/device_abi.rs checks the
+/// header against NVIDIA's.
+fn bind_device_api(include: &Path, out: &Path) {
+    let header = include.join("nccl_device/core.h");
+    println!("cargo:rerun-if-changed={}", header.display());
+    let front = "#define NCCL_H_\n\
+                 typedef struct ncclComm* ncclComm_t;\n\
+                 typedef struct ncclWindow_vidmem* ncclWindow_t;\n\
+                 typedef int ncclResult_t;\n\
+                 #include \"nccl_device/core.h\"\n";
+    let bindings = bindgen::Builder::default()
+        .header_contents("device_api_front.h", front)
+        .clang_arg(format!("-I{}", include.display()))
+        .allowlist_type("ncclTeam.*|ncclDev.*|ncclWindow_vidmem|ncclMultimem.*|ncclLsaBarrier.*|ncclGin.*|ncclLLA2A.*")
+        .allowlist_var("NCCL_GIN_MAX_CONTEXTS")
+        .blocklist_type("ncclComm_t|ncclComm|ncclResult_t")
+        .derive_default(true)
+        .derive_partialeq(true)
+        .layout_tests(true)
+        .generate()
+        .unwrap_or_else(|e| {
+            panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
+        });
+    bindings.write_to_file(out.join("device_api.rs")).unwrap();
 }
 
 /// `target/<profile>/libnccl.so.2` pointing at the cdylib, the name loaders and LD_PRELOAD use.

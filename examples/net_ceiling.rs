@@ -47,6 +47,7 @@ fn main() {
                     fault: Arc::new(|m| eprintln!("net_ceiling: {m}")),
                     timeout: Duration::from_secs(30),
                     net: NetConfig::default(),
+                    profiler: None,
                 };
                 let conns: Vec<_> = (0..channels).map(|ch| (1 - r, ch)).collect();
                 let t = NetTransport::connect(&bs, &conns, &setup, &HostBlock::plain).expect("connect");

@@ -258,6 +258,11 @@ ncclResult_t ncclCommUserRank(ncclComm_t comm, int *rank);
 
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 
+/**
+ * Registers a window. A symmetric one (memory from ncclMemAlloc) is collective and maps every
+ * LSA peer's buffer; the handle is the device address of its `ncclWindow_vidmem`. Otherwise the
+ * range is recorded, as for ncclCommRegister.
+ */
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
 
 ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
@@ -284,7 +289,9 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 ncclResult_t ncclGroupStart(void);
 
 /**
- * Device memory on the caller's current device (device 0 if none is current).
+ * Device memory on the caller's current device (device 0 if none is current), made with the
+ * CUDA VMM API and exportable as a file descriptor, so that it can back symmetric windows
+ * (docs/ARCHITECTURE.md, "Windows and the device communicator"); zeroed.
  */
 ncclResult_t ncclMemAlloc(void **ptr, size_t size);
 

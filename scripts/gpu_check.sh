@@ -9,7 +9,8 @@
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
 #   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
-#                      shm,net,tree,mpi,graph,leak,watchdog,faults,exit,examples,torch,bench   (e.g. --only check,graph)
+#                      shm,net,tree,mpi,graph,leak,watchdog,faults,exit,windows,examples,device,plugins,torch,bench
+#                      (e.g. --only check,graph)
 #   --skip LIST        everything except these
 #   --bench            also run the A/B benchmark (scripts/ab_bench.sh) at the end
 #   --bench-only       build + the A/B benchmark only
@@ -115,7 +116,7 @@ step() {
   local res=PASS
   case $rc in 0) ;; 124|137) res=TIMEOUT ;; *) res="FAIL($rc)" ;; esac
   local det
-  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|EXIT_LIVE:|exit:|TORCH EXIT:|single_process:|mpi_per_gpu:|TORCH CHECK:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|EXIT_LIVE:|exit:|TORCH EXIT:|single_process:|mpi_per_gpu:|device_allreduce:|WINDOWS:|SYMM_MEM:|build_device_example:|TORCH CHECK:|PROFILER TRACE:|NVTX:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
   record "$name" "$res" "$dt" "$det"
   echo "gpu_check:   -> $res in ${dt}s ${det}"
 }
@@ -129,6 +130,7 @@ build() {
   $TO $NVCC $NVFLAGS -o "$BUILD/nccl_bench" benches/nccl_bench.cu $LINK -ldl >"$LOG/build_bench.log" 2>&1 & pids+=($!)
   $TO $NVCC $NVFLAGS -o "$BUILD/faults" tests/gpu/faults.cu $LINK -lpthread >"$LOG/build_faults.log" 2>&1 & pids+=($!)
   $TO $NVCC $NVFLAGS -o "$BUILD/exit_live" tests/gpu/exit_live.cu $LINK >"$LOG/build_exit_live.log" 2>&1 & pids+=($!)
+  $TO $NVCC $NVFLAGS -o "$BUILD/windows" tests/gpu/windows.cu $LINK >"$LOG/build_windows.log" 2>&1 & pids+=($!)
   if [ $HAVE_MPI = 1 ]; then
     $TO $NVCC -ccbin mpicxx -DCHECK_MPI $NVFLAGS -o "$BUILD/check_mpi" tests/gpu/check.cu $LINK -lpthread -ldl >"$LOG/build_check_mpi.log" 2>&1 & pids+=($!)
     $TO mpicc -O2 -Wall -I"$INC" -I"$CUDA/include" -o "$BUILD/mpi_per_gpu" examples/mpi_per_gpu.c $LINK -L"$CUDA/lib64" -lcudart >"$LOG/build_mpi_example.log" 2>&1 & pids+=($!)
@@ -139,6 +141,8 @@ build() {
   for v in 11 8; do
     $TO gcc -shared -fPIC -O2 -Wall -Isrc/transport/net -DPLUGIN_VERSION=$v -o "$BUILD/libnccl-net-fntcp$v.so" tests/c/net_plugin_tcp.c >"$LOG/build_plugin$v.log" 2>&1 & pids+=($!)
   done
+  # The test profiler plugin (tests/c/profiler_plugin.c, ABI v5), for the plugins group.
+  $TO gcc -shared -fPIC -O2 -Wall -Isrc/plugin -pthread -DPROFILER_VERSION=5 -o "$BUILD/libnccl-profiler-fnprof5.so" tests/c/profiler_plugin.c >"$LOG/build_profiler.log" 2>&1 & pids+=($!)
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   for f in "$LOG"/build_*.log; do [ -s "$f" ] && { echo "== $f"; cat "$f"; }; done
   return $rc
@@ -298,6 +302,53 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
   else
     skip exit_torch exit "no PyTorch"
   fi
+  # NVIDIA's nccl-tests, when its sources are given (NCCL_TESTS_SRC, e.g. a copy of
+  # github.com/NVIDIA/nccl-tests): all_reduce_perf in parallel-init mode (-p 1), where it never
+  # destroys its communicators and returns from main after MPI_Finalize, as many training scripts
+  # end. Built against NVIDIA's headers and linked with ours, 2 MPI ranks on GPU 0, 5 runs: every
+  # run must exit 0 with every size correct (#wrong 0) and nothing printing a WARN or a panic.
+  # NVIDIA's 2.28.9 headers as setup-deps.sh extracts them (with nccl_device.h), else the NCCL's.
+  REFINC=$REF/include; [ -f .deps/nvidia-nccl/include/nccl_device.h ] && REFINC=$ROOT/.deps/nvidia-nccl/include
+  if [ -n "${NCCL_TESTS_SRC:-}" ] && [ $HAVE_MPI = 1 ]; then
+    step nccl_tests_p1 exit 240 bash -c 'set -e; src=$1 b=$2 ref=$3 lib=$4 arch=$5
+      mkdir -p "$b/home/lib"; ln -sfn "$ref" "$b/home/include"
+      ln -sf "$lib" "$b/home/lib/libnccl.so"; ln -sf "$lib" "$b/home/lib/libnccl.so.2"
+      mkdir -p "$b/mpi"; set -- "$@" $(mpicc --showme:incdirs) $(mpicc --showme:libdirs)
+      ln -sfn "$7" "$b/mpi/include"; ln -sfn "${@: -1}" "$b/mpi/lib"
+      make -s -j16 -C "$src/src" MPI=1 MPI_HOME="$b/mpi" \
+        NCCL_HOME="$b/home" CUDA_HOME="$6" BUILDDIR="$b/bin" \
+        NVCC_GENCODE="-gencode=arch=compute_${arch#sm_},code=$arch" "$b/bin/all_reduce_perf" >/dev/null
+      fails=0
+      for i in 1 2 3 4 5; do
+        rc=0; LD_LIBRARY_PATH="$b/home/lib:${LD_LIBRARY_PATH:-}" mpirun --allow-run-as-root -np 2 \
+          -x LD_LIBRARY_PATH -x NCCL_DEBUG=WARN -x NCCL_TESTS_DEVICE=0 "$b/bin/all_reduce_perf" -b 8 -e 1M -f 8 -g 1 -c 1 -p 1 >"$b/run$i.txt" 2>&1 || rc=$?
+        wrong=$(awk "/Out of bounds values/{print \$(NF-1)}" "$b/run$i.txt"); w=$(grep -cE "NCCL WARN|panicked" "$b/run$i.txt" || true)
+        echo "run $i: rc $rc, out of bounds ${wrong:-?}, $w WARN/panic lines"; cat "$b/run$i.txt"
+        [ $rc = 0 ] && [ "${wrong:-x}" = 0 ] && [ "$w" = 0 ] || fails=$((fails + 1))
+      done
+      echo "exit: nccl-tests -p 1, $fails of 5 runs failed"; [ $fails = 0 ]' _ \
+      "$NCCL_TESTS_SRC" "$BUILD/nccl-tests" "$REFINC" "$OURLIB" "$ARCH" "$CUDA"
+  else
+    skip nccl_tests_p1 exit "NCCL_TESTS_SRC not set or no MPI"
+  fi
+fi
+# Symmetric windows and device communicators (tests/gpu/windows.cu): 2 and 4 processes on GPU 0
+# write each other's windows through the flat mapping, re-register, see every refusal, and signal
+# LSA barriers through a device communicator's resource window; then 2 non-dumpable processes,
+# whose descriptors travel over a Unix socket where pidfd_getfd is refused; then P2P disabled,
+# where each rank is an LSA team of its own and GIN barriers are refused. Then PyTorch's
+# symmetric memory on the NCCL backend, 2 ranks on GPU 0 (tests/torch/symm_mem.py).
+if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
+  step windows_2 windows 90 "$BUILD/windows" --procs 2
+  step windows_4 windows 120 "$BUILD/windows" --procs 4
+  step windows_undumpable_2 windows 90 "$BUILD/windows" --procs 2 --undumpable
+  step windows_nop2p_2 windows 90 env NCCL_P2P_DISABLE=1 "$BUILD/windows" --procs 2
+  TORCH_PY=/opt/torch/.venv/bin/python; [ -x "$TORCH_PY" ] || TORCH_PY=python3
+  if "$TORCH_PY" -c 'import torch.distributed._symmetric_memory' >/dev/null 2>&1; then
+    step windows_torch_symm windows 180 "$TORCH_PY" tests/torch/symm_mem.py --ranks 2 --lib "$OURLIB"
+  else
+    skip windows_torch_symm windows "no PyTorch with symmetric memory"
+  fi
 fi
 # examples
 if [ "$NG" -ge 1 ]; then
@@ -309,6 +360,25 @@ if [ "$NG" -ge 1 ]; then
   else
     skip example_mpi examples "no mpicc/mpirun"
   fi
+fi
+# The device API (README.md, "The device API"): examples/device_allreduce, an LSA all-reduce kernel
+# with LSA barriers, built against our headers (_ours) and NVIDIA's 2.28.9 headers (_nvhdr), both
+# linked with our library; run as 2 and 4 ranks on GPU 0, as processes and as threads, each rank
+# checking every element. Then the build against our headers on NVIDIA's library, 1 rank (NVIDIA's
+# refuses several ranks on one GPU).
+if [ "$NG" -ge 1 ]; then
+  NVDEV=$ROOT/.deps/nvidia-nccl/include; [ -f "$NVDEV/nccl_device.h" ] || NVDEV=$REF/include
+  step device_build device 300 env NVCC="$NVCC" bash scripts/build_device_example.sh --out "$BUILD" --arch "$ARCH" \
+    --nvidia-include "$NVDEV"
+  if [ "$LIB" = ours ]; then
+    for V in ours nvhdr; do
+      for N in 2 4; do
+        step device_${V}_procs_$N device 120 "$BUILD/device_allreduce_$V" --procs $N --dev 0
+        step device_${V}_threads_$N device 120 "$BUILD/device_allreduce_$V" --threads $N --dev 0
+      done
+    done
+  fi
+  step device_ours_on_nccl_1 device 120 env LD_LIBRARY_PATH="$REF/lib" "$BUILD/device_allreduce_ours" --procs 1 --dev 0
 fi
 # several ranks on one GPU (ours only)
 if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
@@ -401,6 +471,36 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   fi
   [ "$LIB" = ours ] && net_step faults_net_2 90 "$BUILD/faults" --devs 0,0 --hosts 2
   [ "$LIB" = ours ] && net_step faults_net_4 90 "$BUILD/faults" --devs 0,0,0,0 --hosts 4
+fi
+# Tool plugins (docs/PLUGINS.md): the test profiler plugin records an all-reduce, an all-gather and
+# send/recv between 2 ranks on GPU 0, over P2P (one process) and over NET (two "hosts" by
+# NCCL_HOSTID); tests/gpu/profiler_trace.py checks that every event stopped, the collectives' and
+# sends' events, and over NET the proxy's op and step events. Then, where nsys is installed, an
+# NVTX capture whose summary must list our ncclAllReduce ranges.
+if [ "$LIB" = ours ] && [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
+  prof_step() {  # prof_step NAME TIMEOUT [--net] CHECK ARGS...
+    local name=$1 tmo=$2 net=""; shift 2
+    [ "$1" = --net ] && { net=--net; shift; }
+    rm -f "$OUT/$name.trace"
+    step "$name" plugins "$tmo" bash -c 'env NCCL_PROFILER_PLUGIN="$2" TEST_PROFILER_OUT="$3" "${@:5}" || exit 1
+      python3 tests/gpu/profiler_trace.py "$3" $4' _ "$LOG/$name.log" "$BUILD/libnccl-profiler-fnprof5.so" \
+      "$OUT/$name.trace" "$net" "$@"
+  }
+  # A few cases, so that the plugin's table of events (65536) holds the whole trace.
+  PCASES="--colls AllReduce,AllGather,SendRecv --dtypes float32 --ops sum --counts 1000,300000 --no-unaligned"
+  prof_step profiler_p2p_2 150 "$CHK" --mode threads --devs 0,0 --quick $PCASES --failures-only
+  prof_step profiler_net_2 200 --net "$CHK" --mode procs --devs 0,0 --hosts 2 --quick $PCASES --failures-only
+  if command -v nsys >/dev/null 2>&1; then
+    step nvtx_nsys plugins 240 bash -c 'rm -f "$1".nsys-rep "$1".sqlite
+      nsys profile -t nvtx,cuda -o "$1" --force-overwrite true "$2" --mode threads --devs 0,0 --quick --colls AllReduce --dtypes float32 --failures-only || exit 1
+      # nvtx_sum, named nvtxsum by older nsys.
+      { nsys stats --report nvtx_sum --force-export true "$1".nsys-rep || nsys stats --report nvtxsum --force-export true "$1".nsys-rep; } | tee "$1".nvtx.txt
+      n=$(grep -c "ncclAllReduce" "$1".nvtx.txt); echo "NVTX: ncclAllReduce rows: $n"; [ "$n" -gt 0 ]' _ "$OUT/nvtx_trace" "$CHK"
+  else
+    skip nvtx_nsys plugins "nsys is not on PATH: no NVTX capture"
+  fi
+else
+  skip plugins plugins "needs our library and ranks sharing GPU 0"
 fi
 if [ $HAVE_MPI = 1 ] && [ "$NG" -ge 1 ]; then
   NP=2; MDEVS=""; [ "$NG" -lt 2 ] && { [ $ONE_GPU_OK = 1 ] || NP=1; MDEVS="--devs 0"; }

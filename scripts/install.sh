@@ -2,6 +2,7 @@
 # Installs ferronickel where C, C++, CMake, pkg-config and PyTorch's FindNCCL look for NCCL:
 #
 #   PREFIX/include/nccl.h
+#   PREFIX/include/nccl_device.h, PREFIX/include/nccl_device/*.h   the device API (CUDA)
 #   PREFIX/lib/libnccl.so.2.28.9      the library (SONAME libnccl.so.2)
 #   PREFIX/lib/libnccl.so.2           -> libnccl.so.2.28.9   (what programs load)
 #   PREFIX/lib/libnccl.so             -> libnccl.so.2        (what -lnccl finds)
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
     --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; prefix="$2"; shift 2 ;;
     --from) [ $# -ge 2 ] || die "--from needs a directory"; from="$2"; shift 2 ;;
     --cuda-include) [ $# -ge 2 ] || die "--cuda-include needs a directory"; cuda_inc="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -41,7 +42,7 @@ if [ -z "$from" ]; then
   from="$root/target/release"
 fi
 lib="$from/libnccl.so" bin="$from/ferronickel" header="$root/include/nccl.h"
-for f in "$lib" "$bin" "$header"; do
+for f in "$lib" "$bin" "$header" "$root/include/nccl_device.h"; do
   [ -f "$f" ] || die "$f is missing (build with cargo build --release, or point --from at the build)"
 done
 
@@ -65,6 +66,10 @@ mkdir -p "$prefix/include" "$prefix/lib/pkgconfig" "$prefix/bin"
 prefix="$(cd "$prefix" && pwd -P)"
 install -m 0644 "$header" "$prefix/include/nccl.h"
 say "header: $prefix/include/nccl.h"
+mkdir -p "$prefix/include/nccl_device"
+install -m 0644 "$root/include/nccl_device.h" "$prefix/include/nccl_device.h"
+install -m 0644 "$root"/include/nccl_device/*.h "$prefix/include/nccl_device/"
+say "device API headers: $prefix/include/nccl_device.h and $prefix/include/nccl_device/"
 install -m 0755 "$lib" "$prefix/lib/libnccl.so.$version"
 ln -sfn "libnccl.so.$version" "$prefix/lib/libnccl.so.2"
 ln -sfn "libnccl.so.2" "$prefix/lib/libnccl.so"

@@ -4,3 +4,10 @@
 #![allow(clippy::undocumented_unsafe_blocks)]
 
 include!(concat!(env!("OUT_DIR"), "/device_abi.rs"));
+
+/// The device API's types shared with kernels (`include/nccl_device/core.h`), bound by bindgen.
+pub mod device_api {
+    #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, clippy::all)]
+    #![allow(clippy::undocumented_unsafe_blocks)]
+    include!(concat!(env!("OUT_DIR"), "/device_api.rs"));
+}

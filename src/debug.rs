@@ -110,7 +110,7 @@ thread_local! {
 }
 
 pub fn set_log_device(dev: i32) {
-    LOG_DEV.with(|d| d.set(dev));
+    let _ = LOG_DEV.try_with(|d| d.set(dev));
 }
 
 pub fn host_name() -> String {
@@ -176,7 +176,7 @@ pub fn print(level: Level, subsys: u64, msg: &str) {
         Level::Trace => "TRACE",
         _ => "INFO",
     };
-    let dev = LOG_DEV.with(|d| d.get());
+    let dev = LOG_DEV.try_with(|d| d.get()).unwrap_or(-1);
     let line = format!("{}:{}:{} [{}] NCCL {} {}\n", cfg.host, std::process::id(), gettid(), dev, tag, msg);
     let _ = match cfg.file.as_mut() {
         Some(f) => f.write_all(line.as_bytes()),
@@ -201,11 +201,14 @@ thread_local! {
 /// thread asks again (NCCL's contract) or exits.
 pub fn last_error_ptr() -> *const c_char {
     let text = *LAST_ERROR.lock();
-    LAST_ERROR_COPY.with(|c| {
-        let mut c = c.borrow_mut();
-        *c = text;
-        c.as_ptr() as *const c_char
-    })
+    LAST_ERROR_COPY
+        .try_with(|c| {
+            let mut c = c.borrow_mut();
+            *c = text;
+            c.as_ptr() as *const c_char
+        })
+        // A thread past its thread-locals (a static destructor at exit) gets a fixed text.
+        .unwrap_or(c"the calling thread is exiting; the last error text is not kept for it".as_ptr())
 }
 
 /// The last error text as a Rust string (for tests).

@@ -82,6 +82,12 @@ pub fn begun() -> bool {
     STATE.load(Ordering::Acquire) != RUNNING || forked_child()
 }
 
+/// The exit handler has run: the process is ending (a forked child never gets here; see
+/// [`begun`] for the question library threads ask).
+pub fn exiting() -> bool {
+    STATE.load(Ordering::Acquire) != RUNNING
+}
+
 /// This process is a child forked after the library was set up: the communicators it inherited
 /// belong to its parent.
 pub fn forked_child() -> bool {

@@ -22,15 +22,22 @@ thread_local! {
     static GROUP: RefCell<GroupState> = RefCell::new(GroupState::default());
 }
 
-pub fn start() {
-    GROUP.with(|g| g.borrow_mut().depth += 1);
+/// This thread's group state; an error, not a panic, once the thread (or the process, in a
+/// static destructor) is past destroying its thread-locals.
+fn with_group<R>(f: impl FnOnce(&mut GroupState) -> R) -> Result<R> {
+    GROUP.try_with(|g| f(&mut g.borrow_mut())).map_err(|_| {
+        Error::InvalidUsage("the calling thread is exiting: its group state is gone, so it can issue nothing".into())
+    })
+}
+
+pub fn start() -> Result<()> {
+    with_group(|g| g.depth += 1)
 }
 
 /// Closes one level; at the outermost level launches everything queued (or reports the error
 /// that happened inside the group).
 pub fn end() -> Result<()> {
-    let (queued, error) = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
+    let (queued, error) = with_group(|g| {
         if g.depth == 0 {
             return Err(Error::InvalidUsage("ncclGroupEnd called without a matching ncclGroupStart".into()));
         }
@@ -39,7 +46,7 @@ pub fn end() -> Result<()> {
             return Ok((Vec::new(), None));
         }
         Ok((std::mem::take(&mut g.queued), g.error.take()))
-    })?;
+    })??;
     if let Some(e) = error {
         return Err(e.context("an operation inside this group failed, so the group launched nothing"));
     }
@@ -49,8 +56,7 @@ pub fn end() -> Result<()> {
 
 /// Drops everything queued in the current group (`ncclGroupSimulateEnd` reads it first).
 pub fn end_without_launch() -> Result<Vec<Queued>> {
-    GROUP.with(|g| {
-        let mut g = g.borrow_mut();
+    with_group(|g| {
         if g.depth == 0 {
             return Err(Error::InvalidUsage("ncclGroupSimulateEnd called without a matching ncclGroupStart".into()));
         }
@@ -60,7 +66,7 @@ pub fn end_without_launch() -> Result<Vec<Queued>> {
         }
         g.error = None;
         Ok(std::mem::take(&mut g.queued))
-    })
+    })?
 }
 
 /// Queues operations (several for AlltoAll/Gather/Scatter) as one unit, launching them
@@ -70,15 +76,14 @@ pub fn end_without_launch() -> Result<Vec<Queued>> {
 /// Every task's buffers are device memory valid for the bytes it moves (the API entry points
 /// check them first).
 pub unsafe fn submit(ops: Vec<Queued>) -> Result<()> {
-    let outside = GROUP.with(move |g| {
-        let mut g = g.borrow_mut();
+    let outside = with_group(move |g| {
         if g.depth > 0 {
             g.queued.extend(ops);
             None
         } else {
             Some(ops)
         }
-    });
+    })?;
     match outside {
         // SAFETY: per this function's contract.
         Some(ops) => unsafe { launch::launch_group(ops) },
@@ -86,10 +91,10 @@ pub unsafe fn submit(ops: Vec<Queued>) -> Result<()> {
     }
 }
 
-/// Records an argument error so that the enclosing group's end reports it too.
+/// Records an argument error so that the enclosing group's end reports it too (nothing to do on
+/// a thread past its thread-locals: it has no group).
 pub fn record_error(e: &Error) {
-    GROUP.with(|g| {
-        let mut g = g.borrow_mut();
+    let _ = with_group(|g| {
         if g.depth > 0 && g.error.is_none() {
             g.error = Some(e.clone());
         }

@@ -1,10 +1,19 @@
-//! Plugin libraries, found and opened as NCCL 2.28 finds its plugins (`docs/NET.md`, "Which net is used"):
-//! a variable (`NCCL_NET_PLUGIN`) names a comma list of libraries (`none`: no plugin), each tried
-//! as given with `dlopen(RTLD_NOW | RTLD_LOCAL)` and then as `libnccl-<kind>-<name>.so`; unset, the
-//! list is the kind's default library. What a library must export is the caller's business:
-//! this module only finds, opens and names it.
+//! Plugin libraries, found and opened as NCCL 2.28 finds its plugins (`docs/NET.md`, "Which net is used";
+//! `docs/PLUGINS.md`): a variable (`NCCL_NET_PLUGIN`, `NCCL_TUNER_PLUGIN`, `NCCL_PROFILER_PLUGIN`)
+//! names a library (`none`: no plugin; for nets a comma list of them, tuner and profiler take one
+//! name as in NCCL), each tried as given with
+//! `dlopen(RTLD_NOW | RTLD_LOCAL)` and then as `libnccl-<kind>-<name>.so`; unset, the list is the
+//! kind's default library. What a library must export is its user's business: the net's in
+//! `transport::net::plugin`, the tuner's in [`tuner`], the profiler's in [`profiler`]; the ABI of
+//! the last two is [`abi`] and the logger every plugin gets is [`logger`].
 
-use std::ffi::{c_char, c_void, CStr, CString};
+pub mod abi;
+pub mod logger;
+pub mod nvtx;
+pub mod profiler;
+pub mod tuner;
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::null_mut;
 
 use crate::debug::Subsys;
@@ -27,6 +36,8 @@ pub struct Kind {
     pub label: &'static str,
     /// The subsystem of its INFO lines.
     pub subsys: u64,
+    /// Whether the variable holds a comma list (nets) or one name (tuner, profiler), as in NCCL.
+    pub list: bool,
 }
 
 impl Kind {
@@ -35,6 +46,7 @@ impl Kind {
         match value.map(str::trim) {
             None => vec![self.default.to_string()],
             Some(v) if v.eq_ignore_ascii_case("none") => Vec::new(),
+            Some(v) if !self.list => vec![v.to_string()],
             Some(v) => {
                 let list: Vec<String> =
                     v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
@@ -146,6 +158,81 @@ impl Drop for Library {
     }
 }
 
+/// The first of `symbols` (newest version first) that `lib` exports: its index and address.
+pub fn first_symbol(lib: &Library, symbols: &[&str]) -> Option<(usize, *mut c_void)> {
+    symbols.iter().enumerate().find_map(|(i, s)| {
+        let p = lib.symbol(s);
+        (!p.is_null()).then_some((i, p))
+    })
+}
+
+/// The name every plugin table starts with (`const char* name`).
+///
+/// # Safety
+/// `table` points to a live plugin table whose first field is a `const char*`.
+pub unsafe fn table_name(table: *const c_void) -> String {
+    // SAFETY: per the contract, the first field is readable.
+    let p = unsafe { *(table as *const *const c_char) };
+    if p.is_null() {
+        return "(unnamed)".into();
+    }
+    // SAFETY: a plugin's name is a NUL-terminated static string.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// Our error for a plugin call's return code `rc` (non-zero), with `msg` naming plugin and call.
+pub fn error_for(rc: c_int, msg: String) -> Error {
+    match rc {
+        1 => Error::Cuda(msg),
+        3 => Error::Internal(msg),
+        4 => Error::InvalidArgument(msg),
+        5 => Error::InvalidUsage(msg),
+        6 => Error::Remote(msg),
+        _ => Error::System(msg),
+    }
+}
+
+/// What looking for one kind of plugin came to: the library in use and how it was found, or why
+/// there is none (`ferronickel info` shows it).
+pub struct Found<T> {
+    pub plugin: Option<T>,
+    /// One line per entry tried: loaded, not found, or refused and why.
+    pub notes: Vec<String>,
+}
+
+/// Tries the entries `kind`'s variable lists, in order, and keeps the first that `accept` takes
+/// (it looks up the symbols and may refuse the library with an error, which is WARNed and noted).
+pub fn find<T>(kind: &Kind, value: Option<&str>, accept: impl Fn(Library) -> Result<T>) -> Found<T> {
+    let mut notes = Vec::new();
+    let entries = kind.candidates(value);
+    if entries.is_empty() {
+        notes.push(format!("{}=none: no {} plugin", kind.var, kind.kind));
+    }
+    for entry in entries {
+        match Library::open(kind, &entry) {
+            Ok(None) => notes.push(format!("{entry}: not found")),
+            Ok(Some(lib)) => {
+                let path = lib.path().to_string();
+                match accept(lib) {
+                    Ok(t) => {
+                        notes.push(format!("{entry}: loaded from {path}"));
+                        return Found { plugin: Some(t), notes };
+                    }
+                    Err(e) => {
+                        crate::nccl_warn!("{e}");
+                        notes.push(format!("{entry}: refused: {e}"));
+                    }
+                }
+            }
+            Err(e) => {
+                crate::nccl_warn!("{e}");
+                notes.push(format!("{entry}: refused: {e}"));
+            }
+        }
+    }
+    Found { plugin: None, notes }
+}
+
 /// The file the loader actually mapped, for messages.
 fn loaded_path(dl: *mut c_void) -> Option<String> {
     let mut map: *mut c_void = null_mut();
@@ -170,6 +257,7 @@ mod tests {
         default: "libnccl-net.so",
         label: "NET/Plugin",
         subsys: Subsys::NET,
+        list: true,
     };
 
     #[test]
@@ -188,8 +276,11 @@ mod tests {
         assert_eq!(NET.file_names("./x.so"), ["./x.so"]);
         assert_eq!(NET.file_names("/opt/libnccl-net.so"), ["/opt/libnccl-net.so"]);
         assert_eq!(NET.file_names("libfoo"), ["libfoo", "libnccl-net-libfoo.so"]);
-        let tuner = Kind { kind: "tuner", ..NET };
+        let tuner = Kind { kind: "tuner", list: false, ..NET };
         assert_eq!(tuner.file_names("x"), ["x", "libnccl-tuner-x.so"]);
+        // One name, commas and all, as NCCL reads NCCL_TUNER_PLUGIN.
+        assert_eq!(tuner.candidates(Some(" a,b ")), ["a,b"]);
+        assert!(tuner.candidates(Some("none")).is_empty());
     }
 
     #[test]

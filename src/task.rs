@@ -7,8 +7,10 @@
 use crate::abi::fnWork;
 use crate::cuda::module::KernelId;
 use crate::cuda::CUstream;
+use crate::plugin::tuner::Session as TunerSession;
 use crate::topo::tree::TreeShape;
 use crate::types::ncclDataType_t;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CollKind {
@@ -63,7 +65,7 @@ pub struct Queued<C> {
 
 /// What planning needs to know about the communicator. Every input but `rank` is the same on
 /// every rank, so all ranks pick the same algorithm, protocol and split for an operation.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct CommShape {
     pub rank: usize,
     pub nranks: usize,
@@ -76,6 +78,9 @@ pub struct CommShape {
     /// The slowest kind of connection between two of its ranks: it prices algorithms, protocols
     /// and channels (`tuner`).
     pub link: Link,
+    /// The communicator's context of an external tuner plugin, which the tuner consults
+    /// (docs/PLUGINS.md, "Tuner").
+    pub tuner: Option<Arc<TunerSession>>,
 }
 
 /// What a hop between two ranks costs, by where its FIFOs sit: GPU memory (P2P), host memory that
@@ -104,7 +109,15 @@ impl CommShape {
     /// Rank 0 of `nranks` ranks on one host, every pair on P2P: the shape planner tests start from.
     #[cfg(test)]
     pub const fn one_host(nranks: usize, nchannels: usize, all_pairs_channels: usize) -> CommShape {
-        CommShape { rank: 0, nranks, nchannels, all_pairs_channels, tree: TreeShape::chain(nranks), link: Link::P2p }
+        CommShape {
+            rank: 0,
+            nranks,
+            nchannels,
+            all_pairs_channels,
+            tree: TreeShape::chain(nranks),
+            link: Link::P2p,
+            tuner: None,
+        }
     }
 }
 

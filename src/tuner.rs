@@ -17,6 +17,10 @@
 //! with ncclInvalidUsage, as in NCCL (`NCCL_ALGO=Tree` and an all-gather). Point to point always
 //! runs Simple.
 //!
+//! An external tuner plugin (`NCCL_TUNER_PLUGIN`, docs/PLUGINS.md) is consulted in one place,
+//! [`choose`]: it sees our modelled cost of every allowed Ring and Tree (algorithm, protocol) in
+//! NCCL's cost table, may change them and ask for a channel count.
+//!
 //! Pure data movement may instead run on the copy engines (`plan::copies`), which this model also
 //! prices; like the one-shot, only while neither setting is an inclusion list, so that forcing a
 //! protocol or algorithm always runs the kernels that use it.
@@ -25,6 +29,11 @@ use crate::abi::{
     FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_TREE, FN_LL_SLOT_LINES, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE,
 };
 use crate::error::{Error, Result};
+use crate::plugin::abi::{
+    ncclFuncAllGather, ncclFuncAllReduce, ncclFuncBroadcast, ncclFuncReduce, ncclFuncReduceScatter, ncclFunc_t,
+    ncclTunerConstants_v5_t, NCCL_ALGO_RING, NCCL_ALGO_TREE, NCCL_HW_NET, NCCL_HW_NVLINK, NCCL_HW_PCI,
+};
+use crate::plugin::tuner::{CostTable, Session as TunerSession, IGNORE};
 use crate::task::{CollKind, CommShape, Link};
 use std::sync::OnceLock;
 
@@ -297,16 +306,12 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         _ => count * elem,
     } as f64;
     let (hops, wire) = ring_shape(kind, n as f64, bytes);
-    let mut best: Option<(f64, Choice)> = None;
-    let mut consider = |t: f64, c: Choice| {
-        if best.is_none_or(|(bt, _)| t < bt) {
-            best = Some((t, c));
-        }
-    };
+    // Ring and Tree, which NCCL has indices for: what a tuner plugin sees (see `consult`).
+    let mut offered: Vec<(f64, Choice)> = Vec::new();
     for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
         if allowed.protos[proto as usize] && allowed.ring_for(kind) {
             let (t, nchannels) = price(shape, proto, hops, wire, 1.0, shape.nchannels);
-            consider(t, Choice { algo: FN_ALGO_RING, proto, nchannels });
+            offered.push((t, Choice { algo: FN_ALGO_RING, proto, nchannels }));
         }
     }
     // Tree all-reduce: across hosts its log-depth latency beats the ring's 2(n - 1) hops; on one
@@ -319,13 +324,14 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
             if allowed.protos[proto as usize] {
                 let (t, nchannels) = price(shape, proto, hops, wire, TREE_BW, tch);
-                consider(t, Choice { algo: FN_ALGO_TREE, proto, nchannels });
+                offered.push((t, Choice { algo: FN_ALGO_TREE, proto, nchannels }));
             }
         }
     }
     // One-shot all-reduce: one hop. Between two ranks it runs over any protocol and sends what the
     // ring sends; with more ranks each rank sends its whole input to every peer, over LL, one slot
     // per channel.
+    let mut oneshot: Vec<(f64, Choice)> = Vec::new();
     let nch = shape.all_pairs_channels.min(shape.nchannels);
     if kind == CollKind::AllReduce && allowed.oneshot && nch > 0 {
         for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
@@ -338,12 +344,106 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
                 } else {
                     (model_us(proto, 1.0, (n - 1) as f64 * bytes, scale), nch)
                 };
-                consider(t, Choice { algo: FN_ALGO_ONESHOT, proto, nchannels });
+                oneshot.push((t, Choice { algo: FN_ALGO_ONESHOT, proto, nchannels }));
             }
         }
     }
+    let fastest = |c: &mut dyn Iterator<Item = (f64, (f64, Choice))>| {
+        c.fold(
+            None,
+            |best: Option<(f64, (f64, Choice))>, x| if best.is_none_or(|b| x.0 < b.0) { Some(x) } else { best },
+        )
+    };
+    let ours = || fastest(&mut offered.iter().chain(&oneshot).map(|&o| (o.0, o)));
+    let picked = match shape.tuner.as_deref().and_then(|s| consult(s, kind, count * elem, &offered)) {
+        // The plugin's costs for what it was offered; the one-shot competes at its modelled cost.
+        Some((costs, nchannels)) => {
+            let with_costs = offered.iter().zip(costs).filter_map(|(&o, c)| c.map(|c| (c, o)));
+            match fastest(&mut with_costs.chain(oneshot.iter().map(|&o| (o.0, o)))) {
+                Some((_, (t, mut c))) => {
+                    if let Some(want) = nchannels.filter(|_| c.algo != FN_ALGO_ONESHOT) {
+                        let max = if c.algo == FN_ALGO_TREE { tch } else { shape.nchannels };
+                        c.nchannels = want.clamp(1, max.max(1));
+                    }
+                    Some((0.0, (t, c)))
+                }
+                None => {
+                    crate::nccl_info!(
+                        crate::debug::Subsys::TUNING,
+                        "TUNER/Plugin: {kind:?} of {} bytes: the plugin ruled out every algorithm offered; using the \
+                         built-in tuner's choice",
+                        count * elem
+                    );
+                    ours()
+                }
+            }
+        }
+        None => ours(),
+    };
     // Allowed::check refused collectives that the restrictions leave nothing.
-    best.unwrap_or((model_us(FN_PROTO_SIMPLE, hops, wire, 1.0), ring(FN_PROTO_SIMPLE)))
+    picked.map(|(_, o)| o).unwrap_or((model_us(FN_PROTO_SIMPLE, hops, wire, 1.0), ring(FN_PROTO_SIMPLE)))
+}
+
+/// NCCL's index of one of our algorithms in a tuner plugin's cost table (the one-shot has none).
+fn nccl_algo(algo: u32) -> usize {
+    match algo {
+        FN_ALGO_TREE => NCCL_ALGO_TREE as usize,
+        _ => NCCL_ALGO_RING as usize,
+    }
+}
+
+/// NCCL's `ncclFunc_t` of a collective.
+fn nccl_func(kind: CollKind) -> ncclFunc_t {
+    match kind {
+        CollKind::AllReduce => ncclFuncAllReduce,
+        CollKind::Reduce => ncclFuncReduce,
+        CollKind::Broadcast => ncclFuncBroadcast,
+        CollKind::AllGather => ncclFuncAllGather,
+        CollKind::ReduceScatter => ncclFuncReduceScatter,
+    }
+}
+
+/// Asks a tuner plugin about a collective of `bytes` (the user's count times the element size):
+/// the cost table holds our modelled time of every offered (Ring or Tree, protocol), NCCL's
+/// `NCCL_ALGO_PROTO_IGNORE` elsewhere. Returns the plugin's cost of each offered entry (`None`:
+/// ruled out) and the channels it asks for, or `None` when it failed (our own choice stands).
+fn consult(
+    plugin: &TunerSession,
+    kind: CollKind,
+    bytes: usize,
+    offered: &[(f64, Choice)],
+) -> Option<(Vec<Option<f64>>, Option<usize>)> {
+    let mut table: CostTable = [[IGNORE; 3]; 7];
+    for (t, c) in offered {
+        table[nccl_algo(c.algo)][c.proto as usize] = *t as f32;
+    }
+    let mut nchannels = 0;
+    plugin.coll_info(nccl_func(kind), bytes, &mut table, &mut nchannels).ok()?;
+    let costs = offered
+        .iter()
+        .map(|(_, c)| {
+            let v = table[nccl_algo(c.algo)][c.proto as usize];
+            (v >= 0.0 && v.is_finite()).then_some(v as f64)
+        })
+        .collect();
+    Some((costs, usize::try_from(nchannels).ok().filter(|&n| n > 0)))
+}
+
+/// v5 tuner plugins' constants, filled from this model where it has a counterpart: the hop
+/// latency of each protocol for Ring and Tree over NVLink (P2P), PCI (SHM) and the network
+/// (NET). The rest is zero; what a plugin writes there is not read back (docs/PLUGINS.md).
+pub fn plugin_constants() -> ncclTunerConstants_v5_t {
+    let mut c = ncclTunerConstants_v5_t::default();
+    for (p, cost) in COST.iter().enumerate() {
+        let hops =
+            [(NCCL_HW_NVLINK, cost.hop_us), (NCCL_HW_PCI, SHM_COST.hop_us[p]), (NCCL_HW_NET, NET_COST.hop_us[p])];
+        for (hw, hop) in hops {
+            for algo in [NCCL_ALGO_RING, NCCL_ALGO_TREE] {
+                c.hwLatencies[hw as usize][algo as usize][p] = hop;
+            }
+        }
+    }
+    c
 }
 
 /// The names of `all` that a setting allows, or an error naming an unknown entry.
@@ -451,6 +551,7 @@ mod tests {
         all_pairs_channels: 4,
         tree: TreeShape { nhosts: 128, depth: 7 + 7, max_children: 3 },
         link: Link::P2p,
+        tuner: None,
     };
 
     #[test]

@@ -145,16 +145,6 @@ pub struct ncclSimInfo_t {
     pub estimatedTime: f32,
 }
 
-/// `ncclTeam_t` of the device API (`nccl_device/core.h`): a strided subset of the ranks.
-/// cbindgen:ignore
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ncclTeam_t {
-    pub nRanks: c_int,
-    pub rank: c_int,
-    pub stride: c_int,
-}
-
 /// Element size in bytes of a valid `ncclDataType_t`.
 pub fn dtype_size(dt: ncclDataType_t) -> Option<usize> {
     Some(match dt {

@@ -2,7 +2,8 @@
 //! a plain `cc $(pkg-config --cflags --libs nccl)`, and `tests/cmake` with CMake's find_path /
 //! find_library, with pkg-config through CMake, and with PyTorch's FindNCCL search (NCCL_ROOT,
 //! or NCCL_INCLUDE_DIR + NCCL_LIB_DIR, and its version checks). Each program calls
-//! ncclGetVersion and must land in the installed library.
+//! ncclGetVersion and must land in the installed library. The device API's headers install too, and a
+//! kernel and a CUDA-free host file build against them.
 
 mod common;
 
@@ -86,6 +87,19 @@ fn install_layout_is_what_build_systems_expect() {
         std::fs::read(root().join("include/nccl.h")).unwrap(),
         "the installed header must be the repository's"
     );
+    let mut ours: Vec<PathBuf> = std::fs::read_dir(root().join("include/nccl_device"))
+        .unwrap()
+        .map(|e| PathBuf::from("nccl_device").join(e.unwrap().file_name()))
+        .collect();
+    ours.push("nccl_device.h".into());
+    for h in &ours {
+        assert_eq!(
+            std::fs::read(prefix.join("include").join(h)).ok(),
+            std::fs::read(root().join("include").join(h)).ok(),
+            "the installed {} must be the repository's",
+            h.display()
+        );
+    }
     let info = run_ok_within(Command::new(prefix.join("bin/ferronickel")).arg("info"));
     assert!(info.contains("NCCL API 2.28.9"), "{info}");
     let pc = std::fs::read_to_string(lib.join("pkgconfig/nccl.pc")).unwrap();
@@ -114,6 +128,58 @@ fn pkg_config_and_plain_cc_build_link_and_run() {
             .arg(&app),
     );
     check_program(&app, &prefix);
+}
+
+/// The device API from the install: a kernel compiled by nvcc, and the host half as CUDA-free C++,
+/// both with nothing but the installed headers (and CUDA's).
+#[test]
+fn device_api_headers_build_against_the_install() {
+    let dir = scratch("install-device");
+    let prefix = install(&dir);
+    let include = prefix.join("include");
+    let kernel = dir.join("kernel.cu");
+    std::fs::write(
+        &kernel,
+        "#include <nccl_device.h>\n\
+         __global__ void k(ncclWindow_t w, ncclDevComm comm, float* out) {\n\
+           ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), comm, ncclTeamTagLsa(), blockIdx.x};\n\
+           bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);\n\
+           out[threadIdx.x] = *(float*)ncclGetLsaPointer(w, 4 * threadIdx.x, comm.lsaSize - 1);\n\
+         }\n",
+    )
+    .unwrap();
+    run_ok_within(
+        Command::new(common::nvcc())
+            .args(["-c", "-std=c++17", "-arch=sm_90", "-Xcompiler", "-Wall"])
+            .arg("-I")
+            .arg(&include)
+            .arg(&kernel)
+            .arg("-o")
+            .arg(dir.join("kernel.o")),
+    );
+    let host = dir.join("host.cpp");
+    std::fs::write(
+        &host,
+        "#include <nccl_device.h>\n\
+         int teams(ncclComm_t comm) {\n\
+           ncclDevCommRequirements reqs = {};\n\
+           reqs.lsaBarrierCount = ncclTeamOuterFactor(ncclTeamWorld(comm), 2).nRanks;\n\
+           ncclDevComm dev;\n\
+           return ncclDevCommCreate(comm, &reqs, &dev) == ncclSuccess ? ncclTeamLsa(dev).nRanks : -1;\n\
+         }\n",
+    )
+    .unwrap();
+    run_ok_within(
+        Command::new("c++")
+            .args(["-std=c++17", "-Wall", "-Werror", "-c"])
+            .arg("-I")
+            .arg(&include)
+            .arg("-I")
+            .arg(cuda_include())
+            .arg(&host)
+            .arg("-o")
+            .arg(dir.join("host.o")),
+    );
 }
 
 /// Configures, builds and runs tests/cmake in one mode.

@@ -76,6 +76,14 @@ fn plugins() -> &'static Plugins {
             .arg(dir.join("libnccl-net-fnneedsdep.so"));
         run_ok(&mut cc);
         std::fs::remove_file(dir.join("libfnnetdep.so")).unwrap();
+        // The test profiler plugin (ABI v5), which hears of the proxy's ops and steps.
+        let mut cc = Command::new("cc");
+        cc.args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread", "-DPROFILER_VERSION=5", "-I"])
+            .arg(root().join("src/plugin"))
+            .arg(root().join("tests/c/profiler_plugin.c"))
+            .arg("-o")
+            .arg(dir.join("libnccl-profiler-fnprof5.so"));
+        run_ok(&mut cc);
         Plugins { dir }
     })
 }
@@ -91,6 +99,8 @@ fn child_cmd(scenario: &str, env: &[(&str, String)]) -> Command {
         .env("NCCL_DEBUG", "WARN")
         .env_remove("NCCL_NET")
         .env_remove("NCCL_NET_PLUGIN")
+        .env_remove("NCCL_PROFILER_PLUGIN")
+        .env_remove("TEST_PROFILER_OUT")
         .env_remove("NCCL_DEBUG_FILE")
         .env_remove("NCCL_CONF_FILE")
         .env("HOME", "/nonexistent")
@@ -204,6 +214,22 @@ fn the_proxy_carries_steps_on_every_net() {
         assert!(out.contains(&want), "{name}: no {want:?}:\n{out}");
         // Closing answers goodbyes and completes every posted receive first (docs/NET.md).
         assert!(!out.contains("in flight"), "{name}: a comm closed with requests in flight:\n{out}");
+    }
+}
+
+/// With a profiler plugin, the proxy threads of the same run report every step they move, on the
+/// Socket net and through a plugin: balanced proxy op and step events with each step's bytes
+/// (checked in the child, which knows them).
+#[test]
+fn the_proxy_reports_every_step_to_a_profiler() {
+    let dir = scratch("proxy-profiler");
+    for (name, mut env) in [("Socket", socket_env()), ("FnTcp11", plugin_env("fntcp11"))] {
+        let trace = dir.join(format!("{name}.trace"));
+        let _ = std::fs::remove_file(&trace);
+        env.push(("NCCL_PROFILER_PLUGIN", plugins().dir.join("libnccl-profiler-fnprof5.so").display().to_string()));
+        env.push(("TEST_PROFILER_OUT", trace.display().to_string()));
+        let out = run_child("transport", &env);
+        assert!(out.contains("PROFILER OK"), "{name}: the proxy's events do not add up:\n{out}");
     }
 }
 
@@ -375,6 +401,7 @@ fn connect_pair(net: &dyn Net) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
 /// of random protocols and sizes each, checked byte for byte where the step's protocol puts them.
 fn transport() {
     use nccl::bootstrap::{new_unique_id, Bootstrap};
+    use nccl::plugin::profiler::{CommInfo, Profiler};
     use nccl::transport::net::conn::{NetTransport, Setup};
     use nccl::transport::net::proxy::{self, HostBlock, Layout};
     use std::sync::atomic::{fence, Ordering};
@@ -386,6 +413,8 @@ fn transport() {
         .map(|r| {
             std::thread::spawn(move || {
                 let bs = Bootstrap::init(&id, r, 2, limit).unwrap();
+                // The profiler NCCL_PROFILER_PLUGIN names, if any.
+                let info = CommInfo { comm_hash: 0x5e1ec7, name: "transport", nnodes: 2, nranks: 2, rank: r };
                 let setup = Setup {
                     dev: -1 - r as i32,
                     fifo_bytes: 64 << 10,
@@ -393,6 +422,7 @@ fn transport() {
                     fault: Arc::new(|m| panic!("NET fault: {m}")),
                     timeout: limit,
                     net: net::NetConfig::default(),
+                    profiler: Profiler::start(&info),
                 };
                 let t = NetTransport::connect(&bs, &[(1 - r, 0), (1 - r, 1)], &setup, &HostBlock::plain).unwrap();
                 bs.barrier().unwrap();
@@ -454,6 +484,67 @@ fn transport() {
         }
     });
     println!("TRANSPORT OK over {}", ranks[0].1.net_name);
+    if let Ok(trace) = std::env::var("TEST_PROFILER_OUT") {
+        let layouts: Vec<Layout> = ranks.iter().map(|(_, t)| t.layout()).collect();
+        // The proxies end with the transports, stopping their events; the plugin writes its
+        // trace when the last holder of each rank's profiler is gone.
+        drop(ranks);
+        let text = std::fs::read_to_string(&trace).unwrap_or_else(|e| panic!("{trace}: {e}"));
+        let mut expected = std::collections::BTreeMap::new();
+        for (r, l) in layouts.iter().enumerate() {
+            for ch in 0..2 {
+                let seed = (r * 2 + ch) as u64;
+                for s in 0..STEPS {
+                    let bytes = shape(l, seed, s).1;
+                    // Rank r sends stream `seed` on channel ch to 1 - r, which receives it.
+                    expected.insert((r, ch, 1 - r, 1, s), bytes);
+                    expected.insert((1 - r, ch, r, 0, s), bytes);
+                }
+            }
+        }
+        check_proxy_trace(&text, &expected);
+        println!("PROFILER OK: {} steps", expected.len());
+    }
+}
+
+/// Checks the test profiler's trace of the proxies against `expected`: (rank, channel, peer,
+/// is_send, step) to the step's bytes. Every event stopped once, every step recorded one state
+/// with its bytes under a proxy op of its connection direction, and each step is there once.
+fn check_proxy_trace(text: &str, expected: &std::collections::BTreeMap<(usize, usize, usize, usize, u64), usize>) {
+    use std::collections::HashMap;
+    let field = |line: &str, key: &str| -> u64 {
+        let v = line.split(' ').find_map(|w| w.strip_prefix(key).and_then(|w| w.strip_prefix('=')));
+        v.unwrap_or_else(|| panic!("no {key} in {line:?}")).parse().unwrap_or_else(|e| panic!("{key} in {line:?}: {e}"))
+    };
+    let mut ops = HashMap::new();
+    let mut seen = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        assert_eq!(field(line, "stopped"), 1, "an event not stopped exactly once: {line}");
+        let w: Vec<&str> = line.split(' ').collect();
+        match w[2] {
+            "ProxyOp" => {
+                let key = (field(line, "rank"), field(line, "channel"), field(line, "peer"), field(line, "send"));
+                assert!(field(line, "chunk") > 0 && field(line, "pid_ok") == 1, "{line}");
+                ops.insert(w[0].to_string(), key);
+            }
+            "ProxyStep" => {
+                let (r, ch, peer, send) = *ops.get(w[1]).unwrap_or_else(|| panic!("a step before its op: {line}"));
+                assert_eq!(field(line, "rank"), r, "{line}");
+                assert_eq!(field(line, "states"), 1, "{line}");
+                let key = (r as usize, ch as usize, peer as usize, send as usize, field(line, "step"));
+                let bytes = field(line, "bytes") as usize;
+                assert!(seen.insert(key, bytes).is_none(), "step {key:?} twice: {line}");
+            }
+            other => panic!("only proxy events were produced here, not {other}: {line}"),
+        }
+    }
+    for (k, want) in expected {
+        match seen.get(k) {
+            Some(got) => assert_eq!(got, want, "(rank, channel, peer, send, step) {k:?}: bytes"),
+            None => panic!("(rank, channel, peer, send, step) {k:?}: no event"),
+        }
+    }
+    assert_eq!(seen.len(), expected.len(), "steps nobody moved were reported");
 }
 
 struct Rng(u64);

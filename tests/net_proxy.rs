@@ -37,6 +37,7 @@ fn setup(faults: &Arc<Mutex<Vec<String>>>) -> Setup {
         fault: Arc::new(move |m| f.lock().push(m)),
         timeout: LIMIT,
         net: NetConfig::default(),
+        profiler: None,
     }
 }
 

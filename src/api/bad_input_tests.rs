@@ -3,6 +3,10 @@
 //! GPU behind them, so everything before the launch is the production path.
 
 use super::{coll, device_api, group, init, mem, query, version};
+use crate::abi::device_api::{
+    ncclDevComm, ncclDevCommRequirements, ncclDevResourceRequirements, ncclGinBarrierHandle, ncclLsaBarrierHandle,
+    ncclTeamRequirements, ncclTeam_t,
+};
 use crate::bootstrap::{new_unique_id, Bootstrap};
 use crate::comm::{registry, Comm, Phase};
 use crate::types::ncclResult_t::*;
@@ -373,19 +377,151 @@ fn cases(comm: ncclComm_t, old: ncclComm_t, gone: ncclComm_t) -> Vec<Case> {
                 move || mem::ncclCommWindowDeregister(comm, host),
             ),
             case("DevCommCreate NULL reqs", ncclInvalidArgument, "reqs is NULL", move || {
-                device_api::ncclDevCommCreate(comm, std::ptr::null(), host)
+                let mut dc = ncclDevComm::default();
+                device_api::ncclDevCommCreate(comm, std::ptr::null(), &mut dc)
+            }),
+            case("DevCommCreate NULL outDevComm", ncclInvalidArgument, "outDevComm is NULL", move || {
+                device_api::ncclDevCommCreate(comm, &ncclDevCommRequirements::default(), std::ptr::null_mut())
+            }),
+            dev_comm_case(
+                comm,
+                "DevCommCreate ginForceEnable",
+                ncclInvalidUsage,
+                "reqs->ginForceEnable asks for GIN",
+                |r| r.ginForceEnable = true,
+            ),
+            dev_comm_case(
+                comm,
+                "DevCommCreate ginSignalCount",
+                ncclInvalidUsage,
+                "reqs->ginSignalCount 2 asks for GIN",
+                |r| r.ginSignalCount = 2,
+            ),
+            dev_comm_case(
+                comm,
+                "DevCommCreate ginCounterCount",
+                ncclInvalidUsage,
+                "reqs->ginCounterCount 1 asks for GIN",
+                |r| r.ginCounterCount = 1,
+            ),
+            dev_comm_case(
+                comm,
+                "DevCommCreate lsaMultimem",
+                ncclInvalidUsage,
+                "reqs->lsaMultimem asks for multimem",
+                |r| r.lsaMultimem = true,
+            ),
+            dev_comm_case(
+                comm,
+                "DevCommCreate negative count",
+                ncclInvalidArgument,
+                "reqs->lsaBarrierCount -1 is negative",
+                |r| r.lsaBarrierCount = -1,
+            ),
+            dev_comm_case(comm, "DevCommCreate LL all-to-all", ncclInvalidUsage, "is not implemented yet", |r| {
+                r.lsaLLA2ABlockCount = 1
+            }),
+            case("DevCommCreate team multimem", ncclInvalidUsage, "team requirement 0 asks for multimem", move || {
+                let mut team = ncclTeamRequirements {
+                    team: ncclTeam_t { nRanks: 2, rank: 0, stride: 1 },
+                    multimem: true,
+                    ..Default::default()
+                };
+                let reqs = ncclDevCommRequirements { teamRequirementsList: &mut team, ..Default::default() };
+                let mut dc = ncclDevComm::default();
+                device_api::ncclDevCommCreate(comm, &reqs, &mut dc)
+            }),
+            case("DevCommCreate foreign team", ncclInvalidArgument, "not in this communicator's world", move || {
+                let mut team =
+                    ncclTeamRequirements { team: ncclTeam_t { nRanks: 4, rank: 0, stride: 1 }, ..Default::default() };
+                let reqs = ncclDevCommRequirements { teamRequirementsList: &mut team, ..Default::default() };
+                let mut dc = ncclDevComm::default();
+                device_api::ncclDevCommCreate(comm, &reqs, &mut dc)
             }),
             case(
-                "DevCommCreate not implemented",
+                "DevCommCreate resource GIN signals",
                 ncclInvalidUsage,
-                "ncclDevCommCreate (NCCL device API) is not implemented yet",
-                move || device_api::ncclDevCommCreate(comm, host, host),
+                "resource requirement 1 (ginSignalCount 3",
+                move || {
+                    let mut second = ncclDevResourceRequirements { ginSignalCount: 3, ..Default::default() };
+                    let mut first =
+                        ncclDevResourceRequirements { bufferSize: 64, next: &mut second, ..Default::default() };
+                    let reqs = ncclDevCommRequirements { resourceRequirementsList: &mut first, ..Default::default() };
+                    let mut dc = ncclDevComm::default();
+                    device_api::ncclDevCommCreate(comm, &reqs, &mut dc)
+                },
+            ),
+            case("DevCommCreate resource cycle", ncclInvalidArgument, "has more than 65536 entries", move || {
+                let mut r = ncclDevResourceRequirements { bufferSize: 64, ..Default::default() };
+                r.next = &mut r;
+                let reqs = ncclDevCommRequirements { resourceRequirementsList: &mut r, ..Default::default() };
+                let mut dc = ncclDevComm::default();
+                device_api::ncclDevCommCreate(comm, &reqs, &mut dc)
+            }),
+            case("DevCommDestroy unknown", ncclInvalidArgument, "is not a device communicator of this", move || {
+                device_api::ncclDevCommDestroy(comm, &ncclDevComm::default())
+            }),
+            case(
+                "WindowRegister symmetric host memory",
+                ncclInvalidArgument,
+                "is not device-accessible memory",
+                move || {
+                    let mut w = std::ptr::null_mut();
+                    mem::ncclCommWindowRegister(comm, host, 64, &mut w, 1)
+                },
             ),
             case("LsaBarrier bad count", ncclInvalidArgument, "nBarriers 0", move || {
-                device_api::ncclLsaBarrierCreateRequirement(ncclTeam_t { nRanks: 2, rank: 0, stride: 1 }, 0, host, host)
+                let (mut h, mut r) = (ncclLsaBarrierHandle::default(), ncclDevResourceRequirements::default());
+                device_api::ncclLsaBarrierCreateRequirement(
+                    ncclTeam_t { nRanks: 2, rank: 0, stride: 1 },
+                    0,
+                    &mut h,
+                    &mut r,
+                )
+            }),
+            case("GinBarrier refused", ncclInvalidUsage, "asks for GIN", move || {
+                let (mut h, mut r) = (ncclGinBarrierHandle::default(), ncclDevResourceRequirements::default());
+                device_api::ncclGinBarrierCreateRequirement(
+                    comm,
+                    ncclTeam_t { nRanks: 2, rank: 0, stride: 1 },
+                    1,
+                    &mut h,
+                    &mut r,
+                )
             }),
         ]
     }
+}
+
+/// A ncclDevCommCreate case whose requirements are the defaults changed by `set`.
+fn dev_comm_case(
+    comm: ncclComm_t,
+    name: &'static str,
+    code: ncclResult_t,
+    text: &'static str,
+    set: fn(&mut ncclDevCommRequirements),
+) -> Case {
+    case(name, code, text, move || {
+        let mut reqs = ncclDevCommRequirements::default();
+        set(&mut reqs);
+        let mut dc = ncclDevComm::default();
+        // SAFETY: a valid handle and live structs.
+        unsafe { device_api::ncclDevCommCreate(comm, &reqs, &mut dc) }
+    })
+}
+
+#[test]
+fn lsa_barrier_requirement_sizes_the_buffer_and_points_at_the_handle() {
+    let (mut h, mut r) = (ncclLsaBarrierHandle { bufHandle: 7, nBarriers: 0 }, ncclDevResourceRequirements::default());
+    // SAFETY: live out structs.
+    let rc = unsafe {
+        device_api::ncclLsaBarrierCreateRequirement(ncclTeam_t { nRanks: 4, rank: 1, stride: 1 }, 3, &mut h, &mut r)
+    };
+    assert_eq!(rc, ncclSuccess);
+    assert_eq!((h.bufHandle, h.nBarriers), (0, 3));
+    assert_eq!(r.bufferSize, (3 * 3 + 3 * 4) * 4);
+    assert_eq!(r.outBufferHandle, std::ptr::addr_of_mut!(h.bufHandle));
+    assert!(r.next.is_null() && r.ginSignalCount == 0 && r.ginCounterCount == 0);
 }
 
 #[test]
@@ -446,6 +582,10 @@ fn queries_and_teams_answer_on_a_good_comm() {
             assert_eq!(device_api::ncclTeamRankToWorld(c, world, 1), 1);
             assert_eq!(device_api::ncclTeamRankToWorld(c, world, 2), -1);
             assert_eq!(device_api::ncclTeamRail(c).nRanks, 1);
+            let lsa = device_api::ncclTeamLsa(c);
+            assert_eq!(lsa, ncclTeam_t { nRanks: 2, rank: r as c_int, stride: 1 });
+            assert_eq!(device_api::ncclTeamRankToLsa(c, lsa, 1), 1);
+            assert_eq!(device_api::ncclTeamRankToLsa(c, lsa, 2), -1);
         }
         assert_eq!((n, rank, err), (2, r as c_int, ncclSuccess));
     }

@@ -3,11 +3,12 @@
 //! Every entry goes the same way (NCCL's habit): check the communicator, check every argument,
 //! then hand tasks to the group layer, which launches at once outside a group.
 
-use super::{boundary, comm_arg, non_null, rank_arg, write_out, SUCCESS};
+use super::{boundary, boundary_with, comm_arg, non_null, rank_arg, write_out, SUCCESS};
 use crate::abi;
 use crate::comm::{Comm, UserOp};
 use crate::error::{Error, Result};
 use crate::group::{self, Queued};
+use crate::plugin::nvtx::Payload;
 use crate::task::{CollKind, CollTask, DevOp, Task};
 use crate::types::*;
 use std::ffi::{c_int, c_void};
@@ -118,6 +119,17 @@ fn op_arg(comm: &Comm, op: ncclRedOp_t, dtype: ncclDataType_t) -> Result<DevOp> 
     })
 }
 
+/// The communicator hash of an NVTX payload: 0 for a handle that is no communicator, as NCCL.
+fn comm_hash(comm: ncclComm_t) -> u64 {
+    comm_arg(comm).and_then(|h| h.queryable()).map_or(0, |c| c.bootstrap.magic())
+}
+
+/// An NVTX payload's message size: NCCL's `count * ncclTypeSize(datatype)` (one rank's part, also
+/// for AllGather and AlltoAll); 0 for an unknown type.
+fn nvtx_bytes(count: usize, dtype: ncclDataType_t) -> usize {
+    dtype_size(dtype).map_or(0, |e| count.wrapping_mul(e))
+}
+
 /// Queues tasks whose buffers the caller checked with [`buffers`].
 fn submit(comm: &Arc<Comm>, stream: cudaStream_t, tasks: Vec<Task>) -> Result<ncclResult_t> {
     let ops = tasks.into_iter().map(|task| Queued { comm: comm.clone(), stream: stream as _, task }).collect();
@@ -184,9 +196,11 @@ pub unsafe extern "C" fn ncclAllReduce(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclAllReduce", || {
-        collective(CollKind::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), 0, comm, stream)
-    })
+    boundary_with(
+        "ncclAllReduce",
+        || Payload::BytesOp { comm: comm_hash(comm), bytes: nvtx_bytes(count, datatype), op },
+        || collective(CollKind::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), 0, comm, stream),
+    )
 }
 
 #[no_mangle]
@@ -200,9 +214,11 @@ pub unsafe extern "C" fn ncclReduce(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclReduce", || {
-        collective(CollKind::Reduce, sendbuff, recvbuff, count, datatype, Some(op), root, comm, stream)
-    })
+    boundary_with(
+        "ncclReduce",
+        || Payload::BytesRootOp { comm: comm_hash(comm), bytes: nvtx_bytes(count, datatype), root, op },
+        || collective(CollKind::Reduce, sendbuff, recvbuff, count, datatype, Some(op), root, comm, stream),
+    )
 }
 
 #[no_mangle]
@@ -215,9 +231,11 @@ pub unsafe extern "C" fn ncclBroadcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclBroadcast", || {
-        collective(CollKind::Broadcast, sendbuff, recvbuff, count, datatype, None, root, comm, stream)
-    })
+    boundary_with(
+        "ncclBroadcast",
+        || Payload::BytesRank { comm: comm_hash(comm), bytes: nvtx_bytes(count, datatype), rank: root },
+        || collective(CollKind::Broadcast, sendbuff, recvbuff, count, datatype, None, root, comm, stream),
+    )
 }
 
 /// The legacy in-place broadcast.
@@ -230,7 +248,11 @@ pub unsafe extern "C" fn ncclBcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclBcast", || collective(CollKind::Broadcast, buff, buff, count, datatype, None, root, comm, stream))
+    boundary_with(
+        "ncclBcast",
+        || Payload::BytesRank { comm: comm_hash(comm), bytes: nvtx_bytes(count, datatype), rank: root },
+        || collective(CollKind::Broadcast, buff, buff, count, datatype, None, root, comm, stream),
+    )
 }
 
 #[no_mangle]
@@ -242,9 +264,11 @@ pub unsafe extern "C" fn ncclAllGather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclAllGather", || {
-        collective(CollKind::AllGather, sendbuff, recvbuff, sendcount, datatype, None, 0, comm, stream)
-    })
+    boundary_with(
+        "ncclAllGather",
+        || Payload::Bytes { comm: comm_hash(comm), bytes: nvtx_bytes(sendcount, datatype) },
+        || collective(CollKind::AllGather, sendbuff, recvbuff, sendcount, datatype, None, 0, comm, stream),
+    )
 }
 
 #[no_mangle]
@@ -257,9 +281,11 @@ pub unsafe extern "C" fn ncclReduceScatter(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclReduceScatter", || {
-        collective(CollKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, Some(op), 0, comm, stream)
-    })
+    boundary_with(
+        "ncclReduceScatter",
+        || Payload::BytesOp { comm: comm_hash(comm), bytes: nvtx_bytes(recvcount, datatype), op },
+        || collective(CollKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, Some(op), 0, comm, stream),
+    )
 }
 
 /// Which peers a grouped point-to-point pattern sends to and receives from.
@@ -318,10 +344,14 @@ pub unsafe extern "C" fn ncclAlltoAll(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclAlltoAll", || {
-        let c = comm_arg(comm)?.ready()?;
-        p2p_pattern(Pattern::AlltoAll, sendbuff, recvbuff, count, datatype, &c, stream)
-    })
+    boundary_with(
+        "ncclAlltoAll",
+        || Payload::Bytes { comm: comm_hash(comm), bytes: nvtx_bytes(count, datatype) },
+        || {
+            let c = comm_arg(comm)?.ready()?;
+            p2p_pattern(Pattern::AlltoAll, sendbuff, recvbuff, count, datatype, &c, stream)
+        },
+    )
 }
 
 #[no_mangle]
@@ -334,11 +364,15 @@ pub unsafe extern "C" fn ncclGather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclGather", || {
-        let c = comm_arg(comm)?.ready()?;
-        let root = rank_arg(root, c.nranks, "root")?;
-        p2p_pattern(Pattern::Gather(root), sendbuff, recvbuff, count, datatype, &c, stream)
-    })
+    boundary_with(
+        "ncclGather",
+        || Payload::BytesRank { comm: comm_hash(comm), bytes: nvtx_bytes(count, datatype), rank: root },
+        || {
+            let c = comm_arg(comm)?.ready()?;
+            let root = rank_arg(root, c.nranks, "root")?;
+            p2p_pattern(Pattern::Gather(root), sendbuff, recvbuff, count, datatype, &c, stream)
+        },
+    )
 }
 
 #[no_mangle]
@@ -351,11 +385,15 @@ pub unsafe extern "C" fn ncclScatter(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclScatter", || {
-        let c = comm_arg(comm)?.ready()?;
-        let root = rank_arg(root, c.nranks, "root")?;
-        p2p_pattern(Pattern::Scatter(root), sendbuff, recvbuff, count, datatype, &c, stream)
-    })
+    boundary_with(
+        "ncclScatter",
+        || Payload::BytesRank { comm: comm_hash(comm), bytes: nvtx_bytes(count, datatype), rank: root },
+        || {
+            let c = comm_arg(comm)?.ready()?;
+            let root = rank_arg(root, c.nranks, "root")?;
+            p2p_pattern(Pattern::Scatter(root), sendbuff, recvbuff, count, datatype, &c, stream)
+        },
+    )
 }
 
 fn point_to_point(
@@ -386,7 +424,11 @@ pub unsafe extern "C" fn ncclSend(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclSend", || point_to_point(true, sendbuff, count, datatype, peer, comm, stream))
+    boundary_with(
+        "ncclSend",
+        || Payload::BytesRank { comm: comm_hash(comm), bytes: nvtx_bytes(count, datatype), rank: peer },
+        || point_to_point(true, sendbuff, count, datatype, peer, comm, stream),
+    )
 }
 
 #[no_mangle]
@@ -398,7 +440,11 @@ pub unsafe extern "C" fn ncclRecv(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    boundary("ncclRecv", || point_to_point(false, recvbuff, count, datatype, peer, comm, stream))
+    boundary_with(
+        "ncclRecv",
+        || Payload::BytesRank { comm: comm_hash(comm), bytes: nvtx_bytes(count, datatype), rank: peer },
+        || point_to_point(false, recvbuff, count, datatype, peer, comm, stream),
+    )
 }
 
 /// A sum where each rank first multiplies its input by `*scalar` (host value read now, or a

@@ -6,7 +6,7 @@ use crate::types::{ncclResult_t, ncclSimInfo_t, NCCL_SIM_INFO_MAGIC};
 #[no_mangle]
 pub unsafe extern "C" fn ncclGroupStart() -> ncclResult_t {
     boundary("ncclGroupStart", || {
-        crate::group::start();
+        crate::group::start()?;
         SUCCESS
     })
 }

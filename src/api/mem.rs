@@ -1,7 +1,7 @@
 //! Memory: ncclMemAlloc/Free, buffer registration and windows.
 
 use super::{boundary, comm_arg, non_null, write_out, SUCCESS};
-use crate::cuda::{self, DeviceBuffer};
+use crate::cuda::{self, vmm::Allocation};
 use crate::error::Result;
 use crate::types::{ncclComm_t, ncclResult_t, ncclWindow_t};
 use parking_lot::Mutex;
@@ -9,9 +9,11 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 
 /// Allocations made by ncclMemAlloc, so ncclMemFree can refuse pointers that are not ours.
-static ALLOCS: Mutex<Option<HashMap<u64, (DeviceBuffer, cuda::Context)>>> = Mutex::new(None);
+static ALLOCS: Mutex<Option<HashMap<u64, (Allocation, cuda::Context)>>> = Mutex::new(None);
 
-/// Device memory on the caller's current device (device 0 if none is current).
+/// Device memory on the caller's current device (device 0 if none is current), made with the
+/// CUDA VMM API and exportable as a file descriptor, so that it can back symmetric windows
+/// (docs/ARCHITECTURE.md, "Windows and the device communicator"); zeroed.
 #[no_mangle]
 pub unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
     boundary("ncclMemAlloc", || {
@@ -20,12 +22,13 @@ pub unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncc
             crate::bail_arg!("size is 0");
         }
         cuda::init()?;
-        let ctx = cuda::primary_context(cuda::current_device()?)?;
+        let dev = cuda::current_device()?;
+        let ctx = cuda::primary_context(dev)?;
         let buf = {
             let _g = ctx.enter()?;
-            DeviceBuffer::zeroed(size)?
+            Allocation::new(dev, size)?
         };
-        let p = buf.ptr;
+        let p = buf.ptr();
         ALLOCS.lock().get_or_insert_with(HashMap::new).insert(p, (buf, ctx));
         // SAFETY: checked non-NULL.
         unsafe { write_out(ptr, p as *mut c_void) };
@@ -37,7 +40,7 @@ pub unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncc
 #[no_mangle]
 pub unsafe extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
     boundary("ncclMemFree", || {
-        if ptr.is_null() {
+        if ptr.is_null() || super::left_to_exit("ncclMemFree") {
             return SUCCESS;
         }
         let entry = ALLOCS.lock().as_mut().and_then(|m| m.remove(&(ptr as u64)));
@@ -114,11 +117,20 @@ pub unsafe extern "C" fn ncclCommRegister(
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
     boundary("ncclCommDeregister", || {
+        if super::left_to_exit("ncclCommDeregister") {
+            return SUCCESS;
+        }
         deregister(comm, handle, false)?;
         SUCCESS
     })
 }
 
+/// `winFlags` bit of a symmetric window (nccl.h's NCCL_WIN_COLL_SYMMETRIC).
+const NCCL_WIN_COLL_SYMMETRIC: c_int = 0x1;
+
+/// Registers a window. A symmetric one (memory from ncclMemAlloc) is collective and maps every
+/// LSA peer's buffer; the handle is the device address of its `ncclWindow_vidmem`. Otherwise the
+/// range is recorded, as for ncclCommRegister.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommWindowRegister(
     comm: ncclComm_t,
@@ -129,10 +141,22 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
 ) -> ncclResult_t {
     boundary("ncclCommWindowRegister", || {
         non_null(win, "win")?;
-        if winFlags & !0x1 != 0 {
+        if winFlags & !NCCL_WIN_COLL_SYMMETRIC != 0 {
             crate::bail_arg!("winFlags {winFlags:#x} has bits other than NCCL_WIN_COLL_SYMMETRIC");
         }
-        let h = register(comm, buff, size, true)?;
+        let h = if winFlags & NCCL_WIN_COLL_SYMMETRIC != 0 {
+            let c = comm_arg(comm)?.ready()?;
+            non_null(buff, "buff")?;
+            if size == 0 {
+                crate::bail_arg!("size is 0");
+            }
+            if !cuda::is_device_pointer(buff) {
+                crate::bail_arg!("buff {buff:p} is not device-accessible memory");
+            }
+            c.register_window(buff as u64, size)? as *mut c_void
+        } else {
+            register(comm, buff, size, true)?
+        };
         // SAFETY: checked non-NULL.
         unsafe { write_out(win, h) };
         SUCCESS
@@ -142,7 +166,15 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
     boundary("ncclCommWindowDeregister", || {
-        deregister(comm, win, true)?;
+        if super::left_to_exit("ncclCommWindowDeregister") {
+            return SUCCESS;
+        }
+        let c = comm_arg(comm)?.queryable()?;
+        if !win.is_null() && c.is_window(win as u64) {
+            c.deregister_window(win as u64)?;
+        } else {
+            deregister(comm, win, true)?;
+        }
         SUCCESS
     })
 }

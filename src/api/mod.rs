@@ -39,12 +39,37 @@ mod bad_input_tests;
 
 use crate::comm::registry::{self, CommHandle};
 use crate::error::{Error, Result};
+use crate::plugin::nvtx::{self, Payload};
 use crate::types::{ncclComm_t, ncclResult_t};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+/// Whether a releasing call (destroy, abort, deregister, free) comes after the process began to
+/// exit: it then leaves everything to the operating system and succeeds, as NCCL leaks the
+/// communicators alive at exit, for CUDA may already be torn down (docs/ARCHITECTURE.md, "Who owns
+/// what"). Static destructors do make such calls: PyTorch's symmetric-memory manager destroys its
+/// device communicators from one.
+fn left_to_exit(call: &str) -> bool {
+    let exiting = crate::exit::exiting();
+    if exiting {
+        crate::nccl_info!(crate::debug::Subsys::INIT, "{call} after the process began to exit: left to the OS");
+    }
+    exiting
+}
+
 /// Runs an API body: panics become `ncclInternalError`, errors become their code plus a WARN.
-pub fn boundary(call: &str, body: impl FnOnce() -> Result<ncclResult_t>) -> ncclResult_t {
+pub fn boundary(call: &'static str, body: impl FnOnce() -> Result<ncclResult_t>) -> ncclResult_t {
+    boundary_with(call, || Payload::None, body)
+}
+
+/// [`boundary`] whose NVTX range carries NCCL's payload of the call (docs/PLUGINS.md, "NVTX");
+/// `payload` runs only when an NVTX tool is attached.
+pub fn boundary_with(
+    call: &'static str,
+    payload: impl FnOnce() -> Payload,
+    body: impl FnOnce() -> Result<ncclResult_t>,
+) -> ncclResult_t {
+    let _range = nvtx::push(call, payload);
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) => {
@@ -70,7 +95,7 @@ pub fn boundary(call: &str, body: impl FnOnce() -> Result<ncclResult_t>) -> nccl
 }
 
 /// Like [`boundary`] for the few exports that return a value instead of `ncclResult_t`.
-pub fn boundary_value<T>(call: &str, fallback: T, body: impl FnOnce() -> Result<T>) -> T {
+pub fn boundary_value<T>(call: &'static str, fallback: T, body: impl FnOnce() -> Result<T>) -> T {
     let mut out = None;
     boundary(call, || {
         out = Some(body()?);

@@ -4,14 +4,17 @@
 
 use super::launch::LaunchState;
 use super::watch::{News, Observer, Ops, RingCounters, WatchGpu};
+use super::window::Windows;
 use super::{Comm, CommConfig, Gpu, Resources, FLAG_ABORT, FLAG_ERROR};
 use crate::abi::{self, fnDevComm, fnRing};
 use crate::bootstrap::{Bootstrap, BootstrapId};
 use crate::cuda::{self, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
+use crate::plugin::profiler::{self, Profiler};
+use crate::plugin::tuner as tuner_plugin;
 use crate::task::Link;
 use crate::topo::tree::Trees;
-use crate::topo::{self, PeerInfo, Ring};
+use crate::topo::{self, Lsa, PeerInfo, Ring};
 use crate::transport::conn_plan::ConnPlan;
 use crate::transport::net::proxy::FaultHook;
 use crate::transport::{self, net, Connections, Kind, NetNeeds, Path, Settings};
@@ -57,10 +60,18 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let plan = ConnPlan::from_env(nchannels, order, &trees);
 
     let (flags, lost, fault) = fault_hook()?;
-    let needs = NetNeeds { dev, fault, timeout, config: net::NetConfig::default() };
+    let (tuner_plugin, profiler) = plugins(&bootstrap, &peers, &config, rank);
+    let needs = NetNeeds { dev, fault, timeout, config: net::NetConfig::default(), profiler: profiler.clone() };
     // Alike on every rank: from every pair's kind, not only ours.
     let host_fifos = transport::host_fifos(&kinds);
     let limits = Allowed::for_connections(nranks, host_fifos, !host_fifos);
+    // Alike on every rank, from every pair's kind.
+    let reach: Vec<Vec<bool>> = kinds
+        .iter()
+        .enumerate()
+        .map(|(a, row)| row.iter().enumerate().map(|(b, k)| a == b || *k == Kind::P2p).collect())
+        .collect();
+    let lsa = Lsa::new(rank, &reach);
     let transport = Connections::establish(&bootstrap, &plan, &peers, kinds, needs)?;
 
     let table = transport.table(&plan, rank);
@@ -116,6 +127,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         limits,
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),
+        lsa,
         watchdog,
         lost,
         news,
@@ -132,11 +144,50 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
                 _ring_ranks: ring_ranks,
                 flags,
                 _watch: watch_gpu,
+                windows: Mutex::new(Windows::default()),
             }),
             ctx,
         }),
         leak: AtomicBool::new(false),
+        tuner_plugin,
+        profiler,
+        coll_seq: Default::default(),
     })
+}
+
+/// This communicator's contexts of the process's tuner and profiler plugins, if any
+/// (docs/PLUGINS.md): each plugin's `init` with the communicator's ranks and hosts.
+fn plugins(
+    bootstrap: &Bootstrap,
+    peers: &[PeerInfo],
+    config: &CommConfig,
+    rank: usize,
+) -> (Option<Arc<tuner_plugin::Session>>, Option<Arc<Profiler>>) {
+    let mut per_host: Vec<(u64, usize)> = Vec::new();
+    for p in peers {
+        match per_host.iter_mut().find(|(h, _)| *h == p.host_hash) {
+            Some((_, n)) => *n += 1,
+            None => per_host.push((p.host_hash, 1)),
+        }
+    }
+    let counts = per_host.iter().map(|(_, n)| *n);
+    let mut info = tuner_plugin::CommInfo {
+        comm_id: bootstrap.magic(),
+        nranks: peers.len(),
+        nnodes: per_host.len(),
+        min_ranks_per_node: counts.clone().min().unwrap_or(1),
+        max_ranks_per_node: counts.max().unwrap_or(1),
+        constants: crate::tuner::plugin_constants(),
+    };
+    let tuner = tuner_plugin::Session::start(&mut info, crate::transport::net::plugin_library);
+    let profiler = Profiler::start(&profiler::CommInfo {
+        comm_hash: bootstrap.magic(),
+        name: config.name.as_deref().unwrap_or(""),
+        nnodes: per_host.len(),
+        nranks: peers.len(),
+        rank,
+    });
+    (tuner, profiler)
 }
 
 /// What this rank tells the others about itself: host, process, GPU.

@@ -2,7 +2,7 @@
 //! launches or copy-engine copies, and keeps each communicator's work in issue order across
 //! streams. What runs is decided by the planner (`plan`); this module only carries it out.
 
-use super::Comm;
+use super::{profile, Comm};
 use crate::abi::{fnKernelArgs, FN_NTHREADS};
 use crate::cuda::{self, module, CUstream, Event};
 use crate::error::Result;
@@ -89,7 +89,17 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
         .collect();
     let comms: Vec<&Arc<Comm>> = per_comm.iter().map(|(c, _)| c).collect();
     // Plan everything before running anything, so a planning error runs nothing.
-    match plan::group(&members, allowed, Mode::from_env())? {
+    let plan = plan::group(&members, allowed, Mode::from_env())?;
+    // The profiler's events of the group, stopped when this function returns, whichever way.
+    let _events: Vec<_> = per_comm
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (c, ops))| match &plan {
+            Plan::Kernels(l) => profile::start(c, ops, Some(&l[i])),
+            Plan::Copies(_) => profile::start(c, ops, None),
+        })
+        .collect();
+    match plan {
         Plan::Kernels(launches) => {
             // SAFETY: the caller's contract covers the planned works' buffers.
             unsafe { run_kernels(&comms, launches) }

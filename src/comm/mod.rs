@@ -5,8 +5,10 @@
 
 pub mod init;
 pub mod launch;
+mod profile;
 pub mod registry;
 mod watch;
+pub mod window;
 
 pub use init::{init_rank, shrink, split};
 pub use registry::{CommHandle, Phase};
@@ -16,8 +18,11 @@ use crate::bootstrap::liveness::Watcher;
 use crate::bootstrap::Bootstrap;
 use crate::cuda::{Context, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
+use crate::plugin::profiler::Profiler;
+use crate::plugin::tuner::Session as TunerSession;
 use crate::task::{CommShape, DevOp, Link};
 use crate::topo::tree::TreeShape;
+use crate::topo::Lsa;
 use crate::transport::conn_plan::ConnPlan;
 use crate::transport::Connections;
 use crate::tuner::Allowed;
@@ -25,10 +30,11 @@ use crate::types::ncclDataType_t;
 use launch::LaunchState;
 use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use watch::{News, Ops};
+use window::Windows;
 
 crate::int_param!(
     /// NCCL_CHECK_POINTERS: check that buffers are device memory before enqueuing (default on).
@@ -65,6 +71,8 @@ struct Resources {
     flags: Arc<HostMapped>,
     /// What the liveness watcher borrows (it holds only a `Weak`): freed here, with the rest.
     _watch: Arc<watch::WatchGpu>,
+    /// Symmetric windows and device communicators, unmapped here with the rest.
+    windows: Mutex<Windows>,
 }
 
 /// How long the first error after a watchdog timeout waits for the hang report.
@@ -96,6 +104,8 @@ pub struct Comm {
     pub limits: Allowed,
     pub user_ops: Mutex<Vec<Option<UserOp>>>,
     pub registrations: Mutex<HashSet<usize>>,
+    /// Our LSA team (docs/ARCHITECTURE.md, "Windows and the device communicator").
+    pub lsa: Lsa,
     watchdog: Duration,
     /// Set once, by the liveness watcher, when a rank of this communicator is lost: what was lost
     /// and how it was noticed.
@@ -113,6 +123,11 @@ pub struct Comm {
     /// exercise argument checking.
     gpu: Option<Gpu>,
     leak: AtomicBool,
+    /// This communicator's contexts of the tuner and profiler plugins (docs/PLUGINS.md).
+    pub tuner_plugin: Option<Arc<TunerSession>>,
+    pub profiler: Option<Arc<Profiler>>,
+    /// Collectives issued so far, by NCCL's `ncclFunc_t`: the profiler's sequence numbers.
+    pub coll_seq: [AtomicU64; 5],
 }
 
 /// A communicator's context, device resources and launch ordering.
@@ -145,6 +160,7 @@ impl Comm {
             limits: Allowed::ALL,
             user_ops: Mutex::new(Vec::new()),
             registrations: Mutex::new(HashSet::new()),
+            lsa: Lsa { rank, size: nranks },
             watchdog: Duration::ZERO,
             lost: Arc::new(OnceLock::new()),
             news: Arc::new(News::default()),
@@ -153,6 +169,9 @@ impl Comm {
             ops: Arc::new(Ops::default()),
             gpu: None,
             leak: AtomicBool::new(false),
+            tuner_plugin: None,
+            profiler: None,
+            coll_seq: Default::default(),
         }
     }
 
@@ -245,6 +264,7 @@ impl Comm {
             all_pairs_channels: self.conns.all_pairs_channels(),
             tree: self.tree,
             link: self.link,
+            tuner: self.tuner_plugin.clone(),
         }
     }
 

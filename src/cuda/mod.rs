@@ -8,6 +8,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod module;
+pub mod vmm;
 
 use crate::abi::fnKernelArgs;
 use crate::error::{Error, Result};

@@ -92,9 +92,12 @@ mod tests {
             })
         };
         let est = |tasks: &[(CommShape, Task)]| estimate_us(tasks, &Allowed::ALL);
-        let small = est(&[(shape, ar(1))]);
+        let small = est(&[(shape.clone(), ar(1))]);
         assert_eq!(small, tuner::coll_us(CollKind::AllReduce, 1, 4, &shape, &Allowed::ALL));
-        assert!(est(&[(shape, ar(1 << 28))]) > small);
-        assert_eq!(est(&[(shape, ar(1)), (shape, Task::Send { buf: 0, bytes: 8, peer: 1 })]), small + tuner::p2p_us(8));
+        assert!(est(&[(shape.clone(), ar(1 << 28))]) > small);
+        assert_eq!(
+            est(&[(shape.clone(), ar(1)), (shape.clone(), Task::Send { buf: 0, bytes: 8, peer: 1 })]),
+            small + tuner::p2p_us(8)
+        );
     }
 }

@@ -137,6 +137,29 @@ pub fn channel_count(ranks_per_gpu: usize, min_env: i64, max_env: i64) -> usize 
     DEFAULT.min(fit).max(min).min(max).max(1)
 }
 
+/// This rank's LSA team (load/store accessible): consecutive world ranks, all of them reachable
+/// from one another by P2P loads and stores, as the device API's `ncclTeamLsa` (stride 1) and
+/// `ncclTeamRail` (the world cut into teams of `size`) need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lsa {
+    pub rank: usize,
+    pub size: usize,
+}
+
+impl Lsa {
+    /// The largest size that divides the world into blocks of consecutive ranks in which every
+    /// pair reaches the other (`reach[a][b]`: a loads and stores b's memory), so that every rank
+    /// computes the same size; 1 when no such block of two or more exists.
+    pub fn new(rank: usize, reach: &[Vec<bool>]) -> Lsa {
+        let n = reach.len().max(1);
+        let reachable_blocks = |d: usize| {
+            (0..n).step_by(d).all(|start| (start..start + d).all(|a| (start..start + d).all(|b| a == b || reach[a][b])))
+        };
+        let size = (1..=n).rev().find(|&d| n.is_multiple_of(d) && reachable_blocks(d)).unwrap_or(1);
+        Lsa { rank: rank % size, size }
+    }
+}
+
 crate::int_param!(
     /// NCCL_MIN_NCHANNELS: the fewest channels (rings) to use.
     min_nchannels, "NCCL_MIN_NCHANNELS", 0
@@ -154,6 +177,29 @@ mod tests {
         let mut bus_id = [0u8; 16];
         bus_id[..bus.len()].copy_from_slice(bus.as_bytes());
         PeerInfo { rank, host_hash: host, pid, dev: 0, bus_id, host: PeerInfo::host_field("h") }
+    }
+
+    fn reach(n: usize, pairs: impl Fn(usize, usize) -> bool) -> Vec<Vec<bool>> {
+        (0..n).map(|a| (0..n).map(|b| pairs(a, b)).collect()).collect()
+    }
+
+    #[test]
+    fn lsa_team_is_the_largest_block_of_mutually_reachable_ranks() {
+        // One host, every pair reachable: one team of all.
+        assert_eq!(Lsa::new(2, &reach(4, |_, _| true)), Lsa { rank: 2, size: 4 });
+        // Two hosts of 4 ranks each: teams of 4.
+        let two_hosts = reach(8, |a, b| a / 4 == b / 4);
+        assert_eq!(Lsa::new(5, &two_hosts), Lsa { rank: 1, size: 4 });
+        // Nothing reachable: teams of one.
+        assert_eq!(Lsa::new(3, &reach(4, |a, b| a == b)), Lsa { rank: 0, size: 1 });
+        // 6 ranks where only 0-1 and 1-2 and 0-2 reach each other: blocks of 3 fail on 3-5,
+        // blocks of 2 on 2-3, so teams of one.
+        let ragged = reach(6, |a, b| a / 2 == b / 2 && a < 3 && b < 3);
+        assert_eq!(Lsa::new(4, &ragged).size, 1);
+        // 3 hosts of 2: teams of 2, never of 3 (which would mix hosts).
+        assert_eq!(Lsa::new(3, &reach(6, |a, b| a / 2 == b / 2)), Lsa { rank: 1, size: 2 });
+        // A single rank.
+        assert_eq!(Lsa::new(0, &reach(1, |_, _| true)), Lsa { rank: 0, size: 1 });
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod p2p;
 pub mod select;
 pub mod shm;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::abi::{fnConn, FN_MAX_CHANNELS};
@@ -108,6 +109,8 @@ pub struct NetNeeds {
     /// How long connecting may take.
     pub timeout: Duration,
     pub config: net::NetConfig,
+    /// The communicator's profiler plugin, for the NET proxy's events.
+    pub profiler: Option<Arc<crate::plugin::profiler::Profiler>>,
 }
 
 /// Splits one rank's published record into its transports' records, in [`TRANSPORTS`] order.

@@ -175,3 +175,8 @@ pub fn finish_connect(
     }
     (s.unwrap(), r.unwrap())
 }
+
+/// The nvcc that built the library's kernels (build.rs passes its path).
+pub fn nvcc() -> PathBuf {
+    PathBuf::from(env!("FERRONICKEL_NVCC"))
+}

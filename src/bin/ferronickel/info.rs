@@ -24,6 +24,7 @@ pub fn run() -> CmdResult {
     let gpu_json = gpu_section(&mut text, &probe, driver, gpus);
     let net_json = interfaces_section(&mut text);
     let network_json = network_section(&mut text);
+    let plugins_json = plugins_section(&mut text);
     let settings_json = settings_section(&mut text);
 
     let json = json!({
@@ -34,9 +35,41 @@ pub fn run() -> CmdResult {
         "gpu": gpu_json,
         "bootstrap": net_json,
         "network": network_json,
+        "plugins": plugins_json,
         "settings": settings_json,
     });
     Ok(Report { text, json, failed: None })
+}
+
+/// The tuner and profiler plugins (`NCCL_TUNER_PLUGIN`, `NCCL_PROFILER_PLUGIN`): which library
+/// each found and loaded, or why none (the net plugins are listed under the network); and whether
+/// an NVTX tool is attached (`NVTX_INJECTION64_PATH`).
+fn plugins_section(text: &mut String) -> Value {
+    use nccl::plugin::{nvtx, profiler, tuner};
+    writeln!(text, "\nPlugins (tuner, profiler, NVTX tool; net plugins are listed above):").unwrap();
+    let t = tuner::found(nccl::transport::net::plugin_library);
+    let p = profiler::found();
+    let mut section = |kind: &str, used: Option<(&str, u32, &str)>, notes: &[String]| {
+        match used {
+            Some((name, v, path)) => writeln!(text, "  {kind} plugin: {name} (v{v}) from {path}").unwrap(),
+            None => writeln!(text, "  {kind} plugin: none").unwrap(),
+        }
+        for n in notes {
+            writeln!(text, "    {n}").unwrap();
+        }
+        json!({
+            "loaded": used.map(|(name, v, path)| json!({ "name": name, "version": v, "path": path })),
+            "tried": notes,
+        })
+    };
+    let tuner_json = section("tuner", t.plugin.as_ref().map(|l| (l.name(), l.version(), l.path())), &t.notes);
+    let profiler_json = section("profiler", p.plugin.as_ref().map(|l| (l.name(), l.version(), l.path())), &p.notes);
+    let nvtx_tool = nvtx::attached();
+    match nvtx_tool {
+        Some(path) => writeln!(text, "  NVTX tool: {path} (ranges in the domain NCCL)").unwrap(),
+        None => writeln!(text, "  NVTX tool: none attached ({} unset or unusable)", nvtx::INJECTION_VAR).unwrap(),
+    }
+    json!({ "tuner": tuner_json, "profiler": profiler_json, "nvtx_tool": nvtx_tool })
 }
 
 /// The networks between hosts: the net plugins found (`NCCL_NET_PLUGIN`, else `libnccl-net.so`)

@@ -3,7 +3,7 @@
 //! own ring and tree builders (`nccl::topo`), transport selection (`nccl::transport::select`, with a
 //! host's GPUs taken to reach each other; `NCCL_P2P_DISABLE` and the rest apply), connection plan
 //! (`nccl::transport::conn_plan::ConnPlan`) and tuner (`nccl::tuner`, with the limits host-memory
-//! connections bring), so what it prints is what a communicator of that shape would do.
+//! connections bring, and an external tuner plugin as `NCCL_TUNER_PLUGIN` names it), so what it prints is what a communicator of that shape would do.
 //!
 //! A described machine has `--hosts` hosts of `--gpus-per-host` GPUs; ranks fill the hosts in
 //! order (`nranks / hosts` each) and, within a host, go round-robin over its GPUs (local rank
@@ -11,6 +11,7 @@
 
 use crate::args::PlanArgs;
 use crate::{CmdResult, Report};
+use nccl::plugin::tuner as tuner_plugin;
 use nccl::task::{CollKind, CommShape, Link};
 use nccl::topo::tree::Trees;
 use nccl::topo::{self, PeerInfo};
@@ -114,7 +115,30 @@ pub fn run(args: PlanArgs) -> CmdResult {
     let conns = ConnPlan::from_env(nchannels, order.clone(), &trees);
     let tree = trees.shape();
     let link = Link::slowest(transport::net_pairs(&kinds), host_fifos);
-    let shape = CommShape { rank: 0, nranks, nchannels, all_pairs_channels: conns.all_pairs_channels(), tree, link };
+    // An external tuner plugin (NCCL_TUNER_PLUGIN) is consulted as a communicator would.
+    let mut info = tuner_plugin::CommInfo {
+        comm_id: 0,
+        nranks,
+        nnodes: hosts,
+        min_ranks_per_node: nranks / hosts,
+        max_ranks_per_node: nranks / hosts,
+        constants: tuner::plugin_constants(),
+    };
+    let plugin = tuner_plugin::Session::start(&mut info, nccl::transport::net::plugin_library);
+    let plugin_note = match (&plugin, &tuner_plugin::found(nccl::transport::net::plugin_library).plugin) {
+        (Some(_), Some(lib)) => format!("{} (v{}) from {}", lib.name(), lib.version(), lib.path()),
+        (None, Some(lib)) => format!("{} (v{}): init failed, the built-in tuner decides", lib.name(), lib.version()),
+        (_, None) => format!("none ({})", tuner_plugin::found(nccl::transport::net::plugin_library).notes.join("; ")),
+    };
+    let shape = CommShape {
+        rank: 0,
+        nranks,
+        nchannels,
+        all_pairs_channels: conns.all_pairs_channels(),
+        tree,
+        link,
+        tuner: plugin,
+    };
     // Each tree's root: the rank without a parent.
     let roots: Vec<usize> =
         (0..2).map(|w| (0..nranks).find(|&r| trees.rank_tree(w, r).up.is_none()).expect("a tree has a root")).collect();
@@ -148,6 +172,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
     )
     .unwrap();
     writeln!(text, "FIFO: {} B per connection (NCCL_BUFFSIZE)", conns.fifo_bytes).unwrap();
+    writeln!(text, "tuner plugin: {plugin_note}").unwrap();
     if tree.nhosts > 1 {
         writeln!(
             text,
@@ -213,6 +238,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         "p2p_channels_per_peer": conns.p2p_channels,
         "oneshot_channels": shape.all_pairs_channels,
         "fifo_bytes": conns.fifo_bytes,
+        "tuner_plugin": plugin_note,
         "sizes": rows,
     });
     Ok(Report { text, json, failed: None })

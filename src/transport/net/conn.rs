@@ -17,12 +17,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::proxy::{self, Entry, FaultHook, HostBlock, Layout, Proxy};
+use super::proxy::{self, Entry, FaultHook, HostBlock, Layout, Proxy, TraceInfo};
 use super::{Connecting, Handle, MemHandle, Net, NetConfig, PtrKind, RecvBuf, RecvComm, Request, SendComm};
 use crate::abi::{fnConn, fnConnRecv, fnConnSend, FN_CONN_TAIL_ALL, FN_NUM_PROTOS};
 use crate::bootstrap::Bootstrap;
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
+use crate::plugin::profiler::Profiler;
 use crate::socket::auth::{self, Credentials, Nonce, Role, NONCE_LEN};
 use crate::topo::PeerInfo;
 use crate::transport::conn_plan::ConnPlan;
@@ -379,6 +380,8 @@ pub struct Setup {
     /// How long connecting may take in all.
     pub timeout: Duration,
     pub net: NetConfig,
+    /// The communicator's profiler plugin, told of the proxy's ops and steps.
+    pub profiler: Option<Arc<Profiler>>,
 }
 
 /// The NET transport of one communicator on one rank: its connections, in the proxy.
@@ -391,6 +394,7 @@ pub struct NetTransport {
     fault: FaultHook,
     /// The net's name ("Socket" or the plugin's), for logs.
     pub net_name: String,
+    profiler: Option<Arc<Profiler>>,
 }
 
 impl NetTransport {
@@ -482,6 +486,7 @@ impl NetTransport {
             layout,
             fault,
             net_name: net_name.to_string(),
+            profiler: setup.profiler.clone(),
         };
         t.add(links, who, alloc)?;
         crate::nccl_info!(
@@ -508,7 +513,8 @@ impl NetTransport {
                 )));
             }
             let what = format!("{}, channel {ch}", who.name(peer));
-            let entry = Entry::new(send, recv, block.clone(), layout, what, t.fault.clone())?;
+            let trace = t.profiler.clone().map(|profiler| TraceInfo { profiler, peer, channel: ch });
+            let entry = Entry::new(send, recv, block.clone(), layout, what, t.fault.clone(), trace.as_ref())?;
             t.ids.push(t.proxy.add(entry));
             t.blocks.insert((peer, ch), block);
         }
@@ -598,6 +604,7 @@ impl Half for NetHalf {
             fault: cx.needs.fault.clone(),
             timeout: cx.needs.timeout,
             net: cx.needs.config.clone(),
+            profiler: cx.needs.profiler.clone(),
         };
         let net = NetTransport::connect(cx.bootstrap, &conns, &setup, &host_block)?;
         Ok(Some(Box::new(NetConnections { net, setup })))

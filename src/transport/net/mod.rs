@@ -205,6 +205,16 @@ pub fn init(cfg: &NetConfig) -> Result<Arc<dyn Net>> {
     )))
 }
 
+/// The file of the net plugin library NCCL_NET_PLUGIN (or `libnccl-net.so`) gives: the first that
+/// opens and exports a net table, which `init` tries first. The tuner looks for its table there
+/// when no tuner library is found (docs/PLUGINS.md, "Tuner").
+pub fn plugin_library() -> Option<String> {
+    plugin::NET_PLUGINS
+        .candidates(plugin::net_plugin_env())
+        .into_iter()
+        .find_map(|c| plugin::PluginLib::open(&c).ok().flatten().map(|lib| lib.path().to_string()))
+}
+
 /// What `ferronickel info` shows: every net plugin the loader would try, with what it found
 /// (the loaded net's name and version, or why it was skipped).
 pub fn plugins_found() -> Vec<(String, std::result::Result<String, String>)> {

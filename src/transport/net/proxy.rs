@@ -14,6 +14,12 @@
 //!   slot (`head`), then a receive of exactly that many bytes into that protocol's slot; when the
 //!   data lands it moves `tail` (after a release fence), which the kernel waits for.
 //!
+//! With a profiler plugin (docs/PLUGINS.md, "Profiler"), each direction of a connection reports
+//! its steps (`ncclProfileProxyStep`: a send from the kernel's tail to the send's completion, a
+//! receive from its size word's arrival to its data's) under a proxy op (`ncclProfileProxyOp`)
+//! that spans a run of steps, from the first step after an idle spell to the next idle spell.
+//! These are plain calls into the plugin; the proxy thread never touches CUDA.
+//!
 //! The thread busy-polls while any connection has a step in flight and backs off to short sleeps
 //! when every connection is idle. A connection whose net fails (a peer gone, garbage in a size
 //! word) is reported once through its fault hook, which stops the communicator's kernels, and is
@@ -30,6 +36,11 @@ use parking_lot::Mutex;
 use super::{MemHandle, RecvBuf, RecvComm, Request, SendComm};
 use crate::abi::{FN_NSTEPS, FN_NUM_PROTOS, FN_SIZE_PROTO_SHIFT};
 use crate::error::{Error, Result};
+use crate::plugin::abi::{
+    ncclProfileProxyOp, ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerProxyStepRecvWait,
+    ncclProfilerProxyStepSendWait,
+};
+use crate::plugin::profiler::{Descr, Event, Profiler};
 use crate::transport::fifo;
 
 const NSTEPS: u64 = FN_NSTEPS as u64;
@@ -48,6 +59,9 @@ const LONG_IDLE: Duration = Duration::from_millis(200);
 const GOODBYE: u32 = u32::MAX;
 /// How long closing connections waits for their goodbyes to go out, in all.
 const GOODBYE_WAIT: Duration = Duration::from_millis(500);
+/// How long closing connections waits, before its goodbyes, for steps the kernel has handed over
+/// to go out (a FIFO's worth of data at most).
+const DRAIN_WAIT: Duration = Duration::from_secs(1);
 
 /// Offsets in one connection's host block: the counters on their own 128-byte lines, then the
 /// sender's staging FIFOs, then the receiver's FIFOs (each: LL128, LL, Simple).
@@ -209,6 +223,74 @@ impl HostBlock {
 /// Called once with the error that ended a connection: stops the communicator and says why.
 pub type FaultHook = Arc<dyn Fn(String) + Send + Sync>;
 
+/// Who a connection is, for a profiler plugin's events.
+#[derive(Clone)]
+pub struct TraceInfo {
+    pub profiler: Arc<Profiler>,
+    pub peer: usize,
+    pub channel: usize,
+}
+
+/// One direction's open profiler events: its proxy op and the steps in flight under it (the
+/// steps first, so that they stop before their op when dropped).
+struct Trace {
+    steps: VecDeque<(u64, Event)>,
+    op: Option<Event>,
+    info: TraceInfo,
+    is_send: bool,
+    /// Bytes of the Simple slot, the proxy op's chunk size.
+    chunk: usize,
+}
+
+impl Trace {
+    fn new(info: Option<&TraceInfo>, is_send: bool, layout: &Layout) -> Option<Trace> {
+        let info = info?.clone();
+        let bits = (ncclProfileProxyOp | ncclProfileProxyStep) as i32;
+        info.profiler.wants(bits).then(|| Trace {
+            steps: VecDeque::new(),
+            op: None,
+            info,
+            is_send,
+            chunk: layout.slot_bytes,
+        })
+    }
+
+    /// Step `step` of `bytes` started: under the open proxy op, or a new one with the steps
+    /// queued now (`queued`).
+    fn step(&mut self, step: u64, bytes: usize, queued: u64) {
+        if self.op.is_none() {
+            let d = Descr::ProxyOp {
+                channel: self.info.channel as u8,
+                peer: self.info.peer as i32,
+                nsteps: queued.min(i32::MAX as u64) as i32,
+                chunk: self.chunk.min(i32::MAX as usize) as i32,
+                is_send: self.is_send,
+            };
+            self.op = self.info.profiler.start_event(&d, None);
+        }
+        let d = Descr::ProxyStep { step: step.min(i32::MAX as u64) as i32 };
+        if let Some(e) = self.info.profiler.start_event(&d, self.op.as_ref()) {
+            let state: ncclProfilerEventState_t =
+                if self.is_send { ncclProfilerProxyStepSendWait } else { ncclProfilerProxyStepRecvWait };
+            e.record_step(state, bytes);
+            self.steps.push_back((step, e));
+        }
+    }
+
+    /// Steps before `end` are done.
+    fn done(&mut self, end: u64) {
+        while self.steps.front().is_some_and(|(s, _)| *s < end) {
+            self.steps.pop_front();
+        }
+    }
+
+    /// Nothing in flight: the proxy op ends.
+    fn idle(&mut self) {
+        self.steps.clear();
+        self.op = None;
+    }
+}
+
 /// The sending half of a connection, as the proxy drives it.
 struct SendSide {
     comm: Box<dyn SendComm>,
@@ -220,6 +302,7 @@ struct SendSide {
     size_sent: bool,
     /// Requests in posting order, with the step a data send completes.
     inflight: VecDeque<(Request, Option<u64>)>,
+    trace: Option<Trace>,
 }
 
 impl SendSide {
@@ -248,6 +331,9 @@ impl SendSide {
             // which happens only once this send has completed.
             let Some(r) = (unsafe { self.comm.isend(data, bytes, TAG_DATA, mr)? }) else { break };
             self.inflight.push_back((r, Some(self.posted)));
+            if let Some(t) = &mut self.trace {
+                t.step(self.posted, bytes, tail - self.posted);
+            }
             self.size_sent = false;
             self.posted += 1;
             moved = true;
@@ -260,6 +346,9 @@ impl SendSide {
                 self.done = s + 1;
                 fence(Ordering::Release);
                 blk.store_u64(SEND_HEAD, self.done);
+                if let Some(t) = &mut self.trace {
+                    t.done(self.done);
+                }
             }
             self.inflight.pop_front();
             moved = true;
@@ -304,6 +393,7 @@ struct RecvSide {
     inflight: VecDeque<(Request, Expect)>,
     /// The peer said goodbye: its communicator is closing, and its comm will close next.
     peer_closed: bool,
+    trace: Option<Trace>,
 }
 
 impl RecvSide {
@@ -351,6 +441,9 @@ impl RecvSide {
                     let (proto, bytes) =
                         layout.decode(word).map_err(|e| Error::Remote(format!("step {step}: garbage: {e}")))?;
                     self.data_next = Some((step, proto, bytes));
+                    if let Some(t) = &mut self.trace {
+                        t.step(step, bytes, 1);
+                    }
                     self.size_pending = false;
                     self.sized += 1;
                 }
@@ -363,6 +456,9 @@ impl RecvSide {
                     // The data is in place before the kernel sees the tail.
                     fence(Ordering::Release);
                     blk.store_u64(RECV_TAIL, step + 1);
+                    if let Some(t) = &mut self.trace {
+                        t.done(step + 1);
+                    }
                 }
             }
             self.inflight.pop_front();
@@ -412,11 +508,19 @@ impl Entry {
         layout: Layout,
         who: String,
         fault: FaultHook,
+        trace: Option<&TraceInfo>,
     ) -> Result<Entry> {
         let len = block.len();
         let smr = send.reg_mr(block.ptr(0, len), len, super::PtrKind::Host)?;
-        let send =
-            SendSide { comm: send, mr: Some(smr), posted: 0, done: 0, size_sent: false, inflight: VecDeque::new() };
+        let send = SendSide {
+            comm: send,
+            mr: Some(smr),
+            posted: 0,
+            done: 0,
+            size_sent: false,
+            inflight: VecDeque::new(),
+            trace: Trace::new(trace, true, &layout),
+        };
         let rmr = recv.reg_mr(block.ptr(0, len), len, super::PtrKind::Host)?;
         let recv = RecvSide {
             comm: recv,
@@ -426,6 +530,7 @@ impl Entry {
             data_next: None,
             inflight: VecDeque::new(),
             peer_closed: false,
+            trace: Trace::new(trace, false, &layout),
         };
         Ok(Entry { send, recv, block, layout, who, fault, failed: false, said_goodbye: false, goodbye: None, id: 0 })
     }
@@ -445,7 +550,15 @@ impl Entry {
                 Ok(s | self.recv.progress(&self.block, &self.layout).map_err(|e| e.context("receiving"))?)
             });
         match r {
-            Ok(moved) => (moved, self.send.busy(&self.block) || self.recv.busy()),
+            Ok(moved) => {
+                let (send_busy, recv_busy) = (self.send.busy(&self.block), self.recv.busy());
+                for (busy, t) in [(send_busy, &mut self.send.trace), (recv_busy, &mut self.recv.trace)] {
+                    if let Some(t) = t.as_mut().filter(|_| !busy) {
+                        t.idle();
+                    }
+                }
+                (moved, send_busy || recv_busy)
+            }
             Err(e) => {
                 self.failed = true;
                 (self.fault)(format!("NET connection with {}: {e}", self.who));
@@ -455,7 +568,7 @@ impl Entry {
     }
 }
 
-/// Closes connections taken out of the proxy ([`Proxy::remove`]): says goodbye on each, so the
+/// Closes connections taken out of the proxy ([`Proxy::remove`]): sends what is left to send, says goodbye on each, so the
 /// peers see a close and not a failure, and waits at most [`GOODBYE_WAIT`] in all for the words
 /// to go out and for the peers' answers to land in the receives we have posted, so that every
 /// request is complete when the comms close (a strict net plugin warns about, or leaks, requests
@@ -467,6 +580,14 @@ pub fn close(mut entries: Vec<Entry>) {
 /// Says goodbye on every connection and waits for the answers, as [`close`] does, without
 /// freeing anything: the connections stay with their owner.
 fn part(entries: &mut [Entry]) {
+    // Steps the kernel has already handed over go out first: a rank whose last collective has
+    // completed on its GPU may still owe its peers the data of that collective's final steps.
+    let end = Instant::now() + DRAIN_WAIT;
+    while Instant::now() < end && entries.iter().any(|e| !e.failed && !e.recv.peer_closed && e.send.busy(&e.block)) {
+        if !entries.iter_mut().fold(false, |moved, e| e.progress().0 | moved) {
+            std::thread::yield_now();
+        }
+    }
     for e in entries.iter_mut() {
         e.say_goodbye();
     }

@@ -109,6 +109,7 @@ fn setup(names: &[&str], faults: &Faults) -> Setup {
         fault: Arc::new(move |m| f.lock().push(m)),
         timeout: LIMIT,
         net: NetConfig::default(),
+        profiler: None,
     }
 }
 
@@ -162,6 +163,25 @@ fn steps_cross_byte_for_byte_in_every_protocol() {
     drop(t0);
     wait_for("rank 1 to see both goodbyes", || t1.closed_by_peer() == 2);
     assert!(f1.lock().is_empty(), "{:?}", f1.lock());
+}
+
+/// A rank whose kernel has handed its last steps to the proxy and which then ends (destroy, or a
+/// process exit with the communicator alive) still delivers them: its peer's last collective
+/// needs that data, and a goodbye sent ahead of it would leave the peer waiting for ever.
+#[test]
+fn closing_right_after_the_last_steps_still_delivers_them() {
+    let [(t0, f0), (t1, f1)] = connect_pair(1);
+    let l = t0.layout();
+    let steps = FN_NSTEPS as u64;
+    let sb = t0.block(1, 0).unwrap().clone();
+    let rb = t1.block(0, 0).unwrap().clone();
+    thread::scope(|sc| {
+        sc.spawn(move || fake_receiver(&rb, l, 5, steps));
+        fake_sender(&sb, l, 5, steps);
+        drop(t0);
+    });
+    wait_for("rank 1 to see the goodbye", || t1.closed_by_peer() == 1);
+    assert!(f0.lock().is_empty() && f1.lock().is_empty(), "faults: {:?} {:?}", f0.lock(), f1.lock());
 }
 
 /// `n` ranks in threads, each with a NET transport that connected nothing at init, each then

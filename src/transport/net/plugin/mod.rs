@@ -2,13 +2,12 @@
 //! of `NCCL_NET_PLUGIN` are found by the plugin loader ([`crate::plugin`], [`NET_PLUGINS`]); in
 //! each, the tables `ncclNetPlugin_v11` down to `_v8` are looked up newest first, and the calls
 //! of older tables are adapted to v11's semantics here. The comms are in [`comm`], the logger
-//! handed to plugins in [`logger`].
+//! handed to plugins in [`crate::plugin::logger`].
 //!
 //! A library is never unloaded once its `init` succeeded: comms and requests hold its function
 //! pointers, and a plugin may keep threads running until the process exits.
 
 mod comm;
-mod logger;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::null_mut;
@@ -20,9 +19,9 @@ use super::abi::*;
 use super::{Connecting, Handle, Listener, Net, Properties, MAX_RECVS};
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
+use crate::plugin::logger::logger;
 use crate::plugin::{self, Library};
 use comm::{PluginConnecting, PluginListen};
-use logger::{logger, no_profiler};
 
 crate::str_param!(
     /// `NCCL_NET_PLUGIN`: the net plugin libraries to try, comma-separated, or `none`.
@@ -36,6 +35,7 @@ pub const NET_PLUGINS: plugin::Kind = plugin::Kind {
     default: "libnccl-net.so",
     label: "NET/Plugin",
     subsys: Subsys::NET,
+    list: true,
 };
 
 /// Which table a library exports.
@@ -204,15 +204,7 @@ fn check(lib: &PluginLib, what: &str, rc: ncclResult_t) -> Result<()> {
     if rc == 0 {
         return Ok(());
     }
-    let msg = format!("NET/Plugin {} ({}): {what} failed with code {rc}", lib.name, lib.path());
-    Err(match rc {
-        1 => Error::Cuda(msg),
-        3 => Error::Internal(msg),
-        4 => Error::InvalidArgument(msg),
-        5 => Error::InvalidUsage(msg),
-        6 => Error::Remote(msg),
-        _ => Error::System(msg),
-    })
+    Err(plugin::error_for(rc, format!("NET/Plugin {} ({}): {what} failed with code {rc}", lib.name, lib.path())))
 }
 
 impl PluginNet {
@@ -447,6 +439,21 @@ impl Net for PluginNet {
         }
         Ok(Box::new(PluginConnecting { inner: self.inner.clone(), dev: dev as c_int, handle: Box::new(*handle) }))
     }
+}
+
+/// The profiler callback handed to v10+ plugins: we record no network-defined events.
+unsafe extern "C" fn no_profiler(
+    e_handle: *mut *mut c_void,
+    _kind: c_int,
+    _p: *mut c_void,
+    _id: i64,
+    _ext: *mut c_void,
+) -> ncclResult_t {
+    if !e_handle.is_null() {
+        // SAFETY: a non-NULL event-handle pointer from the plugin is writable.
+        unsafe { *e_handle = null_mut() };
+    }
+    ncclSuccess
 }
 
 #[cfg(test)]

@@ -87,8 +87,8 @@ mod wire;
 
 use connect::{Dialing, SocketConnecting};
 use listen::SocketListen;
-pub use wire::{decode_handle, encode_handle};
 use wire::Hello;
+pub use wire::{decode_handle, encode_handle};
 
 /// The devices of the Socket net: one address per interface, in NCCL's order of preference
 /// (the bootstrap's [`IfRule`]).

@@ -105,7 +105,9 @@ impl SocketRecv {
                         Ok(Some(n)) => inl.done += n,
                         Ok(None) => return Ok(()),
                         Err(e) => {
-                            return Err(self.conn.fail(format!("NET/Socket: lost the connection to {peer}: {}", explain(&e))))
+                            return Err(self
+                                .conn
+                                .fail(format!("NET/Socket: lost the connection to {peer}: {}", explain(&e))))
                         }
                     }
                 }
@@ -124,7 +126,11 @@ impl SocketRecv {
                     }
                     Ok(Some(n)) => self.hdr_got += n,
                     Ok(None) => return Ok(()),
-                    Err(e) => return Err(self.conn.fail(format!("NET/Socket: lost the connection to {peer}: {}", explain(&e)))),
+                    Err(e) => {
+                        return Err(self
+                            .conn
+                            .fail(format!("NET/Socket: lost the connection to {peer}: {}", explain(&e))))
+                    }
                 }
             }
             self.hdr_got = 0;

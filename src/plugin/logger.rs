@@ -1,11 +1,9 @@
-//! The logger handed to plugins: their printf-style lines join ours (`NCCL_DEBUG`,
-//! `NCCL_DEBUG_SUBSYS`), formatted on x86-64 and logged as given elsewhere; and the profiler
-//! callback, which records nothing.
+//! The logger handed to every kind of plugin (net, tuner, profiler): their printf-style lines join
+//! ours (`NCCL_DEBUG`, `NCCL_DEBUG_SUBSYS`), formatted on x86-64 and logged as given elsewhere.
 
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
-use std::ptr::null_mut;
 
-use super::super::abi::*;
+use super::abi::*;
 use crate::debug::Level;
 
 /// Writes a plugin's log line through our log, formatted by the C library's `vsnprintf`.
@@ -57,7 +55,7 @@ mod c {
         pub fn vsnprintf(buf: *mut c_char, n: usize, fmt: *const c_char, ap: *mut c_void) -> c_int;
         /// The trampoline below (x86-64 only).
         #[cfg(target_arch = "x86_64")]
-        pub fn ferronickel_net_plugin_logger(
+        pub fn ferronickel_plugin_logger(
             level: super::ncclDebugLogLevel,
             flags: c_ulong,
             file: *const c_char,
@@ -77,10 +75,10 @@ use c::vsnprintf;
 std::arch::global_asm!(
     ".text",
     ".p2align 4",
-    ".globl ferronickel_net_plugin_logger",
-    ".hidden ferronickel_net_plugin_logger",
-    ".type ferronickel_net_plugin_logger,@function",
-    "ferronickel_net_plugin_logger:",
+    ".globl ferronickel_plugin_logger",
+    ".hidden ferronickel_plugin_logger",
+    ".type ferronickel_plugin_logger,@function",
+    "ferronickel_plugin_logger:",
     "push rbp",
     "mov rbp, rsp",
     // 176 bytes of register save area + 24 of va_list, rounded to keep rsp 16-byte aligned.
@@ -110,18 +108,18 @@ std::arch::global_asm!(
     "call {log}",
     "leave",
     "ret",
-    ".size ferronickel_net_plugin_logger, .-ferronickel_net_plugin_logger",
+    ".size ferronickel_plugin_logger, .-ferronickel_plugin_logger",
     log = sym log_va,
 );
 
 #[cfg(target_arch = "x86_64")]
-pub(super) fn logger() -> ncclDebugLogger_t {
-    Some(c::ferronickel_net_plugin_logger)
+pub fn logger() -> ncclDebugLogger_t {
+    Some(c::ferronickel_plugin_logger)
 }
 
 /// Elsewhere the format string is logged as is, without its arguments.
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) fn logger() -> ncclDebugLogger_t {
+pub fn logger() -> ncclDebugLogger_t {
     extern "C" fn plain(
         level: ncclDebugLogLevel,
         flags: c_ulong,
@@ -145,19 +143,4 @@ pub(super) fn logger() -> ncclDebugLogger_t {
             ncclDebugLogger_t,
         >(plain)
     }
-}
-
-/// The profiler callback handed to v10+ plugins: we record no network events.
-pub(super) unsafe extern "C" fn no_profiler(
-    e_handle: *mut *mut c_void,
-    _kind: c_int,
-    _p: *mut c_void,
-    _id: i64,
-    _ext: *mut c_void,
-) -> ncclResult_t {
-    if !e_handle.is_null() {
-        // SAFETY: a non-NULL event-handle pointer from the plugin is writable.
-        unsafe { *e_handle = null_mut() };
-    }
-    ncclSuccess
 }
