@@ -137,9 +137,9 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
 
     let units = kernel_units();
-    let gencode = gencode_args();
-    let fatbins = compile_kernels(&kernels, &out, &units, &gencode);
-    write_kernel_table(&out, &units, &fatbins, &gencode);
+    let archs = cuda_archs();
+    let fatbins = compile_kernels(&kernels, &out, &units, &archs);
+    write_kernel_table(&out, &units, &fatbins, &archs);
     bind_device_abi(&kernels, &out);
     bind_net_plugin_abi(&manifest.join("src/transport/net/net_plugin_abi.h"), &out);
     bind_plugin_abi(&manifest.join("src/plugin/plugin_abi.h"), &out);
@@ -232,9 +232,8 @@ fn find_nvcc() -> Option<PathBuf> {
 }
 
 /// The architectures to compile for: `FERRONICKEL_CUDA_ARCH` (comma-separated compute
-/// capabilities such as `90` or `80,90`), by default 80 and 90. Each gets SASS; the highest also
-/// PTX, which the driver compiles for newer GPUs. Returns nvcc's -gencode arguments.
-fn gencode_args() -> Vec<String> {
+/// capabilities such as `90` or `80,90`), by default 80 and 90, sorted.
+fn cuda_archs() -> Vec<u32> {
     println!("cargo:rerun-if-env-changed=FERRONICKEL_CUDA_ARCH");
     let spec = std::env::var("FERRONICKEL_CUDA_ARCH").unwrap_or_default();
     let spec = if spec.trim().is_empty() { "80,90".to_string() } else { spec };
@@ -245,39 +244,38 @@ fn gencode_args() -> Vec<String> {
             Ok(n) if (75..=1300).contains(&n) => n,
             _ => panic!(
                 "FERRONICKEL_CUDA_ARCH={spec:?}: expected compute capabilities such as 90 or 80,90 \
-                 (75 or newer); unset it to build the default sm_80 + sm_90 + compute_90 PTX"
+                 (75 or newer); unset it to build the default sm_80 + sm_90 SASS and compute_80 PTX"
             ),
         })
         .collect();
     archs.sort_unstable();
     archs.dedup();
-    let last = *archs.last().expect("at least one architecture");
+    assert!(!archs.is_empty(), "at least one architecture");
     archs
-        .iter()
-        .flat_map(|&a| {
-            let code = if a == last { format!("[sm_{a},compute_{a}]") } else { format!("sm_{a}") };
-            ["-gencode".to_string(), format!("arch=compute_{a},code={code}")]
-        })
-        .collect()
 }
 
-/// The -gencode arguments of a unit whose kernels need compute capability `min_arch`: the build's
-/// own, less the older architectures (all of them if that would leave none, so that a build for
-/// old GPUs only still has every unit).
-fn unit_gencode(gencode: &[String], min_arch: u32) -> Vec<String> {
-    let arch_of = |pair: &[String]| -> u32 {
-        pair[1]
-            .strip_prefix("arch=compute_")
-            .and_then(|r| r.split(',').next())
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(0)
-    };
-    let kept: Vec<String> = gencode.chunks(2).filter(|p| arch_of(p) >= min_arch).flatten().cloned().collect();
+/// The architectures of a unit whose kernels need compute capability `min_arch`: the build's
+/// own, less the older ones (all of them if that would leave none, so that a build for old GPUs
+/// only still has every unit).
+fn unit_archs(archs: &[u32], min_arch: u32) -> Vec<u32> {
+    let kept: Vec<u32> = archs.iter().copied().filter(|&a| a >= min_arch).collect();
     if kept.is_empty() {
-        gencode.to_vec()
+        archs.to_vec()
     } else {
         kept
     }
+}
+
+/// nvcc's -gencode arguments for `archs` (sorted): SASS for each, all from the PTX of the oldest,
+/// which the fatbin also carries for the driver to compile on newer GPUs. One PTX per unit means
+/// one front end and optimiser pass (cicc) instead of one per architecture, about a sixth of a
+/// unit's nvcc time; the kernels hold nothing that differs between compute_80 and compute_90
+/// except bf16's widening to float (a shift on compute_80, `cvt.f32.bf16` on compute_90: the same
+/// value), so the sm_90 SASS computes what it did. (README, "Building".)
+fn gencode(archs: &[u32]) -> Vec<String> {
+    let ptx = archs[0];
+    let sass: Vec<String> = archs.iter().map(|a| format!("sm_{a}")).collect();
+    vec!["-gencode".into(), format!("arch=compute_{ptx},code=[{},compute_{ptx}]", sass.join(","))]
 }
 
 /// What the -gencode arguments produce: `sm_80` (SASS), `compute_90` (PTX), ...
@@ -331,7 +329,7 @@ fn children_cpu() -> Duration {
 
 /// Writes the units' sources into OUT_DIR and compiles each into `<unit>.fatbin` there (from the
 /// cache when it holds them), several nvcc at a time. Returns the fatbins in unit order.
-fn compile_kernels(kernels: &Path, out: &Path, units: &[Unit], gencode: &[String]) -> Vec<PathBuf> {
+fn compile_kernels(kernels: &Path, out: &Path, units: &[Unit], archs: &[u32]) -> Vec<PathBuf> {
     // The headers the units include (kernels/README.md is not one of them).
     let mut headers: Vec<PathBuf> = std::fs::read_dir(kernels)
         .expect("kernels/ directory")
@@ -350,13 +348,13 @@ fn compile_kernels(kernels: &Path, out: &Path, units: &[Unit], gencode: &[String
         .iter()
         .map(|u| {
             let path = src_dir.join(format!("{}.cu", u.name));
-            let text = unit_source(u, &unit_gencode(gencode, u.min_arch));
+            let text = unit_source(u, &gencode(&unit_archs(archs, u.min_arch)));
             std::fs::write(&path, &text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
             (path, text)
         })
         .collect();
 
-    let cache = kernel_cache(&nvcc, &headers, &sources, gencode);
+    let cache = kernel_cache(&nvcc, &headers, &sources, &gencode(archs));
     let fatbins: Vec<PathBuf> = units.iter().map(|u| out.join(format!("{}.fatbin", u.name))).collect();
     let mut todo: Vec<usize> = Vec::new();
     for (i, u) in units.iter().enumerate() {
@@ -381,7 +379,7 @@ fn compile_kernels(kernels: &Path, out: &Path, units: &[Unit], gencode: &[String
     progress.lock().unwrap().say(&format!(
         "compiling {} CUDA kernel units ({}) with nvcc, {jobs} at a time{}; the README's build section says how long",
         todo.len(),
-        targets(gencode).join(" "),
+        targets(&gencode(archs)).join(" "),
         cache.as_ref().map(|c| format!(", for {}", c.display())).unwrap_or_default()
     ));
 
@@ -398,7 +396,7 @@ fn compile_kernels(kernels: &Path, out: &Path, units: &[Unit], gencode: &[String
                 let started = Instant::now();
                 let mut cmd = Command::new(&nvcc);
                 cmd.args(NVCC_FLAGS)
-                    .args(unit_gencode(gencode, units[i].min_arch))
+                    .args(gencode(&unit_archs(archs, units[i].min_arch)))
                     .arg("-I")
                     .arg(kernels)
                     .arg(&sources[i].0)
@@ -499,7 +497,7 @@ fn kernel_cache(nvcc: &Path, headers: &[PathBuf], units: &[(PathBuf, String)], g
 /// `kernel_table.rs`, included by `src/cuda/module.rs`: the units' fatbins, every kernel with its
 /// unit, the (data type, op) -> kernel table, and compile-time checks that the device numbering
 /// is NCCL's where the two correspond.
-fn write_kernel_table(out: &Path, units: &[Unit], fatbins: &[PathBuf], gencode: &[String]) {
+fn write_kernel_table(out: &Path, units: &[Unit], fatbins: &[PathBuf], archs: &[u32]) {
     let mut t = String::from("// Generated by build.rs from its kernel list: do not edit.\n\n");
     let kernels: Vec<(&str, usize)> =
         units.iter().enumerate().flat_map(|(u, unit)| unit.kernels.iter().map(move |(k, _)| (k.as_str(), u))).collect();
@@ -510,7 +508,7 @@ fn write_kernel_table(out: &Path, units: &[Unit], fatbins: &[PathBuf], gencode: 
     writeln!(t, "/// Per unit, the architectures compiled to SASS and those with PTX in its fatbin.").unwrap();
     writeln!(t, "pub static UNIT_ARCHS: [(&[u32], &[u32]); NUM_UNITS] = [").unwrap();
     for u in units {
-        let g = unit_gencode(gencode, u.min_arch);
+        let g = gencode(&unit_archs(archs, u.min_arch));
         let archs =
             |kind: &str| -> Vec<&str> { targets(&g).into_iter().filter_map(|c| c.strip_prefix(kind)).collect() };
         writeln!(t, "    (&[{}], &[{}]), // {}", archs("sm_").join(", "), archs("compute_").join(", "), u.name)

@@ -42,67 +42,50 @@ struct Conv<__nv_fp8_e5m2> {
   static __device__ __forceinline__ __nv_fp8_e5m2 down(float x) { return __nv_fp8_e5m2(x); }
 };
 
-// max/min: fmax/fmin for floating point (a NaN loses to a number, as in NCCL), compare otherwise.
-template <typename A> __device__ __forceinline__ A accMax(A a, A b) { return a < b ? b : a; }
-template <typename A> __device__ __forceinline__ A accMin(A a, A b) { return b < a ? b : a; }
-template <> __device__ __forceinline__ float accMax(float a, float b) { return fmaxf(a, b); }
-template <> __device__ __forceinline__ float accMin(float a, float b) { return fminf(a, b); }
-template <> __device__ __forceinline__ double accMax(double a, double b) { return fmax(a, b); }
-template <> __device__ __forceinline__ double accMin(double a, double b) { return fmin(a, b); }
+// The four arithmetic reductions, as functors on the type an element is computed in (Conv<T>::Acc).
+// Max/min use fmax/fmin for floating point (a NaN loses to a number, as in NCCL), compare otherwise.
+struct FnAdd {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+};
+struct FnMul {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a * b; }
+};
+struct FnMax {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a < b ? b : a; }
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  __device__ __forceinline__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+struct FnMin {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return b < a ? b : a; }
+  __device__ __forceinline__ float operator()(float a, float b) const { return fminf(a, b); }
+  __device__ __forceinline__ double operator()(double a, double b) const { return fmin(a, b); }
+};
 
-template <typename T> __device__ __forceinline__ T elAdd(T a, T b) {
+// Fn applied to two elements of type T: computed in Conv<T>::Acc (integer promotion wraps back to
+// T through the cast), rounded back to T once.
+template <typename Fn, typename T> __device__ __forceinline__ T elApply(T a, T b) {
   using C = Conv<T>;
-  return C::down(static_cast<typename C::Acc>(C::up(a) + C::up(b)));
-}
-template <typename T> __device__ __forceinline__ T elMul(T a, T b) {
-  using C = Conv<T>;
-  return C::down(static_cast<typename C::Acc>(C::up(a) * C::up(b)));
-}
-template <typename T> __device__ __forceinline__ T elMax(T a, T b) {
-  using C = Conv<T>;
-  return C::down(accMax(C::up(a), C::up(b)));
-}
-template <typename T> __device__ __forceinline__ T elMin(T a, T b) {
-  using C = Conv<T>;
-  return C::down(accMin(C::up(a), C::up(b)));
+  return C::down(static_cast<typename C::Acc>(Fn()(C::up(a), C::up(b))));
 }
 
 // An operator has: kReduce (false only for the pure-copy kernel), reduce(a, b), pre(x) applied to
 // this rank's own input where it enters a reduction, and post(x) applied where a final reduced value
 // is produced; kPre/kPost say whether pre/post are more than the identity (movements that only copy
 // then share one type-independent mover). Constructed once per work from the work and nRanks.
-template <typename T>
-struct OpSum {
+//
+// Sum, Prod, Max and Min are one shape: reduce with Fn, nothing before or after.
+template <typename T, typename Fn>
+struct OpReduce {
   static constexpr bool kReduce = true, kPre = false, kPost = false;
-  __device__ OpSum(const fnWork&, int) {}
-  __device__ __forceinline__ T reduce(T a, T b) const { return elAdd(a, b); }
+  __device__ OpReduce(const fnWork&, int) {}
+  __device__ __forceinline__ T reduce(T a, T b) const { return elApply<Fn>(a, b); }
   __device__ __forceinline__ T pre(T x) const { return x; }
   __device__ __forceinline__ T post(T x) const { return x; }
 };
-template <typename T>
-struct OpProd {
-  static constexpr bool kReduce = true, kPre = false, kPost = false;
-  __device__ OpProd(const fnWork&, int) {}
-  __device__ __forceinline__ T reduce(T a, T b) const { return elMul(a, b); }
-  __device__ __forceinline__ T pre(T x) const { return x; }
-  __device__ __forceinline__ T post(T x) const { return x; }
-};
-template <typename T>
-struct OpMax {
-  static constexpr bool kReduce = true, kPre = false, kPost = false;
-  __device__ OpMax(const fnWork&, int) {}
-  __device__ __forceinline__ T reduce(T a, T b) const { return elMax(a, b); }
-  __device__ __forceinline__ T pre(T x) const { return x; }
-  __device__ __forceinline__ T post(T x) const { return x; }
-};
-template <typename T>
-struct OpMin {
-  static constexpr bool kReduce = true, kPre = false, kPost = false;
-  __device__ OpMin(const fnWork&, int) {}
-  __device__ __forceinline__ T reduce(T a, T b) const { return elMin(a, b); }
-  __device__ __forceinline__ T pre(T x) const { return x; }
-  __device__ __forceinline__ T post(T x) const { return x; }
-};
+template <typename T> using OpSum = OpReduce<T, FnAdd>;
+template <typename T> using OpProd = OpReduce<T, FnMul>;
+template <typename T> using OpMax = OpReduce<T, FnMax>;
+template <typename T> using OpMin = OpReduce<T, FnMin>;
 // Sum of scalar * input. The scalar is a device pointer (read once here) or the low sizeof(T)
 // bytes of the immediate.
 template <typename T>
@@ -117,8 +100,8 @@ struct OpPreMulSum {
       memcpy(&scalar, &bits, sizeof(T));  // little-endian: the low bytes
     }
   }
-  __device__ __forceinline__ T reduce(T a, T b) const { return elAdd(a, b); }
-  __device__ __forceinline__ T pre(T x) const { return elMul(x, scalar); }
+  __device__ __forceinline__ T reduce(T a, T b) const { return elApply<FnAdd>(a, b); }
+  __device__ __forceinline__ T pre(T x) const { return elApply<FnMul>(x, scalar); }
   __device__ __forceinline__ T post(T x) const { return x; }
 };
 // Integer average: the sum, divided (C integer division) by nRanks where the final value appears.
@@ -127,7 +110,7 @@ struct OpSumPostDiv {
   static constexpr bool kReduce = true, kPre = false, kPost = true;
   int nRanks;  // an int, not T: 8-bit types cannot hold more than 127/255 ranks
   __device__ OpSumPostDiv(const fnWork&, int n) : nRanks(n) {}
-  __device__ __forceinline__ T reduce(T a, T b) const { return elAdd(a, b); }
+  __device__ __forceinline__ T reduce(T a, T b) const { return elApply<FnAdd>(a, b); }
   __device__ __forceinline__ T pre(T x) const { return x; }
   __device__ __forceinline__ T post(T x) const { return static_cast<T>(x / nRanks); }
 };

@@ -182,6 +182,10 @@ if [ "$NG" -ge 1 ]; then
     step check_${P}_2 protos 240 env NCCL_PROTO=$P "$CHK" --mode threads --devs $DEVS2 $Q --failures-only
   done
   step check_ring_LL_2 protos 240 env NCCL_ALGO=Ring NCCL_PROTO=LL "$CHK" --mode threads --devs $DEVS2 --quick --failures-only
+  # The kernels' PTX, as a GPU newer than the SASS would run it: the driver ignores the SASS and
+  # compiles the embedded PTX at load (README, "Building"; a unit without PTX fails to load here).
+  # Group `ptx` (--only ptx).
+  step check_ptx_jit_2 ptx 400 env CUDA_FORCE_PTX_JIT=1 "$CHK" --mode threads --devs $DEVS2 --quick --failures-only
   if [ $ONE_GPU_OK = 1 ]; then
     for P in LL LL128; do
       step check_${P}_1gpu_4 protos 200 env NCCL_PROTO=$P "$CHK" --mode threads --devs 0,0,0,0 --quick --failures-only

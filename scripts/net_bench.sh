@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NET benchmark on one GPU (issue 13): all-reduce between processes on GPU 0 that each claim a host
+# NET benchmark on one GPU: all-reduce between processes on GPU 0 that each claim a host
 # of their own (NCCL_HOSTID), so both libraries move every byte over their NET transport and
 # sockets: ours (proxy thread + built-in Socket net) against NVIDIA's NCCL (NET/Socket), the same
 # binary (benches/net_bench.cu) under each. CUDA MPS runs during the benchmark (processes sharing

@@ -125,12 +125,12 @@ pub fn host_name() -> String {
 }
 
 fn load_config() -> Config {
-    let level = crate::env::get("NCCL_DEBUG").map(|s| parse_level(&s)).unwrap_or(Level::None);
-    let mask = crate::env::get("NCCL_DEBUG_SUBSYS")
+    let level = crate::param::get("NCCL_DEBUG").map(|s| parse_level(&s)).unwrap_or(Level::None);
+    let mask = crate::param::get("NCCL_DEBUG_SUBSYS")
         .map(|s| parse_subsys(&s))
         .unwrap_or(Subsys::INIT | Subsys::BOOTSTRAP | Subsys::ENV);
     let host = host_name();
-    let file = crate::env::get("NCCL_DEBUG_FILE").and_then(|p| {
+    let file = crate::param::get("NCCL_DEBUG_FILE").and_then(|p| {
         let path = expand_file_name(&p, &host, std::process::id());
         std::fs::OpenOptions::new().create(true).append(true).open(path).ok()
     });

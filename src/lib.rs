@@ -11,6 +11,7 @@ pub mod debug;
 pub mod env;
 pub mod error;
 pub mod exit;
+pub mod param;
 pub mod types;
 
 pub mod abi;

@@ -58,6 +58,22 @@ fn failure(args: &[&str], env: &[(&str, &str)]) -> String {
     err
 }
 
+/// clap's message for a command line it refuses: status 2, `error: …` and a pointer to `--help` on stderr;
+/// with `--json`, the same message as `{"error": …}` on stdout.
+fn usage_error(args: &[&str]) -> String {
+    let o = ferronickel(args, &[]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "ferronickel {args:?} should be a usage error:\n{out}\n{err}");
+    assert!(err.starts_with("error: ") && err.contains("try '--help'"), "not clap's message: {err}");
+    let mut a = args.to_vec();
+    a.push("--json");
+    let j = ferronickel(&a, &[]);
+    assert_eq!(j.status.code(), Some(2));
+    let doc: Value = serde_json::from_slice(&j.stdout).expect("a usage error under --json is still JSON");
+    assert!(doc["error"].as_str().is_some_and(|e| e.starts_with("error: ")), "no error field: {doc}");
+    err
+}
+
 fn has_gpu() -> bool {
     ok_json(&["info"], &[])["gpu"]["available"].as_bool().expect("gpu.available is a bool")
 }
@@ -220,17 +236,34 @@ fn plan_matches_rings_worked_out_by_hand() {
 fn plan_rejects_bad_input_naming_it() {
     let e = failure(&["plan", "--nranks", "2", "--gpus-per-host", "2"], &[("NCCL_PROTO", "LL256")]);
     assert!(e.contains("NCCL_PROTO=LL256"), "{e}");
-    assert!(failure(&["plan", "--gpus-per-host", "2"], &[]).contains("--nranks"));
-    assert!(failure(&["plan", "--nranks", "0", "--gpus-per-host", "2"], &[]).contains("--nranks \"0\""));
+    assert!(usage_error(&["plan", "--gpus-per-host", "2"]).contains("--nranks <N>"));
+    let e = usage_error(&["plan", "--nranks", "0", "--gpus-per-host", "2"]);
+    assert!(e.contains("invalid value '0' for '--nranks <N>': not a positive integer"), "{e}");
     assert!(failure(&["plan", "--nranks", "3", "--hosts", "2", "--gpus-per-host", "2"], &[]).contains("evenly"));
+    assert!(failure(&["plan", "--nranks", "3", "--hosts", "2"], &[]).contains("does not divide evenly over --hosts 2"));
     assert!(failure(&["plan", "--nranks", "99999999", "--gpus-per-host", "2"], &[]).contains("65536"));
-    assert!(failure(&["plan", "--nranks", "2", "--gpus-per-host", "2", "--bogus", "1"], &[]).contains("--bogus"));
+    let e = usage_error(&["plan", "--nranks", "2", "--gpus-per-host", "2", "--bogus", "1"]);
+    assert!(e.contains("unexpected argument '--bogus'"), "{e}");
     // "This machine": its GPUs, or, without any, a pointer to describing one.
     if has_gpu() {
         ok_json(&["plan", "--nranks", "2"], &[]);
     } else {
         assert!(failure(&["plan", "--nranks", "2"], &[]).contains("describe the machine with --gpus-per-host"));
     }
+}
+
+#[test]
+fn plan_of_several_hosts_without_a_gpu_puts_one_rank_on_each_gpu() {
+    if has_gpu() {
+        return; // this machine's GPUs count; the rule is for describing a machine from anywhere
+    }
+    // 16 ranks over 2 hosts: 8 GPUs a host, host 0 holds ranks 0-7 in GPU order.
+    let j = ok_json(&["plan", "--nranks", "16", "--hosts", "2"], &[]);
+    assert_eq!((j["gpus_per_host"].as_u64(), j["max_ranks_per_gpu"].as_u64()), (Some(8), Some(1)), "{j}");
+    assert_eq!(ring(&j), (0..16).collect::<Vec<u64>>());
+    // The same as saying so.
+    let given = ok_json(&["plan", "--nranks", "16", "--hosts", "2", "--gpus-per-host", "8"], &[]);
+    assert_eq!(j, given);
 }
 
 #[test]
@@ -273,6 +306,44 @@ fn perf_checks_results_or_says_it_needs_a_gpu() {
 
 #[test]
 fn usage_and_unknown_commands() {
-    assert!(ok_text(&["--help"], &[]).contains("plan --nranks N"));
-    assert!(failure(&["frobnicate"], &[]).contains("unknown command \"frobnicate\""));
+    for args in [&["--help"][..], &["help"], &[]] {
+        let out = ok_text(args, &[]);
+        assert!(out.contains("Usage: ferronickel [OPTIONS] [COMMAND]"), "{args:?}: {out}");
+        for cmd in ["info", "topo", "plan", "perf"] {
+            assert!(out.lines().any(|l| l.trim_start().starts_with(cmd)), "{args:?}: {cmd} not listed: {out}");
+        }
+    }
+    assert!(usage_error(&["frobnicate"]).contains("unrecognized subcommand 'frobnicate'"));
+}
+
+#[test]
+fn every_command_answers_help_with_its_options() {
+    let cases: [(&str, &[&str]); 4] = [
+        ("info", &["--json"]),
+        ("topo", &["--measure", "--bytes <B>", "--iters <N>"]),
+        ("plan", &["--nranks <N>", "--hosts <H>", "--gpus-per-host <G>"]),
+        ("perf", &["[COLLECTIVE]...", "--ranks-per-gpu <R>", "--min-bytes <B>", "--max-bytes <B>", "--factor <F>"]),
+    ];
+    for (cmd, options) in cases {
+        for args in [vec![cmd, "--help"], vec![cmd, "-h"], vec!["help", cmd]] {
+            let out = ok_text(&args, &[]);
+            assert!(out.contains(&format!("Usage: ferronickel {cmd}")), "{args:?}: {out}");
+            for opt in options {
+                assert!(out.contains(opt), "{args:?} does not mention {opt}: {out}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_bad_option_is_a_usage_error_naming_it() {
+    for cmd in ["info", "topo", "plan", "perf"] {
+        let e = usage_error(&[cmd, "--bogus"]);
+        assert!(e.contains("unexpected argument '--bogus' found"), "{cmd}: {e}");
+        assert!(e.contains(&format!("Usage: ferronickel {cmd}")), "{cmd}: {e}");
+    }
+    let e = usage_error(&["topo", "--measure=yes"]);
+    assert!(e.contains("--measure"), "{e}");
+    let e = usage_error(&["perf", "--iters", "many"]);
+    assert!(e.contains("invalid value 'many' for '--iters <N>'"), "{e}");
 }

@@ -1,5 +1,5 @@
-//! The layers of docs/ARCHITECTURE.md hold: every `crate::` path (and every use of one of the
-//! crate's macros) in `src/` is an import of one top-level module by another, and a module may
+//! The layers of docs/ARCHITECTURE.md hold: every `crate::` or `$crate::` path (and every use of
+//! one of the crate's macros) in `src/` is an import of one top-level module by another, and a module may
 //! import only its own layer and the layers its row lists, with no cycle between modules.
 //! `#[cfg(test)]` items and test-only files are left out: tests may reach anywhere.
 //!
@@ -183,8 +183,10 @@ fn imports_of(
                 });
             }
         };
+        // `$crate::` (in a macro's body) counts as the defining module's import: the module
+        // that writes the path depends on its target as much as a plain `crate::` would.
         for (at, _) in line.match_indices("crate::") {
-            if line[..at].ends_with(|c: char| is_ident(c) || c == '$') {
+            if line[..at].ends_with(is_ident) {
                 continue;
             }
             let rest = &line[at + "crate::".len()..];
@@ -385,6 +387,15 @@ fn checker_reports_upward_imports_and_cycles() {
     let macro_up =
         [file("a.rs", "fn f() { yell!(); }\n"), file("c.rs", "#[macro_export]\nmacro_rules! yell { () => {} }\n")];
     assert!(check(&macro_up, &layers)[0].starts_with("src/a.rs:1: `a` (layer 1) imports `c`"));
+
+    let macro_path = [file("a.rs", "macro_rules! m { () => { $crate::c::g() } }\n"), file("c.rs", "pub fn g() {}\n")];
+    let p = check(&macro_path, &layers);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].starts_with("src/a.rs:1: `a` (layer 1) imports `c` (layer 2)"), "{p:?}");
+
+    let macro_cycle =
+        [file("a.rs", "macro_rules! m { () => { $crate::b::f() } }\n"), file("b.rs", "fn f() { crate::a::g() }\n")];
+    assert!(check(&macro_cycle, &layers)[0].contains("import cycle a -> b -> a"), "{:?}", check(&macro_cycle, &layers));
 
     let unknown = [file("z.rs", "")];
     assert!(check(&unknown, &layers)[0].contains("module `z` is in no layer"));

@@ -24,7 +24,7 @@ const KILL_BOUND: Duration = Duration::from_secs(2);
 const HEARTBEAT_MS: u64 = 1500;
 const FREEZE_BOUND: Duration = Duration::from_millis(HEARTBEAT_MS + 1000 + 2000);
 
-/// A bootstrap wait on a killed rank must end this fast (the brief's bound for issue 14: news
+/// A bootstrap wait on a killed rank must end this fast (news
 /// travels the liveness ring in milliseconds; the bootstrap timeout is [`HONEST`]).
 const WAIT_BOUND: Duration = Duration::from_secs(3);
 /// The tag of the receive that waits for a killed rank.

@@ -82,7 +82,7 @@ pub fn new_unique_id() -> Result<BootstrapId> {
     if let Some(spec) = crate::env::comm_id() {
         let (host, port) = addr::split_host_port(spec)?;
         let root = addr::resolve(host, port)?;
-        let shared = crate::env::get(id::SECRET_VAR);
+        let shared = crate::param::get(id::SECRET_VAR);
         let protection = match shared {
             Some(_) => format!("only processes given the same {} can join", id::SECRET_VAR),
             None => format!(

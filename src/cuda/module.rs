@@ -335,8 +335,8 @@ mod tests {
     }
 
     /// Reads the embedded fatbins: each holds SASS for every architecture built and PTX for the
-    /// newest, and every kernel of its unit is in each of them (a missing kernel fails here, not
-    /// on a GPU).
+    /// oldest (the one they are all compiled from), and every kernel of its unit is in each of
+    /// them (a missing kernel fails here, not on a GPU).
     #[test]
     fn fatbins_hold_every_kernel_for_every_architecture() {
         for (u, (unit, fatbin, _)) in UNITS.iter().enumerate() {

@@ -101,7 +101,7 @@ impl Settings {
     /// From `NCCL_P2P_DISABLE`, `NCCL_P2P_LEVEL` and `NCCL_SHM_DISABLE` (as NCCL: a disable of
     /// 1 wins over a level; an unknown level is ignored with a warning).
     pub fn parse(p2p_disable: Option<&str>, p2p_level: Option<&str>, shm_disable: Option<&str>) -> Settings {
-        let is_one = |v: Option<&str>| v.and_then(crate::env::parse_i64) == Some(1);
+        let is_one = |v: Option<&str>| v.and_then(crate::param::parse_i64) == Some(1);
         let p2p_level = if is_one(p2p_disable) {
             Some(Path::Loc)
         } else {
@@ -122,7 +122,7 @@ impl Settings {
     pub fn from_env() -> Settings {
         static S: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
         *S.get_or_init(|| {
-            let get = crate::env::get;
+            let get = crate::param::get;
             let s = Settings::parse(
                 get("NCCL_P2P_DISABLE").as_deref(),
                 get("NCCL_P2P_LEVEL").as_deref(),

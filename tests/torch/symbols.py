@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The NCCL symbols PyTorch 2.11 binds beyond the collectives (issue #5, item 3), each reached
+"""The NCCL symbols PyTorch 2.11 binds beyond the collectives, each reached
 through the PyTorch API that calls it, on 2 GPUs: does it work, or does PyTorch turn the library's
 error into a Python exception the program survives?
 
@@ -440,7 +440,7 @@ def run_child(args, rank, group, names, port, seed):
         out, _ = p.communicate(timeout=args.timeout)
         how = f"exit status {p.returncode}"
     except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)   # the child's own session: it and anything it started
+        os.killpg(p.pid, signal.SIGKILL)   # its own process group (setsid): it and anything it started
         out, _ = p.communicate()
         how = f"killed after {args.timeout:.0f} s"
     lines = out.splitlines()

@@ -1,73 +1,91 @@
-//! Command-line options: `--name value`, `--name=value`, bare flags and positional words. Every
-//! option a subcommand does not read is an error, so a typo never passes silently.
+//! The command line, declared once with clap: each subcommand's `--help`, the usage errors (exit
+//! status 2, naming the option) and the parsed values all come from these types.
 
-use std::collections::BTreeMap;
+use clap::{Args, Parser, Subcommand};
 
-pub struct Args {
-    options: BTreeMap<String, Option<String>>,
-    pub positional: Vec<String>,
+/// What the library sees on this machine, from the code that decides.
+#[derive(Parser, Debug)]
+#[command(name = "ferronickel", version, after_help = "Each command prints text for people, or JSON with --json.")]
+pub struct Cli {
+    /// Print the same facts as one JSON document on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Option<Command>,
 }
 
-impl Args {
-    /// `--x=v` and `--x v` are options with a value; `--x` followed by another option or nothing
-    /// is a flag. A value that starts with `--` must use the `=` form.
-    pub fn parse(words: Vec<String>) -> Result<Args, String> {
-        let mut options = BTreeMap::new();
-        let mut positional = Vec::new();
-        let mut it = words.into_iter().peekable();
-        while let Some(w) = it.next() {
-            let Some(name) = w.strip_prefix("--") else {
-                positional.push(w);
-                continue;
-            };
-            let (name, value) = match name.split_once('=') {
-                Some((n, v)) => (n.to_string(), Some(v.to_string())),
-                None => {
-                    let takes_next = it.peek().is_some_and(|n| !n.starts_with("--"));
-                    (name.to_string(), if takes_next { it.next() } else { None })
-                }
-            };
-            if options.insert(name.clone(), value).is_some() {
-                return Err(format!("--{name} given twice"));
-            }
-        }
-        Ok(Args { options, positional })
-    }
-
-    /// Whether a bare flag is present (`--measure`); a value after it is an error.
-    pub fn flag(&mut self, name: &str) -> Result<bool, String> {
-        match self.options.remove(name) {
-            None => Ok(false),
-            Some(None) => Ok(true),
-            Some(Some(v)) => Err(format!("--{name} takes no value (got {v:?})")),
-        }
-    }
-
-    /// A positive integer option (K, M and G suffixes allowed), or `None` when absent.
-    pub fn count(&mut self, name: &str) -> Result<Option<usize>, String> {
-        match self.options.remove(name) {
-            None => Ok(None),
-            Some(None) => Err(format!("--{name} needs a value")),
-            Some(Some(v)) => {
-                parse_size(&v).map(Some).ok_or_else(|| format!("--{name} {v:?} is not a positive integer"))
-            }
-        }
-    }
-
-    /// Fails naming every option nobody read.
-    pub fn finish(self) -> Result<Vec<String>, String> {
-        match self.options.keys().next() {
-            Some(_) => Err(format!(
-                "unknown option(s): {}",
-                self.options.keys().map(|k| format!("--{k}")).collect::<Vec<_>>().join(" ")
-            )),
-            None => Ok(self.positional),
-        }
-    }
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Versions, GPUs, links, P2P access, interfaces, settings.
+    Info,
+    /// P2P bandwidth (copy engines and SM copies, one and both directions) and latency between
+    /// the local GPUs.
+    Topo(TopoArgs),
+    /// Rings, channels and the tuner's algorithm and protocol per message size, for this machine
+    /// or a described one.
+    Plan(PlanArgs),
+    /// A checked sweep over the local GPUs, with nccl-tests' columns.
+    Perf(PerfArgs),
 }
 
-/// `4096`, `64K`, `16M`, `1G` (binary multiples), positive.
-pub fn parse_size(v: &str) -> Option<usize> {
+#[derive(Args, Debug)]
+pub struct TopoArgs {
+    /// Measure (the static topology, links and P2P access are in `ferronickel info`).
+    #[arg(long)]
+    pub measure: bool,
+    /// Bytes per copy (K, M, G suffixes), 16 to 4G.
+    #[arg(long, value_name = "B", default_value = "64M", value_parser = size)]
+    pub bytes: usize,
+    /// Timed copies per measurement, at most 10000.
+    #[arg(long, value_name = "N", default_value = "10", value_parser = size)]
+    pub iters: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// Ranks in the communicator, at most 65536.
+    #[arg(long, value_name = "N", value_parser = size)]
+    pub nranks: usize,
+    /// Hosts the ranks are spread over, evenly [default: 1].
+    #[arg(long, value_name = "H", value_parser = size)]
+    pub hosts: Option<usize>,
+    /// GPUs per host [default: this machine's; without a GPU, N / H when --hosts is given].
+    #[arg(long, value_name = "G", value_parser = size)]
+    pub gpus_per_host: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct PerfArgs {
+    /// Collectives to run: all_reduce all_gather reduce_scatter broadcast reduce alltoall
+    /// [default: all of them].
+    #[arg(value_name = "COLLECTIVE")]
+    pub collectives: Vec<String>,
+    /// Ranks per GPU, at most 64.
+    #[arg(long, value_name = "R", default_value = "1", value_parser = size)]
+    pub ranks_per_gpu: usize,
+    /// Smallest message (K, M, G suffixes).
+    #[arg(long, value_name = "B", default_value = "8", value_parser = size)]
+    pub min_bytes: usize,
+    /// Largest message, at most 16G.
+    #[arg(long, value_name = "B", default_value = "64M", value_parser = size)]
+    pub max_bytes: usize,
+    /// Growth between sizes, at least 2.
+    #[arg(long, value_name = "F", default_value = "2", value_parser = size)]
+    pub factor: usize,
+    /// Timed iterations per size.
+    #[arg(long, value_name = "N", default_value = "20", value_parser = size)]
+    pub iters: usize,
+    /// Untimed iterations before them.
+    #[arg(long, value_name = "N", default_value = "5", value_parser = size)]
+    pub warmup: usize,
+}
+
+/// A positive integer, with K, M or G (binary multiples): `4096`, `64K`, `16M`, `1G`.
+fn size(v: &str) -> Result<usize, String> {
+    parse_size(v).ok_or_else(|| "not a positive integer (K, M and G suffixes allowed)".to_string())
+}
+
+fn parse_size(v: &str) -> Option<usize> {
     let v = v.trim();
     let (digits, mult) = match v.char_indices().last()? {
         (i, 'K' | 'k') => (&v[..i], 1usize << 10),
@@ -81,29 +99,37 @@ pub fn parse_size(v: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
 
-    fn words(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
+    fn parse(s: &str) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("ferronickel").chain(s.split_whitespace()))
+    }
+
+    #[test]
+    fn the_declaration_is_consistent() {
+        Cli::command().debug_assert();
     }
 
     #[test]
     fn options_flags_and_words() {
-        let mut a = Args::parse(words("all_reduce --nranks 8 --measure --hosts=2 broadcast")).unwrap();
-        assert_eq!(a.count("nranks").unwrap(), Some(8));
-        assert_eq!(a.count("hosts").unwrap(), Some(2));
-        assert!(a.flag("measure").unwrap());
-        assert!(!a.flag("absent").unwrap());
-        assert_eq!(a.finish().unwrap(), ["all_reduce", "broadcast"]);
+        let cli = parse("perf all_reduce --ranks-per-gpu 2 --max-bytes=1M broadcast --json").unwrap();
+        assert!(cli.json);
+        let Some(Command::Perf(p)) = cli.command else { panic!("not perf") };
+        assert_eq!(p.collectives, ["all_reduce", "broadcast"]);
+        assert_eq!((p.ranks_per_gpu, p.min_bytes, p.max_bytes, p.factor), (2, 8, 1 << 20, 2));
+        let Some(Command::Topo(t)) = parse("--json topo --measure").unwrap().command else { panic!("not topo") };
+        assert!(t.measure);
+        assert_eq!((t.bytes, t.iters), (64 << 20, 10));
     }
 
     #[test]
     fn mistakes_are_errors() {
-        assert!(Args::parse(words("--x 1 --x 2")).is_err());
-        let mut a = Args::parse(words("--nranks zero --typo")).unwrap();
-        assert!(a.count("nranks").unwrap_err().contains("not a positive integer"));
-        assert!(a.finish().unwrap_err().contains("--typo"));
-        let mut a = Args::parse(words("--nranks")).unwrap();
-        assert!(a.count("nranks").unwrap_err().contains("needs a value"));
+        use clap::error::ErrorKind;
+        assert_eq!(parse("plan --nranks 2 --nranks 3").unwrap_err().kind(), ErrorKind::ArgumentConflict);
+        assert_eq!(parse("plan --nranks zero").unwrap_err().kind(), ErrorKind::ValueValidation);
+        assert_eq!(parse("plan --hosts 2").unwrap_err().kind(), ErrorKind::MissingRequiredArgument);
+        assert_eq!(parse("topo --measure --typo").unwrap_err().kind(), ErrorKind::UnknownArgument);
+        assert_eq!(parse("topo --measure=1").unwrap_err().kind(), ErrorKind::TooManyValues);
     }
 
     #[test]

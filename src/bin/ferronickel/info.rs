@@ -2,16 +2,15 @@
 //! would use and why, the network transport, and every setting in effect with its source.
 //! Without a GPU it says so and prints the rest.
 
-use crate::args::Args;
 use crate::gpu::{self, Gpu};
 use crate::{CmdResult, Report};
-use nccl::env::{self, Source};
+use nccl::env;
+use nccl::param::{self, Source};
 use nccl::socket::iface;
 use serde_json::{json, Value};
 use std::fmt::Write;
 
-pub fn run(args: Args) -> CmdResult {
-    args.finish()?;
+pub fn run() -> CmdResult {
     let mut text = String::new();
     let mut version = 0;
     // SAFETY: a valid out-pointer to an int.
@@ -89,7 +88,7 @@ fn network_section(text: &mut String) -> Value {
         })
         .collect();
     if plugins.is_empty() {
-        let env = nccl::env::get("NCCL_NET_PLUGIN");
+        let env = param::get("NCCL_NET_PLUGIN");
         writeln!(
             text,
             "  net plugins: none found (NCCL_NET_PLUGIN={})",
@@ -206,7 +205,7 @@ fn interfaces_section(text: &mut String) -> Value {
 }
 
 fn settings_section(text: &mut String) -> Value {
-    let settings = env::settings();
+    let settings = param::settings();
     let source = |s: &Source| match s {
         Source::Environment => "environment".to_string(),
         Source::ConfFile(p) => format!("conf file {p}"),

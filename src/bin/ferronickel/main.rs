@@ -5,8 +5,8 @@
 //! - `plan --nranks N`: rings, channels and the tuner's choice per message size;
 //! - `perf [collective…]`: a quick, result-checked sweep over the local GPUs.
 //!
-//! Every subcommand prints text for people, or JSON with `--json`. The README has a section per
-//! subcommand with real output.
+//! Every subcommand prints text for people, or JSON with `--json`; `--help` after any of them
+//! says its options (`args`). The README has a section per subcommand with real output.
 
 mod args;
 mod gpu;
@@ -16,6 +16,8 @@ mod perf;
 mod plan;
 mod topo;
 
+use args::{Cli, Command};
+use clap::{CommandFactory, Parser};
 use serde_json::Value;
 
 /// What a subcommand produced: text for people and the same facts as JSON for tools, and, when
@@ -29,48 +31,36 @@ pub struct Report {
 /// A subcommand's failure: the message, printed to stderr (and as `{"error": …}` with `--json`).
 pub type CmdResult = Result<Report, String>;
 
-const USAGE: &str = "\
-usage: ferronickel <command> [options] [--json]
-
-commands:
-  info                                   versions, GPUs, links, P2P access, interfaces, settings
-  topo --measure [--bytes B] [--iters N] P2P bandwidth (copy engines and SM copies, one and both
-                                         directions) and latency between the local GPUs
-  plan --nranks N [--hosts H] [--gpus-per-host G]
-                                         rings, channels and the tuner's algorithm and protocol
-                                         per message size, for this machine or a described one
-  perf [collective...] [--ranks-per-gpu R] [--min-bytes B] [--max-bytes B] [--factor F]
-       [--iters N] [--warmup N]          a checked sweep over the local GPUs, nccl-tests' columns
-                                         (collectives: all_reduce all_gather reduce_scatter
-                                         broadcast reduce alltoall; default: all of them)
-
---json prints the same facts as one JSON document on stdout.";
-
 fn main() {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    std::process::exit(run(argv));
+    std::process::exit(run(std::env::args_os()));
 }
 
-fn run(argv: Vec<String>) -> i32 {
-    let json = argv.iter().any(|a| a == "--json");
-    let mut rest = argv.into_iter().filter(|a| a != "--json");
-    let cmd = rest.next();
-    let args = args::Args::parse(rest.collect());
-    let result = match (cmd.as_deref(), args) {
-        (None | Some("help" | "-h" | "--help"), _) => {
-            println!("{USAGE}");
+fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> i32 {
+    let argv: Vec<_> = argv.into_iter().collect();
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with status 0; a usage error to stderr with status 2,
+            // and under --json also as `{"error": …}` on stdout, so tools always get a document.
+            if e.use_stderr() && argv.iter().any(|a| a == "--json") {
+                println!("{}", serde_json::json!({ "error": e.render().to_string() }));
+            }
+            e.exit()
+        }
+    };
+    let result = match cli.command {
+        None => {
+            Cli::command().print_help().expect("stdout is writable");
             return 0;
         }
-        (_, Err(e)) => Err(e),
-        (Some("info"), Ok(a)) => info::run(a),
-        (Some("topo"), Ok(a)) => topo::run(a),
-        (Some("plan"), Ok(a)) => plan::run(a),
-        (Some("perf"), Ok(a)) => perf::run(a),
-        (Some(other), _) => Err(format!("unknown command {other:?}\n\n{USAGE}")),
+        Some(Command::Info) => info::run(),
+        Some(Command::Topo(a)) => topo::run(a),
+        Some(Command::Plan(a)) => plan::run(a),
+        Some(Command::Perf(a)) => perf::run(a),
     };
     match result {
         Ok(report) => {
-            if json {
+            if cli.json {
                 println!("{}", serde_json::to_string_pretty(&report.json).expect("a Value always serialises"));
             } else {
                 print!("{}", report.text);
@@ -84,7 +74,7 @@ fn run(argv: Vec<String>) -> i32 {
             }
         }
         Err(e) => {
-            if json {
+            if cli.json {
                 println!("{}", serde_json::json!({ "error": e }));
             }
             eprintln!("ferronickel: {e}");

@@ -8,7 +8,7 @@
 //! and every output element is compared with a host reference. Time is wall clock over
 //! `--iters` groups issued back to back, then waited for.
 
-use crate::args::Args;
+use crate::args::PerfArgs;
 use crate::gpu::{self, err, Stream};
 use crate::plan::human;
 use crate::{CmdResult, Report};
@@ -134,16 +134,11 @@ struct Sweep {
     warmup: usize,
 }
 
-pub fn run(mut args: Args) -> CmdResult {
-    let per_gpu = args.count("ranks-per-gpu")?.unwrap_or(1);
-    let sweep = Sweep {
-        min: args.count("min-bytes")?.unwrap_or(8),
-        max: args.count("max-bytes")?.unwrap_or(64 << 20),
-        factor: args.count("factor")?.unwrap_or(2),
-        iters: args.count("iters")?.unwrap_or(20),
-        warmup: args.count("warmup")?.unwrap_or(5),
-    };
-    let names = args.finish()?;
+pub fn run(args: PerfArgs) -> CmdResult {
+    let per_gpu = args.ranks_per_gpu;
+    let sweep =
+        Sweep { min: args.min_bytes, max: args.max_bytes, factor: args.factor, iters: args.iters, warmup: args.warmup };
+    let names = args.collectives;
     let colls: Vec<(Coll, &str)> = if names.is_empty() {
         COLLS.to_vec()
     } else {

@@ -9,7 +9,7 @@
 //! order (`nranks / hosts` each) and, within a host, go round-robin over its GPUs (local rank
 //! `l` on GPU `l % gpus-per-host`), as `ncclCommInitAll` over a repeated device list does.
 
-use crate::args::Args;
+use crate::args::PlanArgs;
 use crate::{CmdResult, Report};
 use nccl::plugin::tuner as tuner_plugin;
 use nccl::task::{CollKind, CommShape, Link};
@@ -65,19 +65,23 @@ impl Machine {
     }
 }
 
-pub fn run(mut args: Args) -> CmdResult {
-    let nranks = args.count("nranks")?.ok_or("plan needs --nranks N")?;
-    let hosts = args.count("hosts")?.unwrap_or(1);
-    let gpus_per_host = match args.count("gpus-per-host")? {
-        Some(g) => g,
-        None => crate::gpu::probe()
-            .map(|g| g.len())
-            .map_err(|e| format!("no GPU here ({e}); describe the machine with --gpus-per-host G"))?,
-    };
-    args.finish()?;
-    if nranks % hosts != 0 {
+pub fn run(args: PlanArgs) -> CmdResult {
+    let nranks = args.nranks;
+    let hosts = args.hosts.unwrap_or(1);
+    if !nranks.is_multiple_of(hosts) {
         return Err(format!("--nranks {nranks} does not divide evenly over --hosts {hosts}"));
     }
+    let gpus_per_host = match args.gpus_per_host {
+        Some(g) => g,
+        None => match crate::gpu::probe() {
+            Ok(gpus) => gpus.len(),
+            // A described machine of several hosts: one rank per GPU is the only even reading.
+            Err(_) if args.hosts.is_some() => nranks / hosts,
+            Err(e) => {
+                return Err(format!("no GPU here ({e}); describe the machine with --gpus-per-host G (or --hosts H)"))
+            }
+        },
+    };
     if nranks > 1 << 16 {
         return Err(format!("--nranks {nranks} is more than this command plans (65536)"));
     }

@@ -8,7 +8,7 @@
 //!
 //! With one GPU it measures the device-to-itself row. Pairs without P2P access show `n/a`.
 
-use crate::args::Args;
+use crate::args::TopoArgs;
 use crate::gpu::{self, err, Stream};
 use crate::{CmdResult, Report};
 use cudarc::driver::sys::{self, CUdevice_attribute, CUevent, CUfunction, CUmodule, CUstream};
@@ -218,11 +218,9 @@ fn run_pair(a: &Dev, b: &Dev, bytes: usize, ops: usize, engine: bool, both: bool
     elapsed_ms(a)
 }
 
-pub fn run(mut args: Args) -> CmdResult {
-    let measure = args.flag("measure")?;
-    let bytes = args.count("bytes")?.unwrap_or(64 << 20) / 16 * 16;
-    let iters = args.count("iters")?.unwrap_or(10);
-    args.finish()?;
+pub fn run(args: TopoArgs) -> CmdResult {
+    let TopoArgs { measure, bytes, iters } = args;
+    let bytes = bytes / 16 * 16;
     if !measure {
         return Err("topo needs --measure (the static topology, links and P2P access are in `ferronickel info`)".into());
     }

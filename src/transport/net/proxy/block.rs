@@ -1,0 +1,201 @@
+//! A NET connection's host block: the memory its kernels and the proxy thread share (pinned host
+//! memory mapped for the GPU), and where the counters, size words and FIFOs sit in it.
+
+use crate::abi::{FN_NUM_PROTOS, FN_SIZE_PROTO_SHIFT};
+use crate::error::{Error, Result};
+use crate::transport::fifo;
+
+/// Offsets in one connection's host block: the counters on their own 128-byte lines, then the
+/// sender's staging FIFOs, then the receiver's FIFOs (each: LL128, LL, Simple).
+pub const SEND_TAIL: usize = 0;
+pub const SEND_HEAD: usize = 128;
+pub const SEND_SIZES: usize = 256;
+pub const RECV_TAIL: usize = 384;
+pub const RECV_HEAD: usize = 512;
+/// Where the peer's size words land, one per slot.
+pub const RECV_SIZES: usize = 640;
+/// The goodbye word we send from when the communicator closes.
+pub(super) const GOODBYE_AT: usize = 768;
+pub(super) const FIFOS: usize = 1024;
+
+/// The bytes of a size word; the rest of its 32 bits is the protocol.
+const SIZE_MASK: u32 = (1 << FN_SIZE_PROTO_SHIFT) - 1;
+
+/// Where each protocol's slots sit in a connection's host block (`slot_bytes`: NCCL_BUFFSIZE's
+/// Simple slot), in the layout of every connection's FIFOs (`transport::fifo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub slot_bytes: usize,
+}
+
+impl Layout {
+    /// Bytes between consecutive slots of `proto`'s FIFO.
+    pub fn stride(&self, proto: u32) -> usize {
+        fifo::stride(proto, self.slot_bytes)
+    }
+
+    /// Offset of the sender's staging FIFO of `proto`.
+    pub fn send_fifo(&self, proto: u32) -> usize {
+        FIFOS + fifo::offset(proto, self.slot_bytes)
+    }
+
+    /// Offset of the receiver's FIFO of `proto`.
+    pub fn recv_fifo(&self, proto: u32) -> usize {
+        FIFOS + fifo::bytes(self.slot_bytes) + fifo::offset(proto, self.slot_bytes)
+    }
+
+    /// Bytes of one connection's host block.
+    pub fn block_bytes(&self) -> usize {
+        FIFOS + 2 * fifo::bytes(self.slot_bytes)
+    }
+
+    /// Checks a size word (from our kernel or from the peer): a protocol we have and no more
+    /// bytes than its slot holds.
+    pub(super) fn decode(&self, word: u32) -> std::result::Result<(u32, usize), String> {
+        let (proto, bytes) = (word >> FN_SIZE_PROTO_SHIFT, (word & SIZE_MASK) as usize);
+        if proto >= FN_NUM_PROTOS {
+            return Err(format!("size word {word:#010x} names protocol {proto}"));
+        }
+        if bytes > self.stride(proto) {
+            return Err(format!(
+                "size word {word:#010x}: {bytes} bytes for a slot of {} (protocol {proto})",
+                self.stride(proto)
+            ));
+        }
+        Ok((proto, bytes))
+    }
+}
+
+/// Memory the kernels and the proxy share: pinned host memory mapped for the GPU (or, in tests,
+/// plain host memory). `dev` is its address for the GPU.
+pub struct HostBlock {
+    host: *mut u8,
+    dev: u64,
+    len: usize,
+    _owner: Box<dyn Send + Sync>,
+}
+
+// SAFETY: the block is plain memory; every access goes through volatile reads and writes or
+// through the net's requests, and `_owner` (which frees it) is Send + Sync.
+unsafe impl Send for HostBlock {}
+// SAFETY: as above.
+unsafe impl Sync for HostBlock {}
+
+/// Page-aligned zeroed host memory, freed on drop (the memory of [`HostBlock::plain`]).
+struct Plain {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: owns a plain allocation; nothing in it is thread-bound.
+unsafe impl Send for Plain {}
+// SAFETY: as above.
+unsafe impl Sync for Plain {}
+
+impl Drop for Plain {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from alloc_zeroed with this layout and is freed once.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+impl HostBlock {
+    /// A block over memory `owner` keeps alive (and frees when dropped).
+    ///
+    /// # Safety
+    /// `host..host+len` must be valid for reads and writes for as long as `owner` lives, and
+    /// `dev` must be the same memory as the GPU sees it.
+    pub unsafe fn new(host: *mut u8, dev: u64, len: usize, owner: Box<dyn Send + Sync>) -> HostBlock {
+        HostBlock { host, dev, len, _owner: owner }
+    }
+
+    /// Zeroed, page-aligned plain host memory whose "device" address is its host address: for
+    /// proxies driven by host threads in tests.
+    pub fn plain(len: usize) -> Result<HostBlock> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)
+            .map_err(|e| Error::InvalidArgument(format!("host block of {len} bytes: {e}")))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::System(format!("out of host memory for a {len}-byte FIFO block")));
+        }
+        Ok(HostBlock { host: ptr, dev: ptr as u64, len, _owner: Box::new(Plain { ptr, layout }) })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The host address of `off`, checked to leave `bytes` in the block.
+    pub fn ptr(&self, off: usize, bytes: usize) -> *mut u8 {
+        assert!(off.checked_add(bytes).is_some_and(|end| end <= self.len), "offset {off}+{bytes} past {}", self.len);
+        // SAFETY: in bounds, checked above.
+        unsafe { self.host.add(off) }
+    }
+
+    /// The device address of `off`.
+    pub fn dev(&self, off: usize) -> u64 {
+        assert!(off <= self.len);
+        self.dev + off as u64
+    }
+
+    pub fn load_u64(&self, off: usize) -> u64 {
+        // SAFETY: in bounds (checked by ptr) and 8-byte aligned (the counters' offsets are);
+        // volatile because the GPU writes it concurrently.
+        unsafe { std::ptr::read_volatile(self.ptr(off, 8) as *const u64) }
+    }
+
+    pub fn store_u64(&self, off: usize, v: u64) {
+        // SAFETY: as in load_u64; volatile because the GPU polls it.
+        unsafe { std::ptr::write_volatile(self.ptr(off, 8) as *mut u64, v) }
+    }
+
+    pub fn load_u32(&self, off: usize) -> u32 {
+        // SAFETY: in bounds (checked by ptr) and 4-byte aligned; volatile as in load_u64.
+        unsafe { std::ptr::read_volatile(self.ptr(off, 4) as *const u32) }
+    }
+
+    pub fn store_u32(&self, off: usize, v: u32) {
+        // SAFETY: as in load_u32.
+        unsafe { std::ptr::write_volatile(self.ptr(off, 4) as *mut u32, v) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::GOODBYE;
+    use super::*;
+    use crate::abi::{FN_NSTEPS, FN_PROTO_LL, FN_PROTO_SIMPLE};
+
+    #[test]
+    fn layout_fits_and_aligns() {
+        let l = Layout { slot_bytes: 1 << 19 };
+        let mut ends = Vec::new();
+        for p in 0..FN_NUM_PROTOS {
+            for off in [l.send_fifo(p), l.recv_fifo(p)] {
+                assert_eq!(off % 128, 0, "protocol {p}: LL128 lines and vector stores need alignment");
+                ends.push((off, off + FN_NSTEPS as usize * l.stride(p)));
+            }
+        }
+        ends.sort();
+        assert!(ends[0].0 >= FIFOS && ends.windows(2).all(|w| w[0].1 <= w[1].0), "FIFOs overlap: {ends:?}");
+        assert_eq!(ends.last().unwrap().1, l.block_bytes());
+        assert!(RECV_SIZES + 4 * FN_NSTEPS as usize <= GOODBYE_AT && GOODBYE_AT + 4 <= FIFOS);
+        assert!(l.decode(GOODBYE).is_err(), "a goodbye is never a step");
+    }
+
+    #[test]
+    fn size_words_are_bounded() {
+        let l = Layout { slot_bytes: 1 << 16 };
+        let w = |p: u32, b: u32| b | p << FN_SIZE_PROTO_SHIFT;
+        assert_eq!(l.decode(w(FN_PROTO_SIMPLE, 1 << 16)), Ok((FN_PROTO_SIMPLE, 1 << 16)));
+        assert_eq!(l.decode(w(FN_PROTO_LL, 0)), Ok((FN_PROTO_LL, 0)));
+        assert!(l.decode(w(FN_PROTO_SIMPLE, (1 << 16) + 1)).is_err());
+        assert!(l.decode(w(FN_PROTO_LL, 32 * 1024 + 16)).unwrap_err().contains("bytes for a slot"));
+        assert!(l.decode(w(3, 8)).unwrap_err().contains("protocol 3"));
+    }
+}
