@@ -685,7 +685,12 @@ fn a_stopped_peer_is_told_from_a_dead_network() {
     if rank_of(TEST, net_rank) {
         return;
     }
-    let Some((_hosts, mut procs)) = net_pair(TEST, 2000, 10, HEARTBEAT_MS, TCP_MS) else { return };
+    // The NET connection's TCP timeout is 10 s: a stopped process's kernel still acknowledges
+    // (its window closes and it answers the zero-window probes), but a machine under memory
+    // pressure may drop what it had already let in, and TCP then times out as for a dead network
+    // (seen once in 17 with a 1.5 s timeout, the suite running): the liveness verdict, within
+    // the 2 s heartbeat timeout, is what this test checks.
+    let Some((_hosts, mut procs)) = net_pair(TEST, 2000, 10, HEARTBEAT_MS, 10_000) else { return };
     std::thread::sleep(Duration::from_millis(300));
     let since = mono_ms();
     let signal = |sig| {
@@ -700,7 +705,7 @@ fn a_stopped_peer_is_told_from_a_dead_network() {
     assert!(after <= HEARTBEAT_MS + SLACK_MS, "{after} ms: {text}");
     assert!(text.contains("rank 1 (host h1") && text.contains("the network is up: its process is stopped"), "{text}");
     eprintln!("rank 0: FNH_LOST after {after} ms: {text}");
-    // A connection cut is never taken for a stop: TCP_MS is shorter than the heartbeat timeout.
+    // Nor is the connection taken for cut before the liveness verdict.
     assert!(!out.contains("FNH_FAULT"), "{out}");
     signal(libc::SIGCONT);
     procs.expect_ok(LIMIT, "FNH_OK");
