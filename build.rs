@@ -579,89 +579,65 @@ fn write_kernel_table(out: &Path, units: &[Unit], fatbins: &[PathBuf], archs: &[
     std::fs::write(out.join("kernel_table.rs"), t).unwrap();
 }
 
-fn bind_device_abi(kernels: &Path, out: &Path) {
-    let header = kernels.join("device_abi.h");
-    let bindings = bindgen::Builder::default()
+/// Generates the bindings `builder` describes into `out/file`, with what every binding shares:
+/// `Default` for each struct and bindgen's layout tests, which check every size and offset
+/// against the header. `header` is watched and named if bindgen fails.
+fn bind(builder: bindgen::Builder, header: &Path, out: &Path, file: &str) {
+    println!("cargo:rerun-if-changed={}", header.display());
+    let bindings = builder.derive_default(true).layout_tests(true).generate().unwrap_or_else(|e| {
+        panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
+    });
+    bindings.write_to_file(out.join(file)).unwrap();
+}
+
+/// A C ABI header shared with code we do not control (kernels, plugins): its enums become integer
+/// constants, since the other side may hand back any integer and an out-of-range Rust enum would
+/// be undefined behaviour.
+fn bind_c_abi(header: &Path, types: &str, vars: &str, out: &Path, file: &str) {
+    let builder = bindgen::Builder::default()
         .header(header.to_string_lossy())
-        .allowlist_type("fn.*")
-        .allowlist_var("FN_.*")
+        .allowlist_type(types)
+        .allowlist_var(vars)
         .default_enum_style(bindgen::EnumVariation::Consts)
-        .prepend_enum_name(false)
-        .derive_default(true)
-        .layout_tests(true)
-        .generate()
-        .unwrap_or_else(|e| {
-            panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
-        });
-    bindings.write_to_file(out.join("device_abi.rs")).unwrap();
+        .prepend_enum_name(false);
+    bind(builder, header, out, file);
+}
+
+fn bind_device_abi(kernels: &Path, out: &Path) {
+    bind_c_abi(&kernels.join("device_abi.h"), "fn.*", "FN_.*", out, "device_abi.rs");
 }
 
 /// The structs, function tables and constants of NCCL net plugins v8 to v11, from the one C
-/// definition the test plugins also build against. Enums become integer constants, as for the
-/// device ABI: a plugin may return any integer, and an out-of-range Rust enum would be undefined
-/// behaviour. bindgen's layout tests check every size and offset against the header.
+/// definition the test plugins also build against.
 fn bind_net_plugin_abi(header: &Path, out: &Path) {
-    println!("cargo:rerun-if-changed={}", header.display());
-    let bindings = bindgen::Builder::default()
-        .header(header.to_string_lossy())
-        .allowlist_type("ncclNet.*|ncclDebugLogger_t|ncclProfilerCallback_t|ncclResult_t|ncclDebugLogLevel")
-        .allowlist_var("NCCL_(NET|PTR)_.*")
-        .default_enum_style(bindgen::EnumVariation::Consts)
-        .prepend_enum_name(false)
-        .derive_default(true)
-        .layout_tests(true)
-        .generate()
-        .unwrap_or_else(|e| {
-            panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
-        });
-    bindings.write_to_file(out.join("net_plugin_abi.rs")).unwrap();
+    let types = "ncclNet.*|ncclDebugLogger_t|ncclProfilerCallback_t|ncclResult_t|ncclDebugLogLevel";
+    bind_c_abi(header, types, "NCCL_(NET|PTR)_.*", out, "net_plugin_abi.rs");
 }
 
 /// The tuner and profiler plugin ABIs (`src/plugin/plugin_abi.h`), bound as the net plugin's.
 fn bind_plugin_abi(header: &Path, out: &Path) {
-    println!("cargo:rerun-if-changed={}", header.display());
-    let bindings = bindgen::Builder::default()
-        .header(header.to_string_lossy())
-        .allowlist_type("ncclTuner.*|ncclNvlDomainInfo.*|ncclProfiler.*|ncclFunc_t|ncclDebugLogger_t|ncclResult_t")
-        .allowlist_var("NCCL_(ALGO|PROTO|NUM|HW)_.*|ncclProfile.*")
-        .default_enum_style(bindgen::EnumVariation::Consts)
-        .prepend_enum_name(false)
-        .derive_default(true)
-        .layout_tests(true)
-        .generate()
-        .unwrap_or_else(|e| {
-            panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
-        });
-    bindings.write_to_file(out.join("plugin_abi.rs")).unwrap();
+    let types = "ncclTuner.*|ncclNvlDomainInfo.*|ncclProfiler.*|ncclFunc_t|ncclDebugLogger_t|ncclResult_t";
+    bind_c_abi(header, types, "NCCL_(ALGO|PROTO|NUM|HW)_.*|ncclProfile.*", out, "plugin_abi.rs");
 }
 
 /// The device API's shared types (`include/nccl_device/core.h`, also included by the device
 /// headers). The few `nccl.h` types it names are declared in front of it (the communicator and the
-/// result opaquely, left out of the bindings), so no CUDA header is needed here. bindgen's
-/// layout tests check every size and offset against the header; tests/device_abi.rs checks the
-/// header against NVIDIA's.
+/// result opaquely, left out of the bindings), so no CUDA header is needed here. tests/device_abi.rs
+/// checks the header against NVIDIA's.
 fn bind_device_api(include: &Path, out: &Path) {
-    let header = include.join("nccl_device/core.h");
-    println!("cargo:rerun-if-changed={}", header.display());
     let front = "#define NCCL_H_\n\
                  typedef struct ncclComm* ncclComm_t;\n\
                  typedef struct ncclWindow_vidmem* ncclWindow_t;\n\
                  typedef int ncclResult_t;\n\
                  #include \"nccl_device/core.h\"\n";
-    let bindings = bindgen::Builder::default()
+    let builder = bindgen::Builder::default()
         .header_contents("device_api_front.h", front)
         .clang_arg(format!("-I{}", include.display()))
         .allowlist_type("ncclTeam.*|ncclDev.*|ncclWindow_vidmem|ncclMultimem.*|ncclLsaBarrier.*|ncclGin.*|ncclLLA2A.*")
         .allowlist_var("NCCL_GIN_MAX_CONTEXTS")
         .blocklist_type("ncclComm_t|ncclComm|ncclResult_t")
-        .derive_default(true)
-        .derive_partialeq(true)
-        .layout_tests(true)
-        .generate()
-        .unwrap_or_else(|e| {
-            panic!("bindgen failed on {} ({e}); it needs libclang: apt-get install libclang-dev", header.display())
-        });
-    bindings.write_to_file(out.join("device_api.rs")).unwrap();
+        .derive_partialeq(true);
+    bind(builder, &include.join("nccl_device/core.h"), out, "device_api.rs");
 }
 
 /// `target/<profile>/libnccl.so.2` pointing at the cdylib, the name loaders and LD_PRELOAD use.

@@ -158,26 +158,124 @@ impl Drop for Library {
     }
 }
 
-/// The first of `symbols` (newest version first) that `lib` exports: its index and address.
-pub fn first_symbol(lib: &Library, symbols: &[&str]) -> Option<(usize, *mut c_void)> {
-    symbols.iter().enumerate().find_map(|(i, s)| {
-        let p = lib.symbol(s);
-        (!p.is_null()).then_some((i, p))
-    })
+/// The versions of one kind's function table a library may export, newest first: an enum with a
+/// pointer to each version's struct, declared by [`versions!`].
+pub trait Versions: Copy {
+    /// The symbols looked up, newest first.
+    const SYMBOLS: &'static [&'static str];
+    /// The newest table `lib` exports.
+    fn lookup(lib: &Library) -> Option<Self>;
+    /// The table's version number (`ncclTunerPlugin_v5`: 5).
+    fn version(self) -> u32;
+    /// The symbol the table was exported as.
+    fn symbol(self) -> &'static str;
+    /// The table's address.
+    fn ptr(self) -> *const c_void;
 }
 
-/// The name every plugin table starts with (`const char* name`).
-///
-/// # Safety
-/// `table` points to a live plugin table whose first field is a `const char*`.
-pub unsafe fn table_name(table: *const c_void) -> String {
-    // SAFETY: per the contract, the first field is readable.
-    let p = unsafe { *(table as *const *const c_char) };
-    if p.is_null() {
-        return "(unnamed)".into();
+/// Declares `$name`, a [`Versions`] enum, from its versions newest first: variant, the table's
+/// struct, and its number, appended to `$prefix` for the symbol (`"ncclNetPlugin_v"`).
+macro_rules! versions {
+    ($(#[$m:meta])* $name:ident, $prefix:literal, $($v:ident($t:ty) = $n:literal),+ $(,)?) => {
+        $(#[$m])*
+        #[derive(Clone, Copy)]
+        pub enum $name {
+            $($v(*const $t)),+
+        }
+
+        impl $crate::plugin::Versions for $name {
+            const SYMBOLS: &'static [&'static str] = &[$(concat!($prefix, $n)),+];
+
+            fn lookup(lib: &$crate::plugin::Library) -> Option<Self> {
+                $(
+                    let p = lib.symbol(concat!($prefix, $n));
+                    if !p.is_null() {
+                        return Some($name::$v(p.cast()));
+                    }
+                )+
+                None
+            }
+
+            fn version(self) -> u32 {
+                match self {
+                    $($name::$v(_) => $n),+
+                }
+            }
+
+            fn symbol(self) -> &'static str {
+                match self {
+                    $($name::$v(_) => concat!($prefix, $n)),+
+                }
+            }
+
+            fn ptr(self) -> *const std::ffi::c_void {
+                match self {
+                    $($name::$v(p) => p.cast()),+
+                }
+            }
+        }
+    };
+}
+pub(crate) use versions;
+
+/// An opened plugin library, the newest table of its kind it exports and the name the table gives.
+pub struct Loaded<T> {
+    lib: Library,
+    name: String,
+    pub(crate) table: T,
+}
+
+// SAFETY: the table is the library's static data, read-only; see `Library`.
+unsafe impl<T: Versions> Send for Loaded<T> {}
+// SAFETY: as above.
+unsafe impl<T: Versions> Sync for Loaded<T> {}
+
+impl<T: Versions> Loaded<T> {
+    /// Takes `lib` with the newest table it exports. A library that exports none is refused with
+    /// an error naming it (as `kind`'s messages start) and the symbols, then `instead`: what
+    /// happens without it.
+    pub fn find(kind: &Kind, lib: Library, instead: &str) -> Result<Self> {
+        let Some(table) = T::lookup(&lib) else {
+            return Err(Error::System(format!(
+                "{}: {} exports none of {}; {instead}",
+                kind.label,
+                lib.path(),
+                T::SYMBOLS.join(", ")
+            )));
+        };
+        // SAFETY: every version of every plugin table starts with `const char* name`; the table
+        // is the library's static data, valid while it is loaded.
+        let p = unsafe { *(table.ptr() as *const *const c_char) };
+        let name = if p.is_null() {
+            "(unnamed)".into()
+        } else {
+            // SAFETY: a plugin's name is a NUL-terminated static string.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        };
+        Ok(Loaded { lib, name, table })
     }
-    // SAFETY: a plugin's name is a NUL-terminated static string.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn path(&self) -> &str {
+        self.lib.path()
+    }
+
+    pub fn version(&self) -> u32 {
+        self.table.version()
+    }
+
+    /// The symbol the table was exported as.
+    pub fn symbol(&self) -> &'static str {
+        self.table.symbol()
+    }
+
+    /// See [`Library::keep`].
+    pub fn keep(&mut self) {
+        self.lib.keep();
+    }
 }
 
 /// Our error for a plugin call's return code `rc` (non-zero), with `msg` naming plugin and call.

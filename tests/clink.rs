@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A directory holding only `libnccl.so` and the `libnccl.so.2` SONAME link, both pointing at
@@ -23,14 +23,15 @@ fn private_lib_dir(test: &str) -> PathBuf {
     dir
 }
 
-#[test]
-fn c_app_links_with_lnccl_and_runs() {
-    let lib = private_lib_dir("link_app");
-    let app = scratch("clink").join("link_app");
+/// Compiles `tests/c/<name>.c` as a user would, against our include and a private library
+/// directory: that directory and the program.
+fn build(name: &str) -> (PathBuf, PathBuf) {
+    let lib = private_lib_dir(name);
+    let app = scratch("clink").join(name);
     run_ok(
         Command::new("cc")
             .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
-            .arg(root().join("tests/c/link_app.c"))
+            .arg(root().join(format!("tests/c/{name}.c")))
             .arg("-I")
             .arg(our_include())
             .arg("-I")
@@ -41,26 +42,36 @@ fn c_app_links_with_lnccl_and_runs() {
             .arg("-o")
             .arg(&app),
     );
+    (lib, app)
+}
 
+/// Runs `app` with `lib` as its only library directory (no LD_PRELOAD) and `env` set: whether it
+/// succeeded, a message showing its status and output, and its stdout and stderr.
+fn run(app: &Path, lib: &Path, env: &[(&str, &str)]) -> (bool, String, String, String) {
+    let out = Command::new(app)
+        .env("LD_LIBRARY_PATH", lib)
+        .env_remove("LD_PRELOAD")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", app.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let shown =
+        format!("{} failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}", app.display(), out.status);
+    (out.status.success(), shown, stdout, stderr)
+}
+
+#[test]
+fn c_app_links_with_lnccl_and_runs() {
+    let (lib, app) = build("link_app");
     let dynamic = stdout_of(Command::new("readelf").arg("-d").arg(&app));
     assert!(
         dynamic.contains("Shared library: [libnccl.so.2]"),
         "the app should record NEEDED libnccl.so.2 (our SONAME); readelf -d:\n{dynamic}"
     );
 
-    let out = Command::new(&app)
-        .env("LD_LIBRARY_PATH", &lib)
-        .env_remove("LD_PRELOAD")
-        .env("NCCL_DEBUG", "WARN")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", app.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "link_app failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-        out.status
-    );
+    let (ok, shown, stdout, _) = run(&app, &lib, &[("NCCL_DEBUG", "WARN")]);
+    assert!(ok, "{shown}");
     let loaded = stdout.lines().find_map(|l| l.strip_prefix("library: ")).unwrap_or("<not reported>");
     assert!(
         loaded.starts_with(lib.to_str().unwrap()),
@@ -74,32 +85,7 @@ fn c_app_links_with_lnccl_and_runs() {
 /// (tests/c/exit_calls.c), return result codes: the library must not abort the process there.
 #[test]
 fn calls_from_an_exit_handler_return_codes_and_never_abort() {
-    let lib = private_lib_dir("exit_calls");
-    let app = scratch("clink").join("exit_calls");
-    run_ok(
-        Command::new("cc")
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
-            .arg(root().join("tests/c/exit_calls.c"))
-            .arg("-I")
-            .arg(our_include())
-            .arg("-I")
-            .arg(cuda_include())
-            .arg("-L")
-            .arg(&lib)
-            .arg("-lnccl")
-            .arg("-o")
-            .arg(&app),
-    );
-    let out = Command::new(&app)
-        .env("LD_LIBRARY_PATH", &lib)
-        .env_remove("LD_PRELOAD")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", app.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("exit_calls: ok") && !stderr.contains("panicked"),
-        "exit_calls failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-        out.status
-    );
+    let (lib, app) = build("exit_calls");
+    let (ok, shown, stdout, stderr) = run(&app, &lib, &[]);
+    assert!(ok && stdout.contains("exit_calls: ok") && !stderr.contains("panicked"), "{shown}");
 }

@@ -342,7 +342,7 @@ fn loader_falls_through_broken_plugins_and_warns() {
                 has("NCCL WARN NET/Plugin: FnBroken (ncclNetPlugin_v11 in ");
                 has("libnccl-net-fnbroken.so) init failed with code 2; trying the next net");
                 has("NCCL WARN NET/Plugin: ");
-                has("libnccl-net-fnnosym.so exports none of the symbols ncclNetPlugin_v11");
+                has("libnccl-net-fnnosym.so exports none of ncclNetPlugin_v11");
                 has("could not find fnmissing or libnccl-net-fnmissing.so");
                 has("NCCL WARN NET/Plugin: cannot load libnccl-net-fnneedsdep.so: libfnnetdep.so: cannot open shared object file");
                 // The plugins' own log lines, formatted from their printf arguments.

@@ -14,18 +14,8 @@
 #include <stdbool.h>
 #endif
 #include "nccl.h"
-
-/* Linkage and inlining of the device API; the device headers use the same names. */
-#ifndef NCCL_EXTERN_C
-#if defined(__cplusplus)
-#define NCCL_EXTERN_C extern "C"
-#else
-#define NCCL_EXTERN_C
-#endif
-#endif
-#if !defined(__CUDACC__) && !defined(__host__)
-#define __host__
-#endif
+/* Linkage and inlining of the device API (NCCL_EXTERN_C, __host__ outside nvcc). */
+#include "utility.h"
 
 /* Device-side contexts of the GPU-initiated network; always 0 of them in ferronickel. */
 #define NCCL_GIN_MAX_CONTEXTS 4

@@ -1,12 +1,14 @@
 //! Memory: ncclMemAlloc/Free, buffer registration and windows.
 
 use super::{boundary, comm_arg, non_null, write_out, SUCCESS};
+use crate::comm::Comm;
 use crate::cuda::{self, vmm::Allocation};
 use crate::error::Result;
 use crate::types::{ncclComm_t, ncclResult_t, ncclWindow_t};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 
 /// Allocations made by ncclMemAlloc, so ncclMemFree can refuse pointers that are not ours.
 static ALLOCS: Mutex<Option<HashMap<u64, (Allocation, cuda::Context)>>> = Mutex::new(None);
@@ -63,10 +65,9 @@ struct Registration {
     window: bool,
 }
 
-/// Registration is a performance hint in NCCL, and so is a window for the collectives: ours copy
-/// through FIFOs from any device buffer and do not use either yet, so registering checks the
-/// buffer and records it, and nothing else changes.
-fn register(comm: ncclComm_t, buff: *mut c_void, size: usize, window: bool) -> Result<*mut c_void> {
+/// The ready communicator `comm`, once `buff` is checked to be `size` (> 0) bytes of device
+/// memory: what registering a buffer or a window starts with.
+fn ready_with_buffer(comm: ncclComm_t, buff: *mut c_void, size: usize) -> Result<Arc<Comm>> {
     let c = comm_arg(comm)?.ready()?;
     non_null(buff, "buff")?;
     if size == 0 {
@@ -75,6 +76,14 @@ fn register(comm: ncclComm_t, buff: *mut c_void, size: usize, window: bool) -> R
     if !cuda::is_device_pointer(buff) {
         crate::bail_arg!("buff {buff:p} is not device-accessible memory");
     }
+    Ok(c)
+}
+
+/// Registration is a performance hint in NCCL, and so is a window for the collectives: ours copy
+/// through FIFOs from any device buffer and do not use either yet, so registering checks the
+/// buffer and records it, and nothing else changes.
+fn register(comm: ncclComm_t, buff: *mut c_void, size: usize, window: bool) -> Result<*mut c_void> {
+    let c = ready_with_buffer(comm, buff, size)?;
     let h = Box::into_raw(Box::new(Registration { _base: buff as u64, _len: size, window }));
     c.registrations.lock().insert(h as usize);
     Ok(h as *mut c_void)
@@ -145,15 +154,7 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
             crate::bail_arg!("winFlags {winFlags:#x} has bits other than NCCL_WIN_COLL_SYMMETRIC");
         }
         let h = if winFlags & NCCL_WIN_COLL_SYMMETRIC != 0 {
-            let c = comm_arg(comm)?.ready()?;
-            non_null(buff, "buff")?;
-            if size == 0 {
-                crate::bail_arg!("size is 0");
-            }
-            if !cuda::is_device_pointer(buff) {
-                crate::bail_arg!("buff {buff:p} is not device-accessible memory");
-            }
-            c.register_window(buff as u64, size)? as *mut c_void
+            ready_with_buffer(comm, buff, size)?.register_window(buff as u64, size)? as *mut c_void
         } else {
             register(comm, buff, size, true)?
         };

@@ -11,7 +11,7 @@ use std::ptr::null_mut;
 use std::sync::{Arc, OnceLock};
 
 use super::abi::*;
-use super::{Found, Kind, Library};
+use super::{Found, Kind, Library, Loaded};
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
 
@@ -31,99 +31,59 @@ pub const PROFILER_PLUGINS: Kind = Kind {
     list: false,
 };
 
-const SYMBOLS: [&str; 5] =
-    ["ncclProfiler_v5", "ncclProfiler_v4", "ncclProfiler_v3", "ncclProfiler_v2", "ncclProfiler_v1"];
+super::versions!(
+    /// The profiler tables, looked up newest first.
+    Table,
+    "ncclProfiler_v",
+    V5(ncclProfiler_v5_t) = 5,
+    V4(ncclProfiler_v4_t) = 4,
+    V3(ncclProfiler_v3_t) = 3,
+    V2(ncclProfiler_v2_t) = 2,
+    V1(ncclProfiler_v1_t) = 1,
+);
 
-#[derive(Clone, Copy)]
-enum Table {
-    V5(*const ncclProfiler_v5_t),
-    V4(*const ncclProfiler_v4_t),
-    V3(*const ncclProfiler_v3_t),
-    V2(*const ncclProfiler_v2_t),
-    V1(*const ncclProfiler_v1_t),
-}
-
-/// Every version's table has the same five functions after its name; only `init`'s signature
-/// and the descriptor and state-argument types differ.
-macro_rules! field {
-    ($table:expr, $f:ident) => {
+/// `$body` with `$t` bound to the table of whatever version the library exports: every version's
+/// table has the same five functions after its name; only `init`'s signature and the descriptor
+/// and state-argument types differ (see [`EventDescr`], [`StepArgs`]).
+macro_rules! each {
+    ($table:expr, |$t:ident| $body:expr) => {
         match $table {
-            Table::V5(t) => (*t).$f.is_some(),
-            Table::V4(t) => (*t).$f.is_some(),
-            Table::V3(t) => (*t).$f.is_some(),
-            Table::V2(t) => (*t).$f.is_some(),
-            Table::V1(t) => (*t).$f.is_some(),
+            Table::V5($t) => $body,
+            Table::V4($t) => $body,
+            Table::V3($t) => $body,
+            Table::V2($t) => $body,
+            Table::V1($t) => $body,
         }
     };
 }
 
 /// A profiler library and the table it exports; kept mapped for the life of the process.
-pub struct ProfilerLib {
-    lib: Library,
-    name: String,
-    table: Table,
-}
-
-// SAFETY: the table is the library's static data, read-only; see `Library`.
-unsafe impl Send for ProfilerLib {}
-// SAFETY: as above.
-unsafe impl Sync for ProfilerLib {}
+pub type ProfilerLib = Loaded<Table>;
 
 impl ProfilerLib {
     /// Takes a library that exports a profiler table with every function; refuses others.
-    pub fn accept(mut lib: Library) -> Result<ProfilerLib> {
-        let Some((i, p)) = super::first_symbol(&lib, &SYMBOLS) else {
-            return Err(Error::System(format!(
-                "PROFILER/Plugin: {} exports none of {}; continuing without a profiler",
-                lib.path(),
-                SYMBOLS.join(", ")
-            )));
-        };
-        let table = match i {
-            0 => Table::V5(p.cast()),
-            1 => Table::V4(p.cast()),
-            2 => Table::V3(p.cast()),
-            3 => Table::V2(p.cast()),
-            _ => Table::V1(p.cast()),
-        };
+    pub fn accept(lib: Library) -> Result<ProfilerLib> {
+        let mut l = ProfilerLib::find(&PROFILER_PLUGINS, lib, "continuing without a profiler")?;
         // SAFETY: the table is the library's static data, laid out as plugin_abi.h says.
-        let (name, complete) = unsafe {
-            let complete = field!(table, init)
-                && field!(table, startEvent)
-                && field!(table, stopEvent)
-                && field!(table, recordEventState)
-                && field!(table, finalize);
-            (super::table_name(p), complete)
+        let complete = unsafe {
+            each!(l.table, |t| {
+                (*t).init.is_some()
+                    && (*t).startEvent.is_some()
+                    && (*t).stopEvent.is_some()
+                    && (*t).recordEventState.is_some()
+                    && (*t).finalize.is_some()
+            })
         };
         if !complete {
             return Err(Error::System(format!(
                 "PROFILER/Plugin: {} in {} has a NULL function; continuing without a profiler",
-                SYMBOLS[i],
-                lib.path()
+                l.symbol(),
+                l.path()
             )));
         }
-        lib.keep();
-        let l = ProfilerLib { lib, name, table };
-        crate::nccl_info!(Subsys::INIT, "PROFILER/Plugin: using {} (v{}) from {}", l.name, l.version(), l.path());
+        l.keep();
+        crate::nccl_info!(Subsys::INIT, "PROFILER/Plugin: using {} (v{}) from {}", l.name(), l.version(), l.path());
         Ok(l)
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn path(&self) -> &str {
-        self.lib.path()
-    }
-
-    pub fn version(&self) -> u32 {
-        match self.table {
-            Table::V5(_) => 5,
-            Table::V4(_) => 4,
-            Table::V3(_) => 3,
-            Table::V2(_) => 2,
-            Table::V1(_) => 1,
-        }
     }
 }
 
@@ -162,7 +122,7 @@ unsafe impl Sync for Profiler {}
 
 impl std::fmt::Debug for Profiler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "profiler plugin {} (v{}), mask {:#x}", self.lib.name, self.lib.version(), self.mask)
+        write!(f, "profiler plugin {} (v{}), mask {:#x}", self.lib.name(), self.lib.version(), self.mask)
     }
 }
 
@@ -299,7 +259,7 @@ impl Profiler {
         if rc != 0 {
             crate::nccl_warn!(
                 "PROFILER/Plugin {} (v{}, {}): init failed with code {rc}; continuing without a profiler",
-                lib.name,
+                lib.name(),
                 lib.version(),
                 lib.path()
             );
@@ -323,234 +283,168 @@ impl Profiler {
         }
         let parent = parent.map_or(null_mut(), |e| e.handle);
         let mut handle = null_mut();
-        // SAFETY: functions checked non-NULL at load; the descriptor lives for the call and its
-        // strings are static or owned by self.
-        let rc = unsafe {
-            match self.lib.table {
-                Table::V5(t) => {
-                    let mut e = self.v5(d, parent);
-                    (*t).startEvent.expect("checked")(self.ctx, &mut handle, &mut e)
-                }
-                Table::V4(t) => {
-                    let mut e = self.v4(d, parent);
-                    (*t).startEvent.expect("checked")(self.ctx, &mut handle, &mut e)
-                }
-                Table::V3(t) => {
-                    let mut e = self.v3(d, parent);
-                    (*t).startEvent.expect("checked")(self.ctx, &mut handle, &mut e)
-                }
-                Table::V2(t) => {
-                    let mut e = self.v2(d, parent);
-                    (*t).startEvent.expect("checked")(self.ctx, &mut handle, &mut e)
-                }
-                Table::V1(t) => {
-                    let mut e = self.v1(d, parent);
-                    (*t).startEvent.expect("checked")(self.ctx, &mut handle, &mut e)
-                }
-            }
-        } as c_int;
+        // SAFETY: the table is the library's static data and its startEvent was checked non-NULL
+        // at load.
+        let rc = unsafe { each!(self.lib.table, |t| start((*t).startEvent, self, d, parent, &mut handle)) } as c_int;
         if rc != 0 {
-            crate::nccl_trace!(Subsys::PROFILE, "PROFILER/Plugin {}: startEvent failed with code {rc}", self.lib.name);
+            crate::nccl_trace!(
+                Subsys::PROFILE,
+                "PROFILER/Plugin {}: startEvent failed with code {rc}",
+                self.lib.name()
+            );
         }
         (!handle.is_null()).then(|| Event { prof: self.clone(), handle })
     }
+}
 
-    fn v5(&self, d: &Descr, parent: *mut c_void) -> ncclProfilerEventDescr_v5_t {
-        let mut e = ncclProfilerEventDescr_v5_t {
-            type_: d.bit() as u64,
-            parentObj: parent,
-            rank: self.rank,
-            ..Default::default()
-        };
-        let u = &mut e.__bindgen_anon_1;
-        match *d {
-            Descr::Group => {}
-            Descr::Coll { seq, func, send, recv, count, root, dtype, nchannels, nwarps, algo, proto } => {
-                u.coll.seqNumber = seq;
-                u.coll.func = func_name(func).as_ptr();
-                u.coll.sendBuff = send as *const c_void;
-                u.coll.recvBuff = recv as *mut c_void;
-                u.coll.count = count;
-                u.coll.root = root;
-                u.coll.datatype = dtype_name(dtype).as_ptr();
-                u.coll.nChannels = nchannels;
-                u.coll.nWarps = nwarps;
-                u.coll.algo = algo.0.as_ptr();
-                u.coll.proto = proto.0.as_ptr();
-                // The group is the parent (no API events are produced: docs/PLUGINS.md).
-                u.coll.parentGroup = parent;
-            }
-            Descr::P2p { func, buff, dtype, count, peer, nchannels } => {
-                u.p2p.func = func_name(func).as_ptr();
-                u.p2p.buff = buff as *mut c_void;
-                u.p2p.datatype = dtype_name(dtype).as_ptr();
-                u.p2p.count = count;
-                u.p2p.peer = peer;
-                u.p2p.nChannels = nchannels;
-                u.p2p.parentGroup = parent;
-            }
-            Descr::ProxyOp { .. } => u.proxyOp = proxy_op(d),
-            Descr::ProxyStep { step } => u.proxyStep.step = step,
-        }
-        e
-    }
+/// One version's event descriptor, filled from a [`Descr`].
+trait EventDescr {
+    fn new(p: &Profiler, d: &Descr, parent: *mut c_void) -> Self;
+}
 
-    fn v4(&self, d: &Descr, parent: *mut c_void) -> ncclProfilerEventDescr_v4_t {
-        let mut e = ncclProfilerEventDescr_v4_t {
-            type_: d.bit() as u8,
-            parentObj: parent,
-            rank: self.rank,
-            ..Default::default()
-        };
-        let u = &mut e.__bindgen_anon_1;
-        match *d {
-            Descr::Group => {}
-            Descr::Coll { seq, func, send, recv, count, root, dtype, nchannels, nwarps, algo, proto } => {
-                u.coll.seqNumber = seq;
-                u.coll.func = func_name(func).as_ptr();
-                u.coll.sendBuff = send as *const c_void;
-                u.coll.recvBuff = recv as *mut c_void;
-                u.coll.count = count;
-                u.coll.root = root;
-                u.coll.datatype = dtype_name(dtype).as_ptr();
-                u.coll.nChannels = nchannels;
-                u.coll.nWarps = nwarps;
-                u.coll.algo = algo.0.as_ptr();
-                u.coll.proto = proto.0.as_ptr();
+/// Implements [`EventDescr`] for the descriptor `$ty`, whose `type_` is a `$kind`. The fields every
+/// version has are filled alike; what differs is named: `names` (NCCL's strings, v2 and later) or
+/// `indices` (v1) for the function, data type, algorithm and protocol; `comm` (v1 to v3: the
+/// communicator's name and hash, `nMaxChannels`, no p2p channels) or `channels` (v4 and later:
+/// `nChannels` for both); and, last, the field that names the parent group (v5).
+macro_rules! event_descr {
+    (@comm comm, $x:expr, $p:ident) => {
+        $x.name = $p.name.as_ptr();
+        $x.commHash = $p.comm_hash;
+    };
+    (@comm channels, $x:expr, $p:ident) => {};
+    (@coll_channels comm, $x:expr, $n:expr) => {
+        $x.nMaxChannels = $n
+    };
+    (@coll_channels channels, $x:expr, $n:expr) => {
+        $x.nChannels = $n
+    };
+    // v1 to v3's p2p descriptors have no channel count.
+    (@p2p_channels comm, $x:expr, $n:expr) => {
+        let _ = $n;
+    };
+    (@p2p_channels channels, $x:expr, $n:expr) => {
+        $x.nChannels = $n
+    };
+    (@func names, $f:expr) => {
+        func_name($f).as_ptr()
+    };
+    (@func indices, $f:expr) => {
+        $f as u8
+    };
+    (@dtype names, $d:expr) => {
+        dtype_name($d).as_ptr()
+    };
+    (@dtype indices, $d:expr) => {
+        $d as u8
+    };
+    (@choice names, $c:expr) => {
+        $c.0.as_ptr()
+    };
+    (@choice indices, $c:expr) => {
+        $c.1
+    };
+    ($ty:ty, $kind:ty, $enc:ident, $layout:ident $(, $group:ident)?) => {
+        impl EventDescr for $ty {
+            fn new(p: &Profiler, d: &Descr, parent: *mut c_void) -> Self {
+                let mut e = Self { type_: d.bit() as $kind, parentObj: parent, rank: p.rank, ..Default::default() };
+                let u = &mut e.__bindgen_anon_1;
+                match *d {
+                    Descr::Group => {}
+                    Descr::Coll { seq, func, send, recv, count, root, dtype, nchannels, nwarps, algo, proto } => {
+                        event_descr!(@comm $layout, u.coll, p);
+                        u.coll.seqNumber = seq;
+                        u.coll.func = event_descr!(@func $enc, func);
+                        u.coll.sendBuff = send as *const c_void;
+                        u.coll.recvBuff = recv as *mut c_void;
+                        u.coll.count = count;
+                        u.coll.root = root;
+                        u.coll.datatype = event_descr!(@dtype $enc, dtype);
+                        event_descr!(@coll_channels $layout, u.coll, nchannels);
+                        u.coll.nWarps = nwarps;
+                        u.coll.algo = event_descr!(@choice $enc, algo);
+                        u.coll.proto = event_descr!(@choice $enc, proto);
+                        // The group is the parent (no API events are produced: docs/PLUGINS.md).
+                        $(u.coll.$group = parent;)?
+                    }
+                    Descr::P2p { func, buff, dtype, count, peer, nchannels } => {
+                        event_descr!(@comm $layout, u.p2p, p);
+                        u.p2p.func = event_descr!(@func $enc, func);
+                        u.p2p.buff = buff as *mut c_void;
+                        u.p2p.datatype = event_descr!(@dtype $enc, dtype);
+                        u.p2p.count = count;
+                        u.p2p.peer = peer;
+                        event_descr!(@p2p_channels $layout, u.p2p, nchannels);
+                        $(u.p2p.$group = parent;)?
+                    }
+                    Descr::ProxyOp { .. } => u.proxyOp = proxy_op(d),
+                    Descr::ProxyStep { step } => u.proxyStep.step = step,
+                }
+                e
             }
-            Descr::P2p { func, buff, dtype, count, peer, nchannels } => {
-                u.p2p.func = func_name(func).as_ptr();
-                u.p2p.buff = buff as *mut c_void;
-                u.p2p.datatype = dtype_name(dtype).as_ptr();
-                u.p2p.count = count;
-                u.p2p.peer = peer;
-                u.p2p.nChannels = nchannels;
-            }
-            Descr::ProxyOp { .. } => u.proxyOp = proxy_op(d),
-            Descr::ProxyStep { step } => u.proxyStep.step = step,
         }
-        e
-    }
+    };
+}
 
-    fn v3(&self, d: &Descr, parent: *mut c_void) -> ncclProfilerEventDescr_v3_t {
-        let mut e = ncclProfilerEventDescr_v3_t {
-            type_: d.bit() as u8,
-            parentObj: parent,
-            rank: self.rank,
-            ..Default::default()
-        };
-        let u = &mut e.__bindgen_anon_1;
-        match *d {
-            Descr::Group => {}
-            Descr::Coll { seq, func, send, recv, count, root, dtype, nchannels, nwarps, algo, proto } => {
-                u.coll.name = self.name.as_ptr();
-                u.coll.commHash = self.comm_hash;
-                u.coll.seqNumber = seq;
-                u.coll.func = func_name(func).as_ptr();
-                u.coll.sendBuff = send as *const c_void;
-                u.coll.recvBuff = recv as *mut c_void;
-                u.coll.count = count;
-                u.coll.root = root;
-                u.coll.datatype = dtype_name(dtype).as_ptr();
-                u.coll.nMaxChannels = nchannels;
-                u.coll.nWarps = nwarps;
-                u.coll.algo = algo.0.as_ptr();
-                u.coll.proto = proto.0.as_ptr();
-            }
-            Descr::P2p { func, buff, dtype, count, peer, .. } => {
-                u.p2p.name = self.name.as_ptr();
-                u.p2p.commHash = self.comm_hash;
-                u.p2p.func = func_name(func).as_ptr();
-                u.p2p.buff = buff as *mut c_void;
-                u.p2p.datatype = dtype_name(dtype).as_ptr();
-                u.p2p.count = count;
-                u.p2p.peer = peer;
-            }
-            Descr::ProxyOp { .. } => u.proxyOp = proxy_op(d),
-            Descr::ProxyStep { step } => u.proxyStep.step = step,
-        }
-        e
-    }
+event_descr!(ncclProfilerEventDescr_v5_t, u64, names, channels, parentGroup);
+event_descr!(ncclProfilerEventDescr_v4_t, u8, names, channels);
+event_descr!(ncclProfilerEventDescr_v3_t, u8, names, comm);
+event_descr!(ncclProfilerEventDescr_v2_t, u8, names, comm);
+event_descr!(ncclProfilerEventDescr_v1_t, u8, indices, comm);
 
-    fn v2(&self, d: &Descr, parent: *mut c_void) -> ncclProfilerEventDescr_v2_t {
-        let mut e = ncclProfilerEventDescr_v2_t {
-            type_: d.bit() as u8,
-            parentObj: parent,
-            rank: self.rank,
-            ..Default::default()
-        };
-        let u = &mut e.__bindgen_anon_1;
-        match *d {
-            Descr::Group => {}
-            Descr::Coll { seq, func, send, recv, count, root, dtype, nchannels, nwarps, algo, proto } => {
-                u.coll.name = self.name.as_ptr();
-                u.coll.commHash = self.comm_hash;
-                u.coll.seqNumber = seq;
-                u.coll.func = func_name(func).as_ptr();
-                u.coll.sendBuff = send as *const c_void;
-                u.coll.recvBuff = recv as *mut c_void;
-                u.coll.count = count;
-                u.coll.root = root;
-                u.coll.datatype = dtype_name(dtype).as_ptr();
-                u.coll.nMaxChannels = nchannels;
-                u.coll.nWarps = nwarps;
-                u.coll.algo = algo.0.as_ptr();
-                u.coll.proto = proto.0.as_ptr();
-            }
-            Descr::P2p { func, buff, dtype, count, peer, .. } => {
-                u.p2p.name = self.name.as_ptr();
-                u.p2p.commHash = self.comm_hash;
-                u.p2p.func = func_name(func).as_ptr();
-                u.p2p.buff = buff as *mut c_void;
-                u.p2p.datatype = dtype_name(dtype).as_ptr();
-                u.p2p.count = count;
-                u.p2p.peer = peer;
-            }
-            Descr::ProxyOp { .. } => u.proxyOp = proxy_op(d),
-            Descr::ProxyStep { step } => u.proxyStep.step = step,
-        }
-        e
-    }
+/// Calls a version's `startEvent` `f` with its descriptor of `d`.
+///
+/// # Safety
+/// `f` is `p`'s plugin's, checked non-NULL at load.
+unsafe fn start<E: EventDescr>(
+    f: Option<unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut E) -> ncclResult_t>,
+    p: &Profiler,
+    d: &Descr,
+    parent: *mut c_void,
+    handle: &mut *mut c_void,
+) -> ncclResult_t {
+    let mut e = E::new(p, d, parent);
+    // SAFETY: per the contract; the descriptor lives for the call and its strings are static or
+    // owned by p.
+    unsafe { f.expect("checked")(p.ctx, handle, &mut e) }
+}
 
-    fn v1(&self, d: &Descr, parent: *mut c_void) -> ncclProfilerEventDescr_v1_t {
-        let mut e = ncclProfilerEventDescr_v1_t {
-            type_: d.bit() as u8,
-            parentObj: parent,
-            rank: self.rank,
-            ..Default::default()
-        };
-        let u = &mut e.__bindgen_anon_1;
-        match *d {
-            Descr::Group => {}
-            Descr::Coll { seq, func, send, recv, count, root, dtype, nchannels, nwarps, algo, proto } => {
-                u.coll.name = self.name.as_ptr();
-                u.coll.commHash = self.comm_hash;
-                u.coll.seqNumber = seq;
-                u.coll.func = func as u8;
-                u.coll.sendBuff = send as *const c_void;
-                u.coll.recvBuff = recv as *mut c_void;
-                u.coll.count = count;
-                u.coll.root = root;
-                u.coll.datatype = dtype as u8;
-                u.coll.nMaxChannels = nchannels;
-                u.coll.nWarps = nwarps;
-                u.coll.algo = algo.1;
-                u.coll.proto = proto.1;
-            }
-            Descr::P2p { func, buff, dtype, count, peer, .. } => {
-                u.p2p.name = self.name.as_ptr();
-                u.p2p.commHash = self.comm_hash;
-                u.p2p.func = func as u8;
-                u.p2p.buff = buff as *mut c_void;
-                u.p2p.datatype = dtype as u8;
-                u.p2p.count = count;
-                u.p2p.peer = peer;
-            }
-            Descr::ProxyOp { .. } => u.proxyOp = proxy_op(d),
-            Descr::ProxyStep { step } => u.proxyStep.step = step,
-        }
-        e
+/// One version's state arguments of a proxy step moving `bytes`.
+trait StepArgs: Default {
+    fn with_bytes(bytes: usize) -> Self;
+}
+
+impl StepArgs for ncclProfilerEventStateArgs_v5_t {
+    fn with_bytes(bytes: usize) -> Self {
+        let mut a = Self::default();
+        a.proxyStep.transSize = bytes;
+        a
     }
+}
+
+/// v1 to v3 (v4 shares v5's).
+impl StepArgs for ncclProfilerEventStateArgs_v1_t {
+    fn with_bytes(bytes: usize) -> Self {
+        let mut a = Self::default();
+        a.proxyOp.transSize = bytes;
+        a
+    }
+}
+
+/// Calls a version's `recordEventState` `f` for a proxy step moving `bytes`.
+///
+/// # Safety
+/// `f` is the plugin's, checked non-NULL at load; `handle` came from its startEvent and is not
+/// stopped yet.
+unsafe fn record<A: StepArgs>(
+    f: Option<unsafe extern "C" fn(*mut c_void, ncclProfilerEventState_t, *mut A) -> ncclResult_t>,
+    handle: *mut c_void,
+    state: ncclProfilerEventState_t,
+    bytes: usize,
+) -> ncclResult_t {
+    let mut a = A::with_bytes(bytes);
+    // SAFETY: per the contract; the arguments live for the call.
+    unsafe { f.expect("checked")(handle, state, &mut a) }
 }
 
 fn proxy_op(d: &Descr) -> ncclProfilerProxyOpDescr_t {
@@ -570,41 +464,13 @@ impl Event {
     pub fn record_step(&self, state: ncclProfilerEventState_t, bytes: usize) {
         let p = &self.prof;
         // SAFETY: functions checked non-NULL at load; the handle came from startEvent and is not
-        // stopped yet (this event owns it); the arguments live for the call.
-        let rc = unsafe {
-            match p.lib.table {
-                Table::V5(t) => {
-                    let mut a = ncclProfilerEventStateArgs_v5_t::default();
-                    a.proxyStep.transSize = bytes;
-                    (*t).recordEventState.expect("checked")(self.handle, state, &mut a)
-                }
-                Table::V4(t) => {
-                    let mut a = ncclProfilerEventStateArgs_v4_t::default();
-                    a.proxyStep.transSize = bytes;
-                    (*t).recordEventState.expect("checked")(self.handle, state, &mut a)
-                }
-                Table::V3(t) => {
-                    let mut a = ncclProfilerEventStateArgs_v3_t::default();
-                    a.proxyOp.transSize = bytes;
-                    (*t).recordEventState.expect("checked")(self.handle, state, &mut a)
-                }
-                Table::V2(t) => {
-                    let mut a = ncclProfilerEventStateArgs_v2_t::default();
-                    a.proxyOp.transSize = bytes;
-                    (*t).recordEventState.expect("checked")(self.handle, state, &mut a)
-                }
-                Table::V1(t) => {
-                    let mut a = ncclProfilerEventStateArgs_v1_t::default();
-                    a.proxyOp.transSize = bytes;
-                    (*t).recordEventState.expect("checked")(self.handle, state, &mut a)
-                }
-            }
-        } as c_int;
+        // stopped yet (this event owns it).
+        let rc = unsafe { each!(p.lib.table, |t| record((*t).recordEventState, self.handle, state, bytes)) } as c_int;
         if rc != 0 {
             crate::nccl_trace!(
                 Subsys::PROFILE,
                 "PROFILER/Plugin {}: recordEventState failed with code {rc}",
-                p.lib.name
+                p.lib.name()
             );
         }
     }
@@ -618,20 +484,12 @@ impl Drop for Event {
     fn drop(&mut self) {
         // SAFETY: every table's stopEvent has the same signature at the same offset; checked
         // non-NULL at load; the handle came from startEvent and is stopped once.
-        let rc = unsafe {
-            match self.prof.lib.table {
-                Table::V5(t) => (*t).stopEvent.expect("checked")(self.handle),
-                Table::V4(t) => (*t).stopEvent.expect("checked")(self.handle),
-                Table::V3(t) => (*t).stopEvent.expect("checked")(self.handle),
-                Table::V2(t) => (*t).stopEvent.expect("checked")(self.handle),
-                Table::V1(t) => (*t).stopEvent.expect("checked")(self.handle),
-            }
-        } as c_int;
+        let rc = unsafe { each!(self.prof.lib.table, |t| (*t).stopEvent.expect("checked")(self.handle)) } as c_int;
         if rc != 0 {
             crate::nccl_trace!(
                 Subsys::PROFILE,
                 "PROFILER/Plugin {}: stopEvent failed with code {rc}",
-                self.prof.lib.name
+                self.prof.lib.name()
             );
         }
     }
@@ -641,17 +499,9 @@ impl Drop for Profiler {
     fn drop(&mut self) {
         // SAFETY: as in Event's drop; ctx came from init and is finalized once, after every event
         // (each holds this profiler).
-        let rc = unsafe {
-            match self.lib.table {
-                Table::V5(t) => (*t).finalize.expect("checked")(self.ctx),
-                Table::V4(t) => (*t).finalize.expect("checked")(self.ctx),
-                Table::V3(t) => (*t).finalize.expect("checked")(self.ctx),
-                Table::V2(t) => (*t).finalize.expect("checked")(self.ctx),
-                Table::V1(t) => (*t).finalize.expect("checked")(self.ctx),
-            }
-        } as c_int;
+        let rc = unsafe { each!(self.lib.table, |t| (*t).finalize.expect("checked")(self.ctx)) } as c_int;
         if rc != 0 {
-            crate::nccl_warn!("PROFILER/Plugin {}: finalize failed with code {rc}", self.lib.name);
+            crate::nccl_warn!("PROFILER/Plugin {}: finalize failed with code {rc}", self.lib.name());
         }
     }
 }

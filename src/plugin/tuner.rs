@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 use super::abi::*;
-use super::{Found, Kind, Library};
+use super::{Found, Kind, Library, Loaded, Versions};
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
 
@@ -31,97 +31,56 @@ pub const TUNER_PLUGINS: Kind = Kind {
     list: false,
 };
 
-/// The symbols looked up, newest first.
-const SYMBOLS: [&str; 4] = ["ncclTunerPlugin_v5", "ncclTunerPlugin_v4", "ncclTunerPlugin_v3", "ncclTunerPlugin_v2"];
-
 /// Rows and columns of a cost table: `[NCCL algorithm][NCCL protocol]`, microseconds,
 /// [`IGNORE`] where not offered.
 pub type CostTable = [[f32; NCCL_NUM_PROTOCOLS as usize]; NCCL_NUM_ALGORITHMS as usize];
 /// A cost table entry that is not offered, or that the plugin rules out.
 pub const IGNORE: f32 = -1.0;
 
-#[derive(Clone, Copy)]
-enum Table {
-    V5(*const ncclTuner_v5_t),
-    V4(*const ncclTuner_v4_t),
-    V3(*const ncclTuner_v3_t),
-    V2(*const ncclTuner_v2_t),
-}
+super::versions!(
+    /// The tuner tables, looked up newest first.
+    Table,
+    "ncclTunerPlugin_v",
+    V5(ncclTuner_v5_t) = 5,
+    V4(ncclTuner_v4_t) = 4,
+    V3(ncclTuner_v3_t) = 3,
+    V2(ncclTuner_v2_t) = 2,
+);
 
 /// A tuner library and the table it exports; kept mapped for the life of the process.
-pub struct TunerLib {
-    lib: Library,
-    name: String,
-    table: Table,
-}
-
-// SAFETY: the table is the library's static data, read-only; see `Library`.
-unsafe impl Send for TunerLib {}
-// SAFETY: as above.
-unsafe impl Sync for TunerLib {}
+pub type TunerLib = Loaded<Table>;
 
 impl TunerLib {
     /// Takes a library that exports a tuner table; refuses one that exports none, or whose table
     /// lacks a function.
-    pub fn accept(mut lib: Library) -> Result<TunerLib> {
-        let Some((i, p)) = super::first_symbol(&lib, &SYMBOLS) else {
-            return Err(Error::System(format!(
-                "TUNER/Plugin: {} exports none of {}; using the built-in tuner",
-                lib.path(),
-                SYMBOLS.join(", ")
-            )));
-        };
-        let table = match i {
-            0 => Table::V5(p.cast()),
-            1 => Table::V4(p.cast()),
-            2 => Table::V3(p.cast()),
-            _ => Table::V2(p.cast()),
-        };
-        // SAFETY: every version's table starts with its name and has three function pointers
-        // after it; the table is the library's static data.
-        let (name, complete) = unsafe {
-            let complete = match table {
+    pub fn accept(lib: Library) -> Result<TunerLib> {
+        let mut t = TunerLib::find(&TUNER_PLUGINS, lib, "using the built-in tuner")?;
+        // SAFETY: every version's table has three function pointers after its name; the table
+        // is the library's static data.
+        let complete = unsafe {
+            match t.table {
                 Table::V5(t) => (*t).init.is_some() && (*t).getCollInfo.is_some() && (*t).finalize.is_some(),
                 Table::V4(t) => (*t).init.is_some() && (*t).getCollInfo.is_some() && (*t).destroy.is_some(),
                 Table::V3(t) => (*t).init.is_some() && (*t).getCollInfo.is_some() && (*t).destroy.is_some(),
                 Table::V2(t) => (*t).init.is_some() && (*t).getCollInfo.is_some() && (*t).destroy.is_some(),
-            };
-            (super::table_name(p), complete)
+            }
         };
         if !complete {
             return Err(Error::System(format!(
                 "TUNER/Plugin: {} in {} has a NULL init, getCollInfo or finalize; using the built-in tuner",
-                SYMBOLS[i],
-                lib.path()
+                t.symbol(),
+                t.path()
             )));
         }
-        lib.keep();
-        let t = TunerLib { lib, name, table };
+        t.keep();
         crate::nccl_info!(
             Subsys::INIT | Subsys::TUNING,
             "TUNER/Plugin: using {} (v{}) from {}",
-            t.name,
+            t.name(),
             t.version(),
             t.path()
         );
         Ok(t)
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn path(&self) -> &str {
-        self.lib.path()
-    }
-
-    pub fn version(&self) -> u32 {
-        match self.table {
-            Table::V5(_) => 5,
-            Table::V4(_) => 4,
-            Table::V3(_) => 3,
-            Table::V2(_) => 2,
-        }
     }
 }
 
@@ -156,7 +115,7 @@ fn in_net_library(path: &str, plugin: &mut Option<TunerLib>) -> String {
         Ok(None) => return format!("net plugin library {path}: not found"),
         Err(e) => return format!("net plugin library {path}: {e}"),
     };
-    if super::first_symbol(&lib, &SYMBOLS).is_none() {
+    if Table::lookup(&lib).is_none() {
         crate::nccl_info!(Subsys::INIT | Subsys::TUNING, "TUNER/Plugin: the net plugin {path} holds no tuner");
         return format!("net plugin library {path}: holds no tuner");
     }
@@ -198,7 +157,7 @@ unsafe impl Sync for Session {}
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "tuner plugin {} (v{})", self.lib.name, self.lib.version())
+        write!(f, "tuner plugin {} (v{})", self.lib.name(), self.lib.version())
     }
 }
 
@@ -246,7 +205,7 @@ impl Session {
         if rc != 0 {
             return Err(super::error_for(
                 rc,
-                format!("TUNER/Plugin {} (v{}, {}): init failed with code {rc}", lib.name, lib.version(), lib.path()),
+                format!("TUNER/Plugin {} (v{}, {}): init failed with code {rc}", lib.name(), lib.version(), lib.path()),
             ));
         }
         Ok(Session { lib, ctx, warned: Mutex::new(false) })
@@ -293,7 +252,7 @@ impl Session {
             rc,
             format!(
                 "TUNER/Plugin {} (v{}): getCollInfo failed with code {rc}; using the built-in tuner's choice",
-                self.lib.name,
+                self.lib.name(),
                 self.lib.version()
             ),
         );
@@ -317,7 +276,7 @@ impl Drop for Session {
             }
         } as c_int;
         if rc != 0 {
-            crate::nccl_warn!("TUNER/Plugin {}: finalize failed with code {rc}", self.lib.name);
+            crate::nccl_warn!("TUNER/Plugin {}: finalize failed with code {rc}", self.lib.name());
         }
     }
 }

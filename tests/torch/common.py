@@ -4,10 +4,13 @@ what the callers already did, so that `python3 -m py_compile` works anywhere).
 - which libnccl this process's NCCL calls bind to, checked against $EXPECT_NCCL_LIB
 - rank/world/device from torchrun's environment
 - the c10d store (to exchange small results between ranks without using the library under test)
+- ranks launched as processes of a script itself (for the tests that run without torchrun)
 """
 
 import os
 import re
+import socket
+import subprocess
 import sys
 
 _NCCL_BASENAME = re.compile(r"^libnccl\.so(\.\d+)*$")
@@ -101,3 +104,36 @@ def nccl_version_str(torch):
         return ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
     except Exception as e:
         return f"unknown ({type(e).__name__})"
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now, for init_process_group's tcp:// rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(lib, **extra):
+    """The environment of a rank process: `lib` preloaded and expected by nccl_lib_check, NVLS
+    off, output unbuffered, NCCL_DEBUG=WARN unless set, plus `extra`."""
+    env = dict(os.environ, LD_PRELOAD=lib, EXPECT_NCCL_LIB=lib, NCCL_NVLS_ENABLE="0", PYTHONUNBUFFERED="1", **extra)
+    env.setdefault("NCCL_DEBUG", "WARN")
+    return env
+
+
+def run_ranks(cmd, world, env, timeout, label=""):
+    """Runs `cmd + ["--rank", r]` for every rank at once and waits for each up to `timeout`
+    seconds (then kills it). Prints "<label>rank r ended with <rc>" for each that did not exit 0
+    and returns how many."""
+    procs = [subprocess.Popen(cmd + ["--rank", str(r)], env=env) for r in range(world)]
+    failed = 0
+    for r, p in enumerate(procs):
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = "timeout"
+        if rc != 0:
+            print(f"{label}rank {r} ended with {rc}", flush=True)
+            failed += 1
+    return failed

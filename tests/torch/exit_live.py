@@ -10,27 +10,21 @@ usage: python3 tests/torch/exit_live.py --runs 20 --lib target/release/libnccl.s
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import free_port, nccl_lib_check, rank_env, run_ranks  # noqa: E402
+
 
 def rank_main(rank: int, world: int, port: int) -> None:
-    import ctypes
-
     import torch
     import torch.distributed as dist
 
-    addr = ctypes.cast(ctypes.CDLL(None).ncclCommInitRankConfig, ctypes.c_void_p).value
-    with open("/proc/self/maps") as maps:
-        owner = next(
-            line.split()[-1]
-            for line in maps
-            if int(line.split("-")[0], 16) <= addr < int(line.split()[0].split("-")[1], 16)
-        )
-    if os.path.realpath(owner) != os.path.realpath(os.environ["EXIT_LIVE_LIB"]):
-        print(f"r{rank} FAIL: NCCL calls bind to {owner}, not {os.environ['EXIT_LIVE_LIB']}", flush=True)
+    ok, line = nccl_lib_check(rank)
+    if not ok:
+        print(f"r{rank} FAIL: {line}", flush=True)
         sys.exit(1)
     torch.cuda.set_device(0)
     dist.init_process_group(
@@ -48,12 +42,6 @@ def rank_main(rank: int, world: int, port: int) -> None:
     # No destroy_process_group: the interpreter ends with the communicator alive.
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
@@ -65,26 +53,12 @@ def main() -> int:
     if a.rank >= 0:
         rank_main(a.rank, a.world, a.port)
         return 0
-    lib = os.path.realpath(a.lib)
-    env = dict(os.environ, LD_PRELOAD=lib, EXIT_LIVE_LIB=lib, NCCL_NVLS_ENABLE="0", PYTHONUNBUFFERED="1")
-    env.setdefault("NCCL_DEBUG", "WARN")
+    env = rank_env(os.path.realpath(a.lib))
     failed, worst = 0, 0.0
     for run in range(a.runs):
-        port = free_port()
         t0 = time.monotonic()
-        procs = [
-            subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--world", str(a.world), "--port", str(port)], env=env)
-            for r in range(a.world)
-        ]
-        for r, p in enumerate(procs):
-            try:
-                rc = p.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                rc = "timeout"
-            if rc != 0:
-                print(f"run {run}: rank {r} ended with {rc}", flush=True)
-                failed += 1
+        cmd = [sys.executable, __file__, "--world", str(a.world), "--port", str(free_port())]
+        failed += run_ranks(cmd, a.world, env, timeout=120, label=f"run {run}: ")
         worst = max(worst, time.monotonic() - t0)
     print(f"TORCH EXIT: {'FAIL' if failed else 'PASS'} {a.runs} runs x {a.world} ranks, {failed} failure(s), slowest {worst:.1f} s")
     return 1 if failed else 0

@@ -14,11 +14,11 @@ usage: python3 tests/torch/symm_mem.py [--ranks 2] [--lib target/release/libnccl
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import free_port, nccl_lib_check, rank_env, run_ranks  # noqa: E402
 
 N = (1 << 18) + 3
 
@@ -32,8 +32,6 @@ def rank_main(rank: int, world: int, port: int) -> int:
     import torch
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
-
-    from common import nccl_lib_check
 
     ok, line = nccl_lib_check(rank)
     print(line, flush=True)
@@ -67,12 +65,6 @@ def rank_main(rank: int, world: int, port: int) -> int:
     return 1 if bad else 0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, default=2)
@@ -82,23 +74,9 @@ def main() -> int:
     a = ap.parse_args()
     if a.rank >= 0:
         return rank_main(a.rank, a.ranks, a.port)
-    lib = os.path.realpath(a.lib)
-    env = dict(os.environ, LD_PRELOAD=lib, EXPECT_NCCL_LIB=lib, NCCL_NVLS_ENABLE="0",
-               TORCH_SYMM_MEM_DISABLE_MULTICAST="1", PYTHONUNBUFFERED="1")
-    env.setdefault("NCCL_DEBUG", "WARN")
-    port = free_port()
-    cmd = [sys.executable, os.path.abspath(__file__), "--ranks", str(a.ranks), "--port", str(port)]
-    procs = [subprocess.Popen(cmd + ["--rank", str(r)], env=env) for r in range(a.ranks)]
-    failed = 0
-    for r, p in enumerate(procs):
-        try:
-            rc = p.wait(timeout=150)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            rc = "timeout"
-        if rc != 0:
-            print(f"rank {r} ended with {rc}", flush=True)
-            failed += 1
+    env = rank_env(os.path.realpath(a.lib), TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+    cmd = [sys.executable, os.path.abspath(__file__), "--ranks", str(a.ranks), "--port", str(free_port())]
+    failed = run_ranks(cmd, a.ranks, env, timeout=150)
     print(f"SYMM_MEM: {'FAIL' if failed else 'PASS'} {a.ranks} ranks on GPU 0, {failed} failed", flush=True)
     return 1 if failed else 0
 

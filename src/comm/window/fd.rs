@@ -109,8 +109,10 @@ pub fn connect(name: &str) -> Result<UnixStream> {
     UnixStream::connect_addr(&addr).map_err(|e| Error::System(format!("connecting to socket {name}: {e}")))
 }
 
-fn send_fd(stream: &UnixStream, fd: &OwnedFd) -> Result<()> {
-    let mut byte = [1u8];
+/// `f` with a `msghdr` for a one-byte message (`byte`) with room for one descriptor, whose
+/// buffers live on this frame for the call.
+fn with_fd_msg<R>(byte: u8, f: impl FnOnce(&mut libc::msghdr) -> R) -> R {
+    let mut byte = [byte];
     let mut iov = libc::iovec { iov_base: byte.as_mut_ptr() as *mut libc::c_void, iov_len: 1 };
     // SAFETY: CMSG_SPACE is a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
@@ -121,16 +123,22 @@ fn send_fd(stream: &UnixStream, fd: &OwnedFd) -> Result<()> {
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
     msg.msg_controllen = space as _;
-    // SAFETY: msg's control buffer holds one cmsg of an int (CMSG_SPACE above).
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, fd.as_raw_fd());
-    }
-    // SAFETY: msg points at live buffers for the duration of the call.
-    let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    f(&mut msg)
+}
+
+fn send_fd(stream: &UnixStream, fd: &OwnedFd) -> Result<()> {
+    let n = with_fd_msg(1, |msg| {
+        // SAFETY: msg's control buffer holds one cmsg of an int (see with_fd_msg).
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, fd.as_raw_fd());
+        }
+        // SAFETY: msg points at live buffers for the duration of the call.
+        unsafe { libc::sendmsg(stream.as_raw_fd(), msg, libc::MSG_NOSIGNAL) }
+    });
     if n != 1 {
         return Err(Error::System(format!("sending a descriptor: {}", std::io::Error::last_os_error())));
     }
@@ -141,35 +149,26 @@ fn send_fd(stream: &UnixStream, fd: &OwnedFd) -> Result<()> {
 pub fn recv_fd(stream: &UnixStream, deadline: Instant, name: &str) -> Result<OwnedFd> {
     let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     stream.set_read_timeout(Some(left))?;
-    let mut byte = [0u8];
-    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr() as *mut libc::c_void, iov_len: 1 };
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: a zeroed msghdr is valid; the fields are set below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = space as _;
-    // SAFETY: msg points at live buffers for the duration of the call.
-    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n != 1 {
-        return Err(Error::System(format!(
-            "no descriptor from socket {name} before the deadline: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: recvmsg filled msg's control buffer; CMSG_FIRSTHDR checks its length.
-    let c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-    // SAFETY: c is checked non-NULL before reading its header.
-    if c.is_null() || unsafe { (*c).cmsg_level != libc::SOL_SOCKET || (*c).cmsg_type != libc::SCM_RIGHTS } {
-        return Err(Error::System(format!("socket {name} sent a message without a descriptor")));
-    }
-    // SAFETY: an SCM_RIGHTS cmsg carries at least one int.
-    let fd = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const i32) };
-    // SAFETY: the kernel installed this descriptor in our table for us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    with_fd_msg(0, |msg| {
+        // SAFETY: msg points at live buffers for the duration of the call.
+        let n = unsafe { libc::recvmsg(stream.as_raw_fd(), msg, libc::MSG_CMSG_CLOEXEC) };
+        if n != 1 {
+            return Err(Error::System(format!(
+                "no descriptor from socket {name} before the deadline: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: recvmsg filled msg's control buffer; CMSG_FIRSTHDR checks its length.
+        let c = unsafe { libc::CMSG_FIRSTHDR(msg) };
+        // SAFETY: c is checked non-NULL before reading its header.
+        if c.is_null() || unsafe { (*c).cmsg_level != libc::SOL_SOCKET || (*c).cmsg_type != libc::SCM_RIGHTS } {
+            return Err(Error::System(format!("socket {name} sent a message without a descriptor")));
+        }
+        // SAFETY: an SCM_RIGHTS cmsg carries at least one int.
+        let fd = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const i32) };
+        // SAFETY: the kernel installed this descriptor in our table for us.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    })
 }
 
 #[cfg(test)]

@@ -160,7 +160,7 @@ impl SendComm for PluginComm {
                     if size > MAX_NET_SIZE {
                         return Err(Error::InvalidArgument(format!(
                             "isend of {size} bytes: a v8 plugin ({}) takes at most {MAX_NET_SIZE}",
-                            lib.name
+                            lib.name()
                         )));
                     }
                     (*t).isend.unwrap()(c, d, size as c_int, tag, m, r)
@@ -208,7 +208,8 @@ impl RecvComm for PluginComm {
                     if let Some(b) = bufs.iter().find(|b| b.size > MAX_NET_SIZE) {
                         return Err(Error::InvalidArgument(format!(
                             "irecv of {} bytes: a v8 plugin ({}) takes at most {MAX_NET_SIZE}",
-                            b.size, lib.name
+                            b.size,
+                            lib.name()
                         )));
                     }
                     let mut s8: Vec<c_int> = sizes.iter().map(|&s| s as c_int).collect();

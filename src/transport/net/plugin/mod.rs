@@ -20,7 +20,7 @@ use super::{Connecting, Handle, Listener, Net, Properties, MAX_RECVS};
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
 use crate::plugin::logger::logger;
-use crate::plugin::{self, Library};
+use crate::plugin::{self, Library, Loaded, Versions};
 use comm::{PluginConnecting, PluginListen};
 
 crate::str_param!(
@@ -38,97 +38,33 @@ pub const NET_PLUGINS: plugin::Kind = plugin::Kind {
     list: true,
 };
 
-/// Which table a library exports.
-#[derive(Clone, Copy)]
-enum Table {
-    V11(*const ncclNet_v11_t),
-    V10(*const ncclNet_v10_t),
-    V9(*const ncclNet_v9_t),
-    V8(*const ncclNet_v8_t),
-}
+plugin::versions!(
+    /// The net tables, looked up newest first.
+    Table,
+    "ncclNetPlugin_v",
+    V11(ncclNet_v11_t) = 11,
+    V10(ncclNet_v10_t) = 10,
+    V9(ncclNet_v9_t) = 9,
+    V8(ncclNet_v8_t) = 8,
+);
 
 /// An opened net plugin library and the table it exports, before `init`.
-pub struct PluginLib {
-    lib: Library,
-    name: String,
-    table: Table,
-}
-
-// SAFETY: the table is the library's static data, read-only; see `Library`.
-unsafe impl Send for PluginLib {}
-// SAFETY: as above; nothing in PluginLib is mutated after open.
-unsafe impl Sync for PluginLib {}
+pub type PluginLib = Loaded<Table>;
 
 impl PluginLib {
     /// Opens one entry of the list (see [`Library::open`]); a library that exports no net
     /// table is an error naming it.
     pub fn open(entry: &str) -> Result<Option<PluginLib>> {
         let Some(lib) = Library::open(&NET_PLUGINS, entry)? else { return Ok(None) };
-        let found = [11, 10, 9, 8].into_iter().find_map(|v| {
-            let p = lib.symbol(&format!("ncclNetPlugin_v{v}"));
-            (!p.is_null()).then_some((v, p))
-        });
-        let table = match found {
-            Some((11, p)) => Table::V11(p.cast()),
-            Some((10, p)) => Table::V10(p.cast()),
-            Some((9, p)) => Table::V9(p.cast()),
-            Some((_, p)) => Table::V8(p.cast()),
-            None => {
-                return Err(Error::System(format!(
-                    "NET/Plugin: {} exports none of the symbols ncclNetPlugin_v11, ncclNetPlugin_v10, \
-                     ncclNetPlugin_v9, ncclNetPlugin_v8; trying the next net",
-                    lib.path()
-                )));
-            }
-        };
-        // SAFETY: every table version starts with `const char* name`; the table is the
-        // plugin's static data, valid while the library is loaded.
-        let name_ptr = unsafe { *(table_ptr(table) as *const *const c_char) };
-        let name = if name_ptr.is_null() {
-            String::from("(unnamed)")
-        } else {
-            // SAFETY: a plugin's name is a NUL-terminated static string.
-            unsafe { CStr::from_ptr(name_ptr) }.to_string_lossy().into_owned()
-        };
-        let lib = PluginLib { lib, name, table };
+        let lib = PluginLib::find(&NET_PLUGINS, lib, "trying the next net")?;
         crate::nccl_info!(
             Subsys::INIT | Subsys::NET,
             "NET/Plugin: loaded net plugin {} (v{}) from {}",
-            lib.name,
+            lib.name(),
             lib.version(),
             lib.path()
         );
         Ok(Some(lib))
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn path(&self) -> &str {
-        self.lib.path()
-    }
-
-    pub fn version(&self) -> u32 {
-        match self.table {
-            Table::V11(_) => 11,
-            Table::V10(_) => 10,
-            Table::V9(_) => 9,
-            Table::V8(_) => 8,
-        }
-    }
-
-    fn symbol(&self) -> String {
-        format!("ncclNetPlugin_v{}", self.version())
-    }
-}
-
-fn table_ptr(t: Table) -> *const c_void {
-    match t {
-        Table::V11(p) => p.cast(),
-        Table::V10(p) => p.cast(),
-        Table::V9(p) => p.cast(),
-        Table::V8(p) => p.cast(),
     }
 }
 
@@ -164,7 +100,7 @@ impl Drop for Inner {
             }
         }
         // Keep the library mapped: see the module docs.
-        self.lib.lib.keep();
+        self.lib.keep();
     }
 }
 
@@ -194,7 +130,7 @@ macro_rules! call {
 use call;
 
 fn missing(lib: &PluginLib, field: &str) -> Error {
-    Error::System(format!("NET/Plugin {}: {} in {} has no {field} function", lib.name, lib.symbol(), lib.path()))
+    Error::System(format!("NET/Plugin {}: {} in {} has no {field} function", lib.name(), lib.symbol(), lib.path()))
 }
 
 /// Maps a plugin's return code to our error, naming the plugin and call.
@@ -204,7 +140,7 @@ fn check(lib: &PluginLib, what: &str, rc: ncclResult_t) -> Result<()> {
     if rc == 0 {
         return Ok(());
     }
-    Err(plugin::error_for(rc, format!("NET/Plugin {} ({}): {what} failed with code {rc}", lib.name, lib.path())))
+    Err(plugin::error_for(rc, format!("NET/Plugin {} ({}): {what} failed with code {rc}", lib.name(), lib.path())))
 }
 
 impl PluginNet {
@@ -215,7 +151,7 @@ impl PluginNet {
             Box::new(ncclNetCommConfig_v10_t { trafficClass: traffic_class.unwrap_or(NCCL_NET_TRAFFIC_CLASS_UNDEF) });
         let mut ctx = null_mut();
         let log = logger();
-        let who = format!("{} ({} in {})", lib.name, lib.symbol(), lib.path());
+        let who = format!("{} ({} in {})", lib.name(), lib.symbol(), lib.path());
         let fail = |what: &str| Error::System(format!("NET/Plugin: {who} {what}; trying the next net"));
         // SAFETY: the tables are the plugin's static data; the init signatures are those of
         // each version (net_plugin_abi.h); config and ctx outlive the call.
@@ -224,7 +160,7 @@ impl PluginNet {
                 Table::V11(t) => (*t).init.map(|f| f(&mut ctx, comm_id, &mut *config, log, Some(no_profiler))),
                 old => {
                     let mut done = OLD_INITED.lock();
-                    if done.contains(&(table_ptr(old) as usize)) {
+                    if done.contains(&(old.ptr() as usize)) {
                         Some(0)
                     } else {
                         let rc = match old {
@@ -234,7 +170,7 @@ impl PluginNet {
                             Table::V11(_) => unreachable!(),
                         };
                         if rc == Some(0) {
-                            done.push(table_ptr(old) as usize);
+                            done.push(old.ptr() as usize);
                         }
                         rc
                     }
@@ -274,7 +210,7 @@ impl PluginNet {
         crate::nccl_info!(
             Subsys::INIT | Subsys::NET,
             "NET/Plugin: initialized {} (v{}), {n} devices",
-            inner.lib.name,
+            inner.lib.name(),
             inner.lib.version()
         );
         Ok(PluginNet { inner, ndev: n as usize })
@@ -318,7 +254,7 @@ fn c_str(p: *const c_char) -> Option<String> {
 
 impl Net for PluginNet {
     fn name(&self) -> &str {
-        &self.inner.lib.name
+        self.inner.lib.name()
     }
 
     fn devices(&self) -> usize {
@@ -422,7 +358,7 @@ impl Net for PluginNet {
         if comm.is_null() {
             return Err(Error::System(format!(
                 "NET/Plugin {}: listen succeeded but returned no listen comm",
-                lib.name
+                lib.name()
             )));
         }
         // Grouped receives are bounded by what the device says it takes.
