@@ -21,7 +21,8 @@
 #   --budget SECONDS   stop starting steps after this much wall time (default 540)
 #   --no-build         reuse binaries in $BUILD
 # env: OUT (default ./gpu-out), BUILD (default build/gpu), CUDA_ARCH (default from nvidia-smi),
-#      NCCL_REF (reference NCCL root), CUDA_HOME (default /usr/local/cuda)
+#      NCCL_REF (reference NCCL root), CUDA_HOME (default /usr/local/cuda),
+#      NCCL_TESTS_SRC (a copy of NVIDIA's nccl-tests sources: adds the step nccl_tests_p1)
 set -u
 export NCCL_NVLS_ENABLE=0
 
@@ -38,7 +39,7 @@ while [ $# -gt 0 ]; do
     --lib) LIB=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
     --no-build) NOBUILD=1 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
