@@ -26,7 +26,7 @@
 //! protocol or algorithm always runs the kernels that use it.
 
 use crate::abi::{
-    FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_TREE, FN_LL_SLOT_LINES, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE,
+    FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_MAX_CHANNELS, FN_LL_SLOT_LINES, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE,
 };
 use crate::error::{Error, Result};
 use crate::plugin::abi::{
@@ -50,6 +50,7 @@ pub fn algo_name(algo: u32) -> &'static str {
         FN_ALGO_RING => "Ring",
         FN_ALGO_TREE => "Tree",
         FN_ALGO_ONESHOT => "OneShot",
+        FN_ALGO_SYMMETRIC => "Symmetric",
         _ => "?",
     }
 }
@@ -105,14 +106,23 @@ pub struct Allowed {
     pub oneshot: bool,
     /// Whether the tuner may move data with the copy engines instead of kernels.
     pub copy_engine: bool,
+    /// When collectives on symmetric buffers run the symmetric kernels.
+    pub symmetric: Symmetric,
     /// NCCL_ALGO as set, for the message of a collective it leaves no algorithm (a `&'static`
     /// so that the per-launch intersection copies no string).
     pub algo_env: Option<&'static str>,
 }
 
 impl Allowed {
-    pub const ALL: Allowed =
-        Allowed { protos: [true; 3], ring: [true; 5], tree: true, oneshot: true, copy_engine: true, algo_env: None };
+    pub const ALL: Allowed = Allowed {
+        protos: [true; 3],
+        ring: [true; 5],
+        tree: true,
+        oneshot: true,
+        copy_engine: true,
+        symmetric: Symmetric::Tuned,
+        algo_env: None,
+    };
 
     fn ring_for(&self, kind: CollKind) -> bool {
         self.ring[KINDS.iter().position(|&k| k == kind).expect("every kind is listed")]
@@ -149,9 +159,68 @@ impl Allowed {
             tree: self.tree && other.tree,
             oneshot: self.oneshot && other.oneshot,
             copy_engine: self.copy_engine && other.copy_engine,
+            symmetric: self.symmetric.min(other.symmetric),
             algo_env: self.algo_env.or(other.algo_env),
         }
     }
+}
+
+/// When a collective whose buffers lie in symmetric windows runs the symmetric kernels
+/// (`FERRONICKEL_SYMMETRIC`). Ordered so that the stricter of two settings is the smaller:
+/// `Never` wins over everything, `Always` over the tuner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Symmetric {
+    Never,
+    Always,
+    /// Up to [`SYMMETRIC_MAX_BYTES`], while neither NCCL_ALGO nor NCCL_PROTO is an inclusion list.
+    Tuned,
+}
+
+crate::int_param!(
+    /// FERRONICKEL_SYMMETRIC: 0 = never run the symmetric kernels, 1 = whenever a collective's
+    /// buffers allow it, unset = up to SYMMETRIC_MAX_BYTES.
+    symmetric_setting, "FERRONICKEL_SYMMETRIC", -1
+);
+
+impl Symmetric {
+    pub fn from_setting(v: i64) -> Symmetric {
+        match v {
+            0 => Symmetric::Never,
+            1 => Symmetric::Always,
+            _ => Symmetric::Tuned,
+        }
+    }
+}
+
+/// The largest collective (nccl-tests' size: the whole buffer of an all-reduce, the gathered or
+/// scattered total of an all-gather or reduce-scatter) the tuner gives the symmetric kernels: a
+/// starting point, to be set from the timings of `gpu_check.sh`'s `symmetric_bench_2`.
+pub const SYMMETRIC_MAX_BYTES: usize = 1 << 20;
+
+/// Bytes per channel (CTA) of a symmetric kernel, and the most channels it uses: its barriers
+/// cost every CTA a round trip, so small collectives take few.
+const SYMMETRIC_CHANNEL_BYTES: usize = 64 << 10;
+const SYMMETRIC_MAX_CHANNELS: usize = 16;
+
+/// The channels of the symmetric kernel for a collective whose buffers allow it, or `None` when
+/// the ordinary kernels run it: all-reduce, all-gather and reduce-scatter of more than one rank,
+/// as `allowed.symmetric` says.
+pub fn symmetric(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allowed: &Allowed) -> Option<usize> {
+    let n = shape.nranks;
+    if n < 2 || !matches!(kind, CollKind::AllReduce | CollKind::AllGather | CollKind::ReduceScatter) {
+        return None;
+    }
+    let bytes = match kind {
+        CollKind::AllReduce => count * elem,
+        _ => count * elem * n,
+    };
+    match allowed.symmetric {
+        Symmetric::Never => return None,
+        Symmetric::Tuned if bytes > SYMMETRIC_MAX_BYTES => return None,
+        _ => {}
+    }
+    let max = SYMMETRIC_MAX_CHANNELS.min(shape.nchannels).clamp(1, FN_MAX_CHANNELS as usize);
+    Some(bytes.div_ceil(SYMMETRIC_CHANNEL_BYTES).clamp(1, max))
 }
 
 /// What a collective runs with.
@@ -506,6 +575,10 @@ pub fn parse_restrictions(algo: Option<&'static str>, proto: Option<&str>) -> Re
         out.algo_env = Some(setting);
     }
     out.copy_engine &= proto_excludes_only;
+    // As the copy engines: forcing an algorithm or a protocol runs the kernels that use it.
+    if !out.copy_engine {
+        out.symmetric = Symmetric::Never;
+    }
     if let Some(setting) = proto {
         let ok = allowed(setting, &PROTOS, "NCCL_PROTO")?;
         if ok.is_empty() {
@@ -529,9 +602,21 @@ crate::str_param!(
 );
 
 /// This process's restrictions (parsed once): collectives fail with this error if they are invalid.
+/// With `FERRONICKEL_SYMMETRIC` applied: 0 and 1 override what NCCL_ALGO / NCCL_PROTO imply.
 pub fn restrictions() -> Result<&'static Allowed> {
     static PARSED: OnceLock<Result<Allowed>> = OnceLock::new();
-    PARSED.get_or_init(|| parse_restrictions(algo_setting(), proto_setting())).as_ref().map_err(Clone::clone)
+    PARSED
+        .get_or_init(|| {
+            parse_restrictions(algo_setting(), proto_setting()).map(|mut a| {
+                match Symmetric::from_setting(symmetric_setting()) {
+                    Symmetric::Tuned => {}
+                    forced => a.symmetric = forced,
+                }
+                a
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 #[cfg(test)]

@@ -23,7 +23,11 @@ fn kernel_id(t: &CollTask) -> Result<KernelId> {
 
 fn coll_work(t: &CollTask, shape: &CommShape, allowed: &Allowed) -> fnWork {
     let elem = types::dtype_size(t.dtype).expect("validated dtype");
-    let choice = tuner::choose(t.kind, t.count, elem, shape, allowed);
+    let sym = t.sym.and_then(|b| Some((b, tuner::symmetric(t.kind, t.count, elem, shape, allowed)?)));
+    let choice = match sym {
+        Some((_, nchannels)) => tuner::Choice { algo: abi::FN_ALGO_SYMMETRIC, proto: abi::FN_PROTO_SIMPLE, nchannels },
+        None => tuner::choose(t.kind, t.count, elem, shape, allowed),
+    };
     crate::nccl_info!(
         crate::debug::Subsys::TUNING,
         "{:?}: {} bytes -> algo {} proto {} channels {}",
@@ -41,9 +45,14 @@ fn coll_work(t: &CollTask, shape: &CommShape, allowed: &Allowed) -> fnWork {
         CollKind::Reduce => (abi::FN_WORK_REDUCE, t.count, t.dtype as u32),
         CollKind::ReduceScatter => (abi::FN_WORK_REDUCESCATTER, t.count, t.dtype as u32),
     };
+    // The symmetric kernels reach every rank's buffers through the windows' flat mappings.
+    let (send, recv, strides) = match sym {
+        Some((b, _)) => (b.send.flat, b.recv.flat, (b.send.stride4g, b.recv.stride4g)),
+        None => (t.send, t.recv, (0, 0)),
+    };
     fnWork {
-        sendbuff: t.send as *const _,
-        recvbuff: t.recv as *mut _,
+        sendbuff: send as *const _,
+        recvbuff: recv as *mut _,
         count: count as u64,
         scalar: t.op.scalar,
         type_: ty as i32,
@@ -54,6 +63,8 @@ fn coll_work(t: &CollTask, shape: &CommShape, allowed: &Allowed) -> fnWork {
         proto: choice.proto as u8,
         algo: choice.algo as u8,
         nChannels: choice.nchannels as u16,
+        sendStride4G: strides.0,
+        recvStride4G: strides.1,
         ..Default::default()
     }
 }
@@ -227,7 +238,7 @@ mod tests {
     use crate::types::ncclDataType_t;
 
     fn coll(kind: CollKind, dtype: ncclDataType_t, op: u32, count: usize) -> Task {
-        Task::Coll(CollTask { kind, send: 0x1000, recv: 0x2000, count, dtype, op: DevOp::plain(op), root: 0 })
+        Task::Coll(CollTask { kind, send: 0x1000, recv: 0x2000, count, dtype, op: DevOp::plain(op), root: 0, sym: None })
     }
 
     const SHAPE: CommShape = CommShape::one_host(3, 4, 4);
