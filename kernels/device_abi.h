@@ -154,9 +154,11 @@ typedef struct fnTree {
 
 /* Symmetric kernels' barrier memory: one region of FN_SYM_SYNC_WORDS(nRanks) 64-bit words per rank,
  * in a symmetric window of the communicator's own. Word c is this rank's count of barriers passed
- * on channel c; word FN_MAX_CHANNELS + c * nRanks + q is rank q's count of arrivals at channel c's
- * barriers, which rank q stores there. Counts only grow, so consecutive collectives need no reset. */
-#define FN_SYM_SYNC_WORDS(nRanks) (FN_MAX_CHANNELS * (1 + (nRanks)))
+ * on channel c; word FN_MAX_CHANNELS + c holds the bits of this rank's PreMulSum scalar for channel
+ * c's current collective (peers apply it to this rank's input); word 2 * FN_MAX_CHANNELS +
+ * c * nRanks + q is rank q's count of arrivals at channel c's barriers, which rank q stores there.
+ * Counts only grow, so consecutive collectives need no reset. */
+#define FN_SYM_SYNC_WORDS(nRanks) (FN_MAX_CHANNELS * (2 + (nRanks)))
 
 /* Per-communicator device state, in device memory, written by the host at init. */
 typedef struct fnDevComm {

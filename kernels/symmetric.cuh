@@ -28,18 +28,33 @@ __device__ __noinline__ bool symBarrier(const Group g, const fnDevComm* comm, in
   const uint64_t epoch = loadVolatile(&mine[c]) + 1;
   for (int q = g.tid; q < n; q += g.nthreads) {
     uint64_t* peer = reinterpret_cast<uint64_t*>(base + q * stride);
-    storeReleaseSys(&peer[FN_MAX_CHANNELS + c * n + me], epoch);
+    storeReleaseSys(&peer[2 * FN_MAX_CHANNELS + c * n + me], epoch);
   }
   for (int q = g.tid; q < n && stop == FN_DEV_OK; q += g.nthreads) {
-    stop = waitCounter(comm, &mine[FN_MAX_CHANNELS + c * n + q], 1, epoch);
+    stop = waitCounter(comm, &mine[2 * FN_MAX_CHANNELS + c * n + q], 1, epoch);
   }
   if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
   if (g.tid == 0) *reinterpret_cast<volatile uint64_t*>(&mine[c]) = epoch;
   return true;
 }
 
-// Reduces len elements at byte offset src of every rank's send buffer, in rank order with pre
-// applied to each (every rank computes a given element the same way), applies post, and stores the
+// Rank q's operator: PreMulSum scales each rank's input by that rank's own scalar, which each rank
+// publishes in its barrier region before the first barrier; other operators are alike everywhere.
+template <typename T, typename Op>
+__device__ __forceinline__ Op symOpOf(const fnDevComm* comm, const Op& op, int q, int c) {
+  if constexpr (Op::kPre) {
+    Op o = op;
+    const char* region = reinterpret_cast<const char*>(comm->symSync) + q * symStride(comm->symStride4G);
+    const uint64_t bits = loadVolatile(reinterpret_cast<const uint64_t*>(region) + FN_MAX_CHANNELS + c);
+    memcpy(&o.scalar, &bits, sizeof(T));
+    return o;
+  } else {
+    return op;
+  }
+}
+
+// Reduces len elements at byte offset src of every rank's send buffer, in rank order with each
+// rank's pre applied to its input (every rank computes a given element the same way), applies post, and stores the
 // result at byte offset dst of every rank's receive buffer (all) or of ours only. Each element is
 // loaded and stored by one thread, loads first, so in-place works are safe. Peers' memory is read
 // with volatile loads: another rank may have stored it earlier in this launch.
@@ -55,17 +70,20 @@ __device__ __forceinline__ void symReduce(const Group& g, const fnDevComm* comm,
   const bool vec = ((reinterpret_cast<uintptr_t>(sb) | reinterpret_cast<uintptr_t>(rb)) & 15) == 0;
   const uint64_t nPacks = vec ? len / N : 0;
   for (uint64_t k = g.tid; k < nPacks; k += g.nthreads) {
-    uint4 acc = combineVec<T, Op, F_USRC | F_PRE>(op, uint4{}, loadVolatile16(sb + k * 16));
+    uint4 acc = combineVec<T, Op, F_USRC | F_PRE>(symOpOf<T>(comm, op, 0, blockIdx.x), uint4{}, loadVolatile16(sb + k * 16));
     for (int q = 1; q < n; q++) {
-      acc = combineVec<T, Op, F_RECV | F_USRC | F_PRE>(op, acc, loadVolatile16(sb + q * ss + k * 16));
+      acc = combineVec<T, Op, F_RECV | F_USRC | F_PRE>(symOpOf<T>(comm, op, q, blockIdx.x), acc,
+                                                       loadVolatile16(sb + q * ss + k * 16));
     }
     acc = combineVec<T, Op, F_RECV | F_POST>(op, acc, uint4{});
     for (int q = q0; q < q1; q++) *reinterpret_cast<uint4*>(rb + q * rs + k * 16) = acc;
   }
   for (uint64_t i = nPacks * N + g.tid; i < len; i += g.nthreads) {
-    T acc = combine<T, Op, F_USRC | F_PRE>(op, T{}, loadVolatile(reinterpret_cast<const T*>(sb) + i));
+    T acc = combine<T, Op, F_USRC | F_PRE>(symOpOf<T>(comm, op, 0, blockIdx.x), T{},
+                                           loadVolatile(reinterpret_cast<const T*>(sb) + i));
     for (int q = 1; q < n; q++) {
-      acc = combine<T, Op, F_RECV | F_USRC | F_PRE>(op, acc, loadVolatile(reinterpret_cast<const T*>(sb + q * ss) + i));
+      acc = combine<T, Op, F_RECV | F_USRC | F_PRE>(symOpOf<T>(comm, op, q, blockIdx.x), acc,
+                                                    loadVolatile(reinterpret_cast<const T*>(sb + q * ss) + i));
     }
     acc = combine<T, Op, F_RECV | F_POST>(op, acc, T{});
     for (int q = q0; q < q1; q++) reinterpret_cast<T*>(rb + q * rs)[i] = acc;
@@ -95,6 +113,14 @@ __device__ __noinline__ bool symReduceWork(const Group g, const fnDevComm* comm,
     dst = pt.off * sizeof(T);
     len = pt.len;
     all = false;
+  }
+  if constexpr (Op::kPre) {
+    if (g.tid == 0) {
+      uint64_t bits = 0;
+      memcpy(&bits, &op.scalar, sizeof(T));
+      char* region = reinterpret_cast<char*>(comm->symSync) + me * symStride(comm->symStride4G);
+      reinterpret_cast<volatile uint64_t*>(region)[FN_MAX_CHANNELS + c] = bits;
+    }
   }
   if (!symBarrier(g, comm, c)) return false;
   symReduce<T, Op>(g, comm, w, op, src, dst, len, all);

@@ -26,7 +26,8 @@
 //! protocol or algorithm always runs the kernels that use it.
 
 use crate::abi::{
-    FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_MAX_CHANNELS, FN_LL_SLOT_LINES, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE,
+    FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_LL_SLOT_LINES, FN_MAX_CHANNELS, FN_PROTO_LL,
+    FN_PROTO_LL128, FN_PROTO_SIMPLE,
 };
 use crate::error::{Error, Result};
 use crate::plugin::abi::{
@@ -638,6 +639,39 @@ mod tests {
         link: Link::P2p,
         tuner: None,
     };
+
+    /// The symmetric kernels run all-reduce, all-gather and reduce-scatter up to 1 MiB unless a
+    /// setting says otherwise, on few channels for small sizes.
+    #[test]
+    fn symmetric_kernels_follow_size_and_settings() {
+        let (k, a) = (CollKind::AllReduce, Allowed::ALL);
+        assert_eq!(symmetric(k, 2, 4, &TWO, &a), Some(1));
+        assert_eq!(symmetric(k, SYMMETRIC_MAX_BYTES / 4, 4, &TWO, &a), Some(16));
+        assert_eq!(symmetric(k, SYMMETRIC_MAX_BYTES / 4 + 1, 4, &TWO, &a), None);
+        // All-gather and reduce-scatter count the gathered or scattered total.
+        assert_eq!(symmetric(CollKind::AllGather, SYMMETRIC_MAX_BYTES / 2, 1, &TWO, &a), Some(16));
+        assert_eq!(symmetric(CollKind::ReduceScatter, SYMMETRIC_MAX_BYTES / 2 + 1, 1, &TWO, &a), None);
+        assert_eq!(symmetric(CollKind::Reduce, 2, 4, &TWO, &a), None);
+        assert_eq!(symmetric(CollKind::Broadcast, 2, 4, &TWO, &a), None);
+        assert_eq!(symmetric(k, 2, 4, &shape(1, 64, 64), &a), None);
+        // Never one channel more than the communicator has.
+        assert_eq!(symmetric(k, 1 << 20, 1, &shape(2, 4, 4), &a), Some(4));
+        let always = Allowed { symmetric: Symmetric::Always, ..a };
+        assert_eq!(symmetric(k, 1 << 30, 4, &TWO, &always), Some(16));
+        let never = Allowed { symmetric: Symmetric::Never, ..a };
+        assert_eq!(symmetric(k, 2, 4, &TWO, &never), None);
+        // The stricter setting wins; forcing wins over the tuner.
+        assert_eq!(always.intersect(&never).symmetric, Symmetric::Never);
+        assert_eq!(a.intersect(&always).symmetric, Symmetric::Always);
+        assert_eq!(Allowed::for_connections(4, true, false).intersect(&a).symmetric, Symmetric::Tuned);
+        // FERRONICKEL_SYMMETRIC's values; inclusion lists of NCCL_ALGO / NCCL_PROTO turn it off.
+        assert_eq!(Symmetric::from_setting(0), Symmetric::Never);
+        assert_eq!(Symmetric::from_setting(1), Symmetric::Always);
+        assert_eq!(Symmetric::from_setting(-1), Symmetric::Tuned);
+        assert_eq!(parse_restrictions(Some("Ring"), None).unwrap().symmetric, Symmetric::Never);
+        assert_eq!(parse_restrictions(None, Some("LL")).unwrap().symmetric, Symmetric::Never);
+        assert_eq!(parse_restrictions(Some("^Tree"), Some("^LL")).unwrap().symmetric, Symmetric::Tuned);
+    }
 
     #[test]
     fn nccl_syntax() {

@@ -192,9 +192,7 @@ fn plan_clique(
 /// end (one rank per process, reductions), before any matching.
 pub fn candidate(members: &[Member], mode: Mode) -> bool {
     // A collective on symmetric buffers runs in a kernel: the symmetric one where the tuner picks it.
-    let movement = |t: &Task| {
-        !matches!(t, Task::Coll(c) if c.sym.is_some() || !matches!(c.kind, CollKind::Broadcast | CollKind::AllGather))
-    };
+    let movement = |t: &Task| !matches!(t, Task::Coll(c) if c.sym.is_some() || !matches!(c.kind, CollKind::Broadcast | CollKind::AllGather));
     mode != Mode::Never
         && !members.iter().any(|m| m.shape.nranks > members.len() || !m.ops.iter().all(|(_, t)| movement(t)))
 }

@@ -23,9 +23,9 @@ pub fn one_lsa_team(nranks: usize, lsa_size: usize) -> bool {
     nranks > 1 && lsa_size == nranks
 }
 
-/// Bytes of one rank's barrier region (`FN_SYM_SYNC_WORDS` in kernels/device_abi.h).
+/// Bytes of one rank's barrier region: per channel a count, a PreMulSum scalar and an inbox per rank (`FN_SYM_SYNC_WORDS` in kernels/device_abi.h).
 pub fn sync_bytes(nranks: usize) -> usize {
-    8 * FN_MAX_CHANNELS as usize * (1 + nranks)
+    8 * FN_MAX_CHANNELS as usize * (2 + nranks)
 }
 
 /// A symmetric window as the lookup sees it: the caller's range and rank 0's address of its
@@ -41,10 +41,10 @@ pub struct Placed {
 /// The symmetric buffer of `bytes` bytes at `ptr`: the window that holds all of it, if one does.
 pub fn find(windows: impl IntoIterator<Item = Placed>, ptr: u64, bytes: usize) -> Option<SymBuf> {
     let end = ptr.checked_add(bytes as u64)?;
-    windows.into_iter().find(|w| w.user <= ptr && end <= w.user + w.size as u64).map(|w| SymBuf {
-        flat: w.flat + (ptr - w.user),
-        stride4g: w.stride4g,
-    })
+    windows
+        .into_iter()
+        .find(|w| w.user <= ptr && end <= w.user + w.size as u64)
+        .map(|w| SymBuf { flat: w.flat + (ptr - w.user), stride4g: w.stride4g })
 }
 
 impl Comm {
@@ -59,7 +59,9 @@ impl Comm {
         w.seq += 1;
         match self.make_sync(w.seq, res) {
             Ok(sync) => w.sync = Some(sync),
-            Err(e) => crate::nccl_warn!("rank {}: symmetric kernels stay off: their barrier memory failed: {e}", self.rank),
+            Err(e) => {
+                crate::nccl_warn!("rank {}: symmetric kernels stay off: their barrier memory failed: {e}", self.rank)
+            }
         }
     }
 
@@ -140,7 +142,7 @@ mod tests {
 
     #[test]
     fn barrier_regions_hold_a_count_and_an_inbox_per_rank_for_every_channel() {
-        assert_eq!(sync_bytes(2), 8 * 64 * 3);
+        assert_eq!(sync_bytes(2), 8 * 64 * 4);
         assert_eq!(sync_bytes(8) % 8, 0);
     }
 }
