@@ -377,6 +377,8 @@ __device__ __forceinline__ bool p2pPart(const fnWork& w, int b, fnWork& part) {
   return true;
 }
 
+#include "symmetric.cuh"
+
 // Calls f with the work's protocol as a compile-time constant (std::integral_constant).
 template <typename F>
 __device__ __forceinline__ bool byProto(int proto, F f) {
@@ -418,7 +420,9 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
       if (w.type != FN_WORK_ALLREDUCE && w.type != FN_WORK_REDUCE && w.type != FN_WORK_REDUCESCATTER) __trap();
       if (b >= w.nChannels) continue;
       const Op op(w, comm->nRanks);
-      if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_ONESHOT && comm->nRanks == 2) {
+      if (w.algo == FN_ALGO_SYMMETRIC) {
+        ok = symReduceWork<T, Op>(g, comm, w, op);
+      } else if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_ONESHOT && comm->nRanks == 2) {
         ok = byProto(w.proto, [&](auto P) { return allReduceOneShotPair<T, Op, decltype(P)::value>(g, comm, w, op); });
       } else if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_ONESHOT) {
         ok = allReduceOneShot<T, Op>(g, comm, w, op);
@@ -452,6 +456,10 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
           break;
         case FN_WORK_ALLGATHER:
           if (b >= w.nChannels) continue;
+          if (w.algo == FN_ALGO_SYMMETRIC) {
+            ok = symAllGather(g, comm, w);
+            break;
+          }
           ok = byProto(w.proto, [&](auto P) { return allGather<B, OpNone<B>, decltype(P)::value>(g, comm, w, OpNone<B>()); });
           break;
         default:

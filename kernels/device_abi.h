@@ -42,6 +42,9 @@ enum fnAlgo {
                           only, one LL slot per channel */
   FN_ALGO_TREE = 2,    /* AllReduce: reduce up the channel's tree (fnDevComm.trees), then
                           broadcast down it; any protocol */
+  FN_ALGO_SYMMETRIC = 3, /* AllReduce, AllGather, ReduceScatter on buffers in symmetric windows:
+                            loads and stores peers' memory through the flat mapping, no FIFO;
+                            sendbuff / recvbuff are LSA rank 0's flat addresses (kernels/README.md) */
 };
 
 /* What one work item does. */
@@ -149,6 +152,14 @@ typedef struct fnTree {
   int32_t down[FN_TREE_ARITY]; /* child ranks, the used ones first, then -1 */
 } fnTree;
 
+/* Symmetric kernels' barrier memory: one region of FN_SYM_SYNC_WORDS(nRanks) 64-bit words per rank,
+ * in a symmetric window of the communicator's own. Word c is this rank's count of barriers passed
+ * on channel c; word FN_MAX_CHANNELS + c holds the bits of this rank's PreMulSum scalar for channel
+ * c's current collective (peers apply it to this rank's input); word 2 * FN_MAX_CHANNELS +
+ * c * nRanks + q is rank q's count of arrivals at channel c's barriers, which rank q stores there.
+ * Counts only grow, so consecutive collectives need no reset. */
+#define FN_SYM_SYNC_WORDS(nRanks) (FN_MAX_CHANNELS * (2 + (nRanks)))
+
 /* Per-communicator device state, in device memory, written by the host at init. */
 typedef struct fnDevComm {
   int32_t rank, nRanks, nChannels;
@@ -159,6 +170,11 @@ typedef struct fnDevComm {
   volatile uint32_t* abortFlag;      /* host-mapped: nonzero asks every kernel of this comm to stop */
   volatile uint32_t* errorFlag;      /* host-mapped: the device reports an fnDevError here */
   uint64_t timeoutNs;                /* a wait longer than this fails with FN_DEV_TIMEOUT; 0 = never */
+  uint64_t* symSync;                 /* rank 0's barrier region in the flat mapping (FN_SYM_SYNC_WORDS);
+                                        rank q's is symStride4G * 4 GiB further per rank. Written when
+                                        the first symmetric window is registered; NULL before */
+  uint32_t symStride4G;
+  uint32_t pad;
 } fnDevComm;
 
 /* One operation. Element counts are in elements of `dtype`, except p2p/copy which are bytes. */
@@ -181,6 +197,8 @@ typedef struct fnWork {
   uint8_t proto;       /* collectives: fnProto (p2p always Simple) */
   uint8_t algo;        /* collectives: fnAlgo */
   uint16_t nChannels;  /* collectives: channels (CTAs 0..nChannels-1) it is spread over */
+  uint32_t sendStride4G; /* FN_ALGO_SYMMETRIC: rank q's send / recv buffer is q * stride * 4 GiB */
+  uint32_t recvStride4G; /* past sendbuff / recvbuff (the windows' flat mappings) */
 } fnWork;
 
 /* The kernel parameter, passed by value: the comm and the works to run in order. */

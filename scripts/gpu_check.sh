@@ -132,6 +132,7 @@ build() {
   $TO $NVCC $NVFLAGS -o "$BUILD/faults" tests/gpu/faults.cu $LINK -lpthread >"$LOG/build_faults.log" 2>&1 & pids+=($!)
   $TO $NVCC $NVFLAGS -o "$BUILD/exit_live" tests/gpu/exit_live.cu $LINK >"$LOG/build_exit_live.log" 2>&1 & pids+=($!)
   $TO $NVCC $NVFLAGS -o "$BUILD/windows" tests/gpu/windows.cu $LINK >"$LOG/build_windows.log" 2>&1 & pids+=($!)
+  $TO $NVCC $NVFLAGS -o "$BUILD/symmetric" tests/gpu/symmetric.cu $LINK >"$LOG/build_symmetric.log" 2>&1 & pids+=($!)
   if [ $HAVE_MPI = 1 ]; then
     $TO $NVCC -ccbin mpicxx -DCHECK_MPI $NVFLAGS -o "$BUILD/check_mpi" tests/gpu/check.cu $LINK -lpthread -ldl >"$LOG/build_check_mpi.log" 2>&1 & pids+=($!)
     $TO mpicc -O2 -Wall -I"$INC" -I"$CUDA/include" -o "$BUILD/mpi_per_gpu" examples/mpi_per_gpu.c $LINK -L"$CUDA/lib64" -lcudart >"$LOG/build_mpi_example.log" 2>&1 & pids+=($!)
@@ -344,6 +345,16 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
   step windows_4 windows 120 "$BUILD/windows" --procs 4
   step windows_undumpable_2 windows 90 "$BUILD/windows" --procs 2 --undumpable
   step windows_nop2p_2 windows 90 env NCCL_P2P_DISABLE=1 "$BUILD/windows" --procs 2
+  # Symmetric kernels (tests/gpu/symmetric.cu): every type and op, in place and not, at offsets
+  # into the windows, and through a CUDA graph; then the timing table against the ordinary kernels
+  # (for BENCHMARKS.md; timings never fail the step), on one GPU per rank where there are two.
+  # symmetric_2 also counts the collectives the tuner gave the symmetric kernels (its log's INFO lines).
+  step symmetric_2 windows 300 bash -c '"${@:2}"; rc=$?; n=$(grep -c -- "-> algo Symmetric" "$1")
+    echo "symmetric collectives: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' _ "$LOG/symmetric_2.log" \
+    env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "$BUILD/symmetric" --procs 2
+  step symmetric_4 windows 600 "$BUILD/symmetric" --procs 4
+  SPREAD=""; [ "$NG" -ge 2 ] && SPREAD=--spread
+  step symmetric_bench_2 windows 300 "$BUILD/symmetric" --procs 2 --bench --iters 50 $SPREAD
   TORCH_PY=/opt/torch/.venv/bin/python; [ -x "$TORCH_PY" ] || TORCH_PY=python3
   if "$TORCH_PY" -c 'import torch.distributed._symmetric_memory' >/dev/null 2>&1; then
     step windows_torch_symm windows 180 "$TORCH_PY" tests/torch/symm_mem.py --ranks 2 --lib "$OURLIB"

@@ -36,6 +36,23 @@ impl DevOp {
     }
 }
 
+/// A buffer in a symmetric window as the symmetric kernels reach it: LSA rank 0's address of it
+/// in the window's flat mapping, and the distance from one rank's to the next in 4 GiB units
+/// (docs/ARCHITECTURE.md, "Symmetric kernels").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SymBuf {
+    pub flat: u64,
+    pub stride4g: u32,
+}
+
+/// A collective's send and receive buffers, both in symmetric windows of a communicator that is
+/// one LSA team: what lets it run the symmetric kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SymBufs {
+    pub send: SymBuf,
+    pub recv: SymBuf,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct CollTask {
     pub kind: CollKind,
@@ -46,6 +63,8 @@ pub struct CollTask {
     pub dtype: ncclDataType_t,
     pub op: DevOp,
     pub root: usize,
+    /// Found when the collective was queued: its buffers in symmetric windows, if they are.
+    pub sym: Option<SymBufs>,
 }
 
 #[derive(Debug, Clone, Copy)]

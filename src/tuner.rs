@@ -26,7 +26,8 @@
 //! protocol or algorithm always runs the kernels that use it.
 
 use crate::abi::{
-    FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_TREE, FN_LL_SLOT_LINES, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE,
+    FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_LL_SLOT_LINES, FN_MAX_CHANNELS, FN_PROTO_LL,
+    FN_PROTO_LL128, FN_PROTO_SIMPLE,
 };
 use crate::error::{Error, Result};
 use crate::plugin::abi::{
@@ -50,6 +51,7 @@ pub fn algo_name(algo: u32) -> &'static str {
         FN_ALGO_RING => "Ring",
         FN_ALGO_TREE => "Tree",
         FN_ALGO_ONESHOT => "OneShot",
+        FN_ALGO_SYMMETRIC => "Symmetric",
         _ => "?",
     }
 }
@@ -105,14 +107,23 @@ pub struct Allowed {
     pub oneshot: bool,
     /// Whether the tuner may move data with the copy engines instead of kernels.
     pub copy_engine: bool,
+    /// When collectives on symmetric buffers run the symmetric kernels.
+    pub symmetric: Symmetric,
     /// NCCL_ALGO as set, for the message of a collective it leaves no algorithm (a `&'static`
     /// so that the per-launch intersection copies no string).
     pub algo_env: Option<&'static str>,
 }
 
 impl Allowed {
-    pub const ALL: Allowed =
-        Allowed { protos: [true; 3], ring: [true; 5], tree: true, oneshot: true, copy_engine: true, algo_env: None };
+    pub const ALL: Allowed = Allowed {
+        protos: [true; 3],
+        ring: [true; 5],
+        tree: true,
+        oneshot: true,
+        copy_engine: true,
+        symmetric: Symmetric::Tuned,
+        algo_env: None,
+    };
 
     fn ring_for(&self, kind: CollKind) -> bool {
         self.ring[KINDS.iter().position(|&k| k == kind).expect("every kind is listed")]
@@ -149,9 +160,68 @@ impl Allowed {
             tree: self.tree && other.tree,
             oneshot: self.oneshot && other.oneshot,
             copy_engine: self.copy_engine && other.copy_engine,
+            symmetric: self.symmetric.min(other.symmetric),
             algo_env: self.algo_env.or(other.algo_env),
         }
     }
+}
+
+/// When a collective whose buffers lie in symmetric windows runs the symmetric kernels
+/// (`FERRONICKEL_SYMMETRIC`). Ordered so that the stricter of two settings is the smaller:
+/// `Never` wins over everything, `Always` over the tuner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Symmetric {
+    Never,
+    Always,
+    /// Up to [`SYMMETRIC_MAX_BYTES`], while neither NCCL_ALGO nor NCCL_PROTO is an inclusion list.
+    Tuned,
+}
+
+crate::int_param!(
+    /// FERRONICKEL_SYMMETRIC: 0 = never run the symmetric kernels, 1 = whenever a collective's
+    /// buffers allow it, unset = up to SYMMETRIC_MAX_BYTES.
+    symmetric_setting, "FERRONICKEL_SYMMETRIC", -1
+);
+
+impl Symmetric {
+    pub fn from_setting(v: i64) -> Symmetric {
+        match v {
+            0 => Symmetric::Never,
+            1 => Symmetric::Always,
+            _ => Symmetric::Tuned,
+        }
+    }
+}
+
+/// The largest collective (nccl-tests' size: the whole buffer of an all-reduce, the gathered or
+/// scattered total of an all-gather or reduce-scatter) the tuner gives the symmetric kernels: a
+/// starting point, to be set from the timings of `gpu_check.sh`'s `symmetric_bench_2`.
+pub const SYMMETRIC_MAX_BYTES: usize = 1 << 20;
+
+/// Bytes per channel (CTA) of a symmetric kernel, and the most channels it uses: its barriers
+/// cost every CTA a round trip, so small collectives take few.
+const SYMMETRIC_CHANNEL_BYTES: usize = 64 << 10;
+const SYMMETRIC_MAX_CHANNELS: usize = 16;
+
+/// The channels of the symmetric kernel for a collective whose buffers allow it, or `None` when
+/// the ordinary kernels run it: all-reduce, all-gather and reduce-scatter of more than one rank,
+/// as `allowed.symmetric` says.
+pub fn symmetric(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allowed: &Allowed) -> Option<usize> {
+    let n = shape.nranks;
+    if n < 2 || !matches!(kind, CollKind::AllReduce | CollKind::AllGather | CollKind::ReduceScatter) {
+        return None;
+    }
+    let bytes = match kind {
+        CollKind::AllReduce => count * elem,
+        _ => count * elem * n,
+    };
+    match allowed.symmetric {
+        Symmetric::Never => return None,
+        Symmetric::Tuned if bytes > SYMMETRIC_MAX_BYTES => return None,
+        _ => {}
+    }
+    let max = SYMMETRIC_MAX_CHANNELS.min(shape.nchannels).clamp(1, FN_MAX_CHANNELS as usize);
+    Some(bytes.div_ceil(SYMMETRIC_CHANNEL_BYTES).clamp(1, max))
 }
 
 /// What a collective runs with.
@@ -506,6 +576,10 @@ pub fn parse_restrictions(algo: Option<&'static str>, proto: Option<&str>) -> Re
         out.algo_env = Some(setting);
     }
     out.copy_engine &= proto_excludes_only;
+    // As the copy engines: forcing an algorithm or a protocol runs the kernels that use it.
+    if !out.copy_engine {
+        out.symmetric = Symmetric::Never;
+    }
     if let Some(setting) = proto {
         let ok = allowed(setting, &PROTOS, "NCCL_PROTO")?;
         if ok.is_empty() {
@@ -529,9 +603,21 @@ crate::str_param!(
 );
 
 /// This process's restrictions (parsed once): collectives fail with this error if they are invalid.
+/// With `FERRONICKEL_SYMMETRIC` applied: 0 and 1 override what NCCL_ALGO / NCCL_PROTO imply.
 pub fn restrictions() -> Result<&'static Allowed> {
     static PARSED: OnceLock<Result<Allowed>> = OnceLock::new();
-    PARSED.get_or_init(|| parse_restrictions(algo_setting(), proto_setting())).as_ref().map_err(Clone::clone)
+    PARSED
+        .get_or_init(|| {
+            parse_restrictions(algo_setting(), proto_setting()).map(|mut a| {
+                match Symmetric::from_setting(symmetric_setting()) {
+                    Symmetric::Tuned => {}
+                    forced => a.symmetric = forced,
+                }
+                a
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 #[cfg(test)]
@@ -553,6 +639,39 @@ mod tests {
         link: Link::P2p,
         tuner: None,
     };
+
+    /// The symmetric kernels run all-reduce, all-gather and reduce-scatter up to 1 MiB unless a
+    /// setting says otherwise, on few channels for small sizes.
+    #[test]
+    fn symmetric_kernels_follow_size_and_settings() {
+        let (k, a) = (CollKind::AllReduce, Allowed::ALL);
+        assert_eq!(symmetric(k, 2, 4, &TWO, &a), Some(1));
+        assert_eq!(symmetric(k, SYMMETRIC_MAX_BYTES / 4, 4, &TWO, &a), Some(16));
+        assert_eq!(symmetric(k, SYMMETRIC_MAX_BYTES / 4 + 1, 4, &TWO, &a), None);
+        // All-gather and reduce-scatter count the gathered or scattered total.
+        assert_eq!(symmetric(CollKind::AllGather, SYMMETRIC_MAX_BYTES / 2, 1, &TWO, &a), Some(16));
+        assert_eq!(symmetric(CollKind::ReduceScatter, SYMMETRIC_MAX_BYTES / 2 + 1, 1, &TWO, &a), None);
+        assert_eq!(symmetric(CollKind::Reduce, 2, 4, &TWO, &a), None);
+        assert_eq!(symmetric(CollKind::Broadcast, 2, 4, &TWO, &a), None);
+        assert_eq!(symmetric(k, 2, 4, &shape(1, 64, 64), &a), None);
+        // Never one channel more than the communicator has.
+        assert_eq!(symmetric(k, 1 << 20, 1, &shape(2, 4, 4), &a), Some(4));
+        let always = Allowed { symmetric: Symmetric::Always, ..a };
+        assert_eq!(symmetric(k, 1 << 30, 4, &TWO, &always), Some(16));
+        let never = Allowed { symmetric: Symmetric::Never, ..a };
+        assert_eq!(symmetric(k, 2, 4, &TWO, &never), None);
+        // The stricter setting wins; forcing wins over the tuner.
+        assert_eq!(always.intersect(&never).symmetric, Symmetric::Never);
+        assert_eq!(a.intersect(&always).symmetric, Symmetric::Always);
+        assert_eq!(Allowed::for_connections(4, true, false).intersect(&a).symmetric, Symmetric::Tuned);
+        // FERRONICKEL_SYMMETRIC's values; inclusion lists of NCCL_ALGO / NCCL_PROTO turn it off.
+        assert_eq!(Symmetric::from_setting(0), Symmetric::Never);
+        assert_eq!(Symmetric::from_setting(1), Symmetric::Always);
+        assert_eq!(Symmetric::from_setting(-1), Symmetric::Tuned);
+        assert_eq!(parse_restrictions(Some("Ring"), None).unwrap().symmetric, Symmetric::Never);
+        assert_eq!(parse_restrictions(None, Some("LL")).unwrap().symmetric, Symmetric::Never);
+        assert_eq!(parse_restrictions(Some("^Tree"), Some("^LL")).unwrap().symmetric, Symmetric::Tuned);
+    }
 
     #[test]
     fn nccl_syntax() {

@@ -183,7 +183,15 @@ fn collective(
         dtype_name(dtype),
         op.unwrap_or(ncclSum)
     );
-    submit(&c, stream, vec![Task::Coll(CollTask { kind, send, recv, count, dtype, op: dev_op, root })])
+    // Symmetric kernels need both buffers in symmetric windows (docs/ARCHITECTURE.md, "Symmetric
+    // kernels"); found here, once, so that planning stays a pure function of the task.
+    let sym = match kind {
+        CollKind::AllReduce | CollKind::AllGather | CollKind::ReduceScatter if count > 0 => {
+            c.symmetric_buffers(send, send_bytes, recv, recv_bytes)
+        }
+        _ => None,
+    };
+    submit(&c, stream, vec![Task::Coll(CollTask { kind, send, recv, count, dtype, op: dev_op, root, sym })])
 }
 
 #[no_mangle]

@@ -8,7 +8,7 @@ use std::ffi::CStr;
 use std::sync::atomic::Ordering;
 
 use super::Comm;
-use crate::abi::{self, fnWork, FN_ALGO_ONESHOT, FN_ALGO_TREE, FN_NTHREADS};
+use crate::abi::{self, fnWork, FN_ALGO_ONESHOT, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_NTHREADS};
 use crate::cuda::CUstream;
 use crate::plugin::abi::*;
 use crate::plugin::profiler::{Descr, Event};
@@ -31,12 +31,14 @@ pub(super) fn func(kind: CollKind) -> ncclFunc_t {
     }
 }
 
-/// NCCL's name and index of an algorithm; the one-shot, which NCCL lacks, is "OneShot" with index
-/// `NCCL_ALGO_UNDEF` (as a byte) for v1 plugins.
+/// NCCL's name and index of an algorithm; the one-shot and the symmetric kernels, which NCCL's
+/// table lacks, are "OneShot" and "Symmetric" with index `NCCL_ALGO_UNDEF` (as a byte) for v1
+/// plugins.
 fn algo(a: u32) -> (&'static CStr, u8) {
     match a {
         FN_ALGO_TREE => (c"Tree", NCCL_ALGO_TREE as u8),
         FN_ALGO_ONESHOT => (c"OneShot", NCCL_ALGO_UNDEF as u8),
+        FN_ALGO_SYMMETRIC => (c"Symmetric", NCCL_ALGO_UNDEF as u8),
         _ => (c"Ring", NCCL_ALGO_RING as u8),
     }
 }

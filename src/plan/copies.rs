@@ -191,8 +191,8 @@ fn plan_clique(
 /// Whether a group is worth planning as copies at all: the cheap tests, which run at every group
 /// end (one rank per process, reductions), before any matching.
 pub fn candidate(members: &[Member], mode: Mode) -> bool {
-    let movement =
-        |t: &Task| !matches!(t, Task::Coll(c) if !matches!(c.kind, CollKind::Broadcast | CollKind::AllGather));
+    // A collective on symmetric buffers runs in a kernel: the symmetric one where the tuner picks it.
+    let movement = |t: &Task| !matches!(t, Task::Coll(c) if c.sym.is_some() || !matches!(c.kind, CollKind::Broadcast | CollKind::AllGather));
     mode != Mode::Never
         && !members.iter().any(|m| m.shape.nranks > members.len() || !m.ops.iter().all(|(_, t)| movement(t)))
 }
@@ -217,6 +217,7 @@ mod tests {
             dtype: types::ncclFloat32,
             op: DevOp::plain(0),
             root,
+            sym: None,
         })
     }
 

@@ -23,7 +23,11 @@ fn kernel_id(t: &CollTask) -> Result<KernelId> {
 
 fn coll_work(t: &CollTask, shape: &CommShape, allowed: &Allowed) -> fnWork {
     let elem = types::dtype_size(t.dtype).expect("validated dtype");
-    let choice = tuner::choose(t.kind, t.count, elem, shape, allowed);
+    let sym = t.sym.and_then(|b| Some((b, tuner::symmetric(t.kind, t.count, elem, shape, allowed)?)));
+    let choice = match sym {
+        Some((_, nchannels)) => tuner::Choice { algo: abi::FN_ALGO_SYMMETRIC, proto: abi::FN_PROTO_SIMPLE, nchannels },
+        None => tuner::choose(t.kind, t.count, elem, shape, allowed),
+    };
     crate::nccl_info!(
         crate::debug::Subsys::TUNING,
         "{:?}: {} bytes -> algo {} proto {} channels {}",
@@ -41,9 +45,14 @@ fn coll_work(t: &CollTask, shape: &CommShape, allowed: &Allowed) -> fnWork {
         CollKind::Reduce => (abi::FN_WORK_REDUCE, t.count, t.dtype as u32),
         CollKind::ReduceScatter => (abi::FN_WORK_REDUCESCATTER, t.count, t.dtype as u32),
     };
+    // The symmetric kernels reach every rank's buffers through the windows' flat mappings.
+    let (send, recv, strides) = match sym {
+        Some((b, _)) => (b.send.flat, b.recv.flat, (b.send.stride4g, b.recv.stride4g)),
+        None => (t.send, t.recv, (0, 0)),
+    };
     fnWork {
-        sendbuff: t.send as *const _,
-        recvbuff: t.recv as *mut _,
+        sendbuff: send as *const _,
+        recvbuff: recv as *mut _,
         count: count as u64,
         scalar: t.op.scalar,
         type_: ty as i32,
@@ -54,6 +63,8 @@ fn coll_work(t: &CollTask, shape: &CommShape, allowed: &Allowed) -> fnWork {
         proto: choice.proto as u8,
         algo: choice.algo as u8,
         nChannels: choice.nchannels as u16,
+        sendStride4G: strides.0,
+        recvStride4G: strides.1,
         ..Default::default()
     }
 }
@@ -227,7 +238,16 @@ mod tests {
     use crate::types::ncclDataType_t;
 
     fn coll(kind: CollKind, dtype: ncclDataType_t, op: u32, count: usize) -> Task {
-        Task::Coll(CollTask { kind, send: 0x1000, recv: 0x2000, count, dtype, op: DevOp::plain(op), root: 0 })
+        Task::Coll(CollTask {
+            kind,
+            send: 0x1000,
+            recv: 0x2000,
+            count,
+            dtype,
+            op: DevOp::plain(op),
+            root: 0,
+            sym: None,
+        })
     }
 
     const SHAPE: CommShape = CommShape::one_host(3, 4, 4);
@@ -315,6 +335,48 @@ mod tests {
         );
         assert!(l[0].works.iter().all(|w| usize::from(w.nChannels) == SHAPE.nchannels));
         assert_eq!(l[0].grid as usize, SHAPE.nchannels);
+    }
+
+    /// Collectives on symmetric buffers carry the flat mappings' addresses and strides to the
+    /// symmetric kernels, in the kernels that carry their work types; the others, and sizes the
+    /// tuner leaves to the ring, keep the user's buffers.
+    #[test]
+    fn symmetric_buffers_are_planned_as_symmetric_works() {
+        use crate::task::{SymBuf, SymBufs};
+        let s = std::ptr::null_mut();
+        let sym = SymBufs {
+            send: SymBuf { flat: 0x7000_0000_0040, stride4g: 1 },
+            recv: SymBuf { flat: 0x7100_0000_0000, stride4g: 2 },
+        };
+        let with = |kind, count, sym| {
+            let Task::Coll(c) = coll(kind, types::ncclFloat32, abi::FN_OP_SUM, count) else { unreachable!() };
+            Task::Coll(CollTask { sym, ..c })
+        };
+        let ops = vec![
+            (s, with(CollKind::AllReduce, 1000, Some(sym))),
+            (s, with(CollKind::ReduceScatter, 1000, Some(sym))),
+            (s, with(CollKind::Reduce, 1000, Some(sym))),
+            (s, with(CollKind::AllReduce, 1 << 20, Some(sym))),
+            (s, with(CollKind::AllReduce, 1000, None)),
+            (s, with(CollKind::AllGather, 1000, Some(sym))),
+        ];
+        let l = plan0(&ops).unwrap();
+        let works: Vec<&fnWork> = l.iter().flat_map(|l| &l.works).collect();
+        let sym_works: Vec<_> = works.iter().map(|w| w.algo as u32 == abi::FN_ALGO_SYMMETRIC).collect();
+        assert_eq!(sym_works, [true, true, false, false, false, true]);
+        for w in works.iter().filter(|w| w.algo as u32 == abi::FN_ALGO_SYMMETRIC) {
+            assert_eq!((w.sendbuff as u64, w.recvbuff as u64), (sym.send.flat, sym.recv.flat));
+            assert_eq!((w.sendStride4G, w.recvStride4G), (1, 2));
+            assert_eq!(w.nChannels, 1);
+        }
+        assert_eq!(works[2].sendbuff as u64, 0x1000);
+        assert_eq!((works[4].sendbuff as u64, works[4].sendStride4G), (0x1000, 0));
+        // The all-gather goes to the copy kernel, in bytes.
+        assert_eq!(l.last().unwrap().kernel, KernelId::COPY);
+        assert_eq!(works[5].count, 4000);
+        let never = Allowed { symmetric: tuner::Symmetric::Never, ..Allowed::ALL };
+        let l = plan(&SHAPE, &never, &|_| 4, &ops[..1]).unwrap();
+        assert_ne!(l[0].works[0].algo as u32, abi::FN_ALGO_SYMMETRIC);
     }
 
     #[test]

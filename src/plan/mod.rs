@@ -89,6 +89,7 @@ mod tests {
                 dtype: types::ncclFloat32,
                 op: DevOp::plain(0),
                 root: 0,
+                sym: None,
             })
         };
         let est = |tasks: &[(CommShape, Task)]| estimate_us(tasks, &Allowed::ALL);

@@ -5,6 +5,7 @@
 
 pub mod dev_comm;
 mod fd;
+pub mod symmetric;
 
 use super::Comm;
 use crate::abi::device_api::{ncclDevCommWindowTable, ncclDevCommWindowTable_Entry, ncclWindow_vidmem};
@@ -71,6 +72,8 @@ pub struct Windows {
     windows: HashMap<u64, Window>,
     table: Vec<DeviceBuffer>,
     dev_comms: HashMap<u64, dev_comm::DevCommMemory>,
+    /// The symmetric kernels' barrier memory, made with the first symmetric window.
+    sync: Option<symmetric::SyncMemory>,
     /// Registrations so far: names each one's descriptor sockets.
     seq: u64,
 }
@@ -198,6 +201,7 @@ impl Comm {
         let handle = window.vidmem.ptr;
         windows.windows.insert(handle, window);
         self.write_table(&mut windows)?;
+        self.ensure_sync(&mut windows, res);
         Ok(handle)
     }
 
@@ -224,7 +228,18 @@ impl Comm {
     /// The collective steps of a registration: offers, hand-over of descriptors, mapping, and
     /// agreement that every rank succeeded.
     fn map_window(&self, buff: u64, size: usize, seq: u64) -> Result<Window> {
-        let local = locate(buff, size);
+        self.map_located(locate(buff, size), buff, size, seq)
+    }
+
+    /// [`Comm::map_window`] from our side's outcome of [`locate`]: a rank that failed before it
+    /// could locate anything still takes part, so that every rank fails together.
+    fn map_located(
+        &self,
+        local: Result<(Physical, u64, u64, OwnedFd)>,
+        buff: u64,
+        size: usize,
+        seq: u64,
+    ) -> Result<Window> {
         let offer = match &local {
             Ok((_, alloc_size, offset, fd)) => {
                 use std::os::fd::AsRawFd;
