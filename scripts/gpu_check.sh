@@ -349,12 +349,12 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
   # into the windows, and through a CUDA graph; then the timing table against the ordinary kernels
   # (for BENCHMARKS.md; timings never fail the step), on one GPU per rank where there are two.
   # symmetric_2 also counts the collectives the tuner gave the symmetric kernels (its log's INFO lines).
-  step symmetric_2 windows 300 bash -c '"${@:2}"; rc=$?; n=$(grep -c -- "-> algo Symmetric" "$1")
+  step symmetric_2 windows 150 bash -c '"${@:2}"; rc=$?; n=$(grep -c -- "-> algo Symmetric" "$1")
     echo "symmetric collectives: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' _ "$LOG/symmetric_2.log" \
     env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "$BUILD/symmetric" --procs 2
-  step symmetric_4 windows 600 "$BUILD/symmetric" --procs 4
+  step symmetric_4 windows 240 "$BUILD/symmetric" --procs 4
   SPREAD=""; [ "$NG" -ge 2 ] && SPREAD=--spread
-  step symmetric_bench_2 windows 300 "$BUILD/symmetric" --procs 2 --bench --iters 50 $SPREAD
+  step symmetric_bench_2 windows 150 "$BUILD/symmetric" --procs 2 --bench --iters 50 $SPREAD
   TORCH_PY=/opt/torch/.venv/bin/python; [ -x "$TORCH_PY" ] || TORCH_PY=python3
   if "$TORCH_PY" -c 'import torch.distributed._symmetric_memory' >/dev/null 2>&1; then
     step windows_torch_symm windows 180 "$TORCH_PY" tests/torch/symm_mem.py --ranks 2 --lib "$OURLIB"
