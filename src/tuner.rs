@@ -685,7 +685,14 @@ mod tests {
     fn restrictions_follow_the_settings() {
         assert_eq!(parse_restrictions(None, None).unwrap(), Allowed::ALL);
         let a = parse_restrictions(Some("Ring"), Some("LL128")).unwrap();
-        let ring_only = Allowed { ring: [true; 5], tree: false, oneshot: false, copy_engine: false, ..Allowed::ALL };
+        let ring_only = Allowed {
+            ring: [true; 5],
+            tree: false,
+            oneshot: false,
+            copy_engine: false,
+            symmetric: Symmetric::Never,
+            ..Allowed::ALL
+        };
         assert_eq!(a, Allowed { protos: [false, true, false], algo_env: Some("Ring"), ..ring_only });
         let a = parse_restrictions(Some("^Tree"), Some("^LL")).unwrap();
         let want = Allowed { protos: [false, true, true], tree: false, algo_env: Some("^Tree"), ..Allowed::ALL };
