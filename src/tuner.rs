@@ -462,8 +462,8 @@ fn nccl_algo(algo: u32) -> usize {
     }
 }
 
-/// NCCL's `ncclFunc_t` of a collective.
-fn nccl_func(kind: CollKind) -> ncclFunc_t {
+/// NCCL's `ncclFunc_t` of a collective (what tuner and profiler plugins are told).
+pub fn nccl_func(kind: CollKind) -> ncclFunc_t {
     match kind {
         CollKind::AllReduce => ncclFuncAllReduce,
         CollKind::Reduce => ncclFuncReduce,

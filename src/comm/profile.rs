@@ -12,23 +12,13 @@ use crate::abi::{self, fnWork, FN_ALGO_ONESHOT, FN_ALGO_SYMMETRIC, FN_ALGO_TREE,
 use crate::cuda::CUstream;
 use crate::plugin::abi::*;
 use crate::plugin::profiler::{Descr, Event};
-use crate::task::{CollKind, Launch, Task};
+use crate::task::{Launch, Task};
+use crate::tuner::nccl_func;
 
 /// Open events of one communicator's part of a group; the tasks' stop before their group's.
 pub struct GroupEvents {
     _tasks: Vec<Event>,
     _group: Option<Event>,
-}
-
-/// NCCL's `ncclFunc_t` of a collective, the index of its sequence number.
-pub(super) fn func(kind: CollKind) -> ncclFunc_t {
-    match kind {
-        CollKind::AllReduce => ncclFuncAllReduce,
-        CollKind::Reduce => ncclFuncReduce,
-        CollKind::Broadcast => ncclFuncBroadcast,
-        CollKind::AllGather => ncclFuncAllGather,
-        CollKind::ReduceScatter => ncclFuncReduceScatter,
-    }
 }
 
 /// NCCL's name and index of an algorithm; the one-shot and the symmetric kernels, which NCCL's
@@ -55,7 +45,7 @@ pub(super) fn start(comm: &Comm, ops: &[(CUstream, Task)], launches: Option<&[La
     let colls = || ops.iter().filter_map(|(_, t)| if let Task::Coll(c) = t { Some(c) } else { None });
     let Some(prof) = comm.profiler.as_ref() else {
         for c in colls() {
-            comm.coll_seq[func(c.kind) as usize].fetch_add(1, Ordering::Relaxed);
+            comm.coll_seq[nccl_func(c.kind) as usize].fetch_add(1, Ordering::Relaxed);
         }
         return None;
     };
@@ -66,7 +56,7 @@ pub(super) fn start(comm: &Comm, ops: &[(CUstream, Task)], launches: Option<&[La
     for (_, t) in ops {
         let d = match *t {
             Task::Coll(c) => {
-                let seq = comm.coll_seq[func(c.kind) as usize].fetch_add(1, Ordering::Relaxed);
+                let seq = comm.coll_seq[nccl_func(c.kind) as usize].fetch_add(1, Ordering::Relaxed);
                 // Zero-count collectives are not planned; the rest are, in issue order.
                 let w = if c.count == 0 { None } else { coll_works.next() };
                 let (a, p, nch) = match (launches, w) {
@@ -76,7 +66,7 @@ pub(super) fn start(comm: &Comm, ops: &[(CUstream, Task)], launches: Option<&[La
                 };
                 Descr::Coll {
                     seq,
-                    func: func(c.kind),
+                    func: nccl_func(c.kind),
                     send: c.send,
                     recv: c.recv,
                     count: c.count,
