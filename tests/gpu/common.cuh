@@ -20,6 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <vector>
 
 // ---------------------------------------------------------------------------------------------
 // Error checking: every CUDA / NCCL call goes through one of these; failures name file:line.
@@ -370,3 +374,34 @@ static inline void launchGen(void* buf, size_t n, int dt, int cls, uint64_t seed
 #endif  // COMMON_NO_KERNELS
 
 static inline const char* dtName(int dt) { return (dt >= 0 && dt < NDTYPES) ? kDt[dt].name : "?"; }
+
+// Runs rank(r) in `procs` forked processes (after ncclGetUniqueId, before any CUDA call of the
+// parent) and waits for them all; how many did not exit 0 (each named on stderr).
+template <typename Rank>
+static int runRankProcesses(int procs, Rank rank) {
+  fflush(stdout);
+  std::vector<pid_t> pids(procs);
+  for (int r = 0; r < procs; r++) {
+    pids[r] = fork();
+    if (pids[r] < 0) {
+      perror("fork");
+      return procs;
+    }
+    if (pids[r] == 0) {
+      int rc = rank(r);
+      fflush(stdout);
+      fflush(stderr);
+      _exit(rc);
+    }
+  }
+  int failed = 0;
+  for (int r = 0; r < procs; r++) {
+    int st = 0;
+    waitpid(pids[r], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "rank %d ended with status %#x\n", r, st);
+      failed++;
+    }
+  }
+  return failed;
+}

@@ -20,7 +20,6 @@
 // usage: symmetric [--procs N] [--spread] [--bench] [--iters N]
 #include "common.cuh"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -303,30 +302,7 @@ int main(int argc, char** argv) {
   }
   ncclUniqueId id;
   NCCLCHECK(ncclGetUniqueId(&id));
-  fflush(stdout);
-  std::vector<pid_t> pids(procs);
-  for (int r = 0; r < procs; r++) {
-    pids[r] = fork();
-    if (pids[r] < 0) {
-      perror("fork");
-      return 3;
-    }
-    if (pids[r] == 0) {
-      int rc = runRank(id, r, procs, benchMode, iters, spread);
-      fflush(stdout);
-      fflush(stderr);
-      _exit(rc);
-    }
-  }
-  int failed = 0;
-  for (int r = 0; r < procs; r++) {
-    int st = 0;
-    waitpid(pids[r], &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      fprintf(stderr, "rank %d ended with status %#x\n", r, st);
-      failed++;
-    }
-  }
+  int failed = runRankProcesses(procs, [&](int r) { return runRank(id, r, procs, benchMode, iters, spread); });
   printf("SYMMETRIC: %s (%d processes, %s, %d failed)\n", failed ? "FAIL" : "PASS", procs,
          benchMode ? "bench" : "check", failed);
   return failed ? 1 : 0;

@@ -31,7 +31,6 @@
 #include <nccl_device/core.h>
 
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -300,34 +299,13 @@ int main(int argc, char** argv) {
   }
   ncclUniqueId id;
   NCCLCHECK(ncclGetUniqueId(&id));
-  fflush(stdout);
-  std::vector<pid_t> pids(procs);
-  for (int r = 0; r < procs; r++) {
-    pids[r] = fork();
-    if (pids[r] < 0) {
-      perror("fork");
+  int failed = runRankProcesses(procs, [&](int r) {
+    if (undumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+      perror("prctl");
       return 3;
     }
-    if (pids[r] == 0) {
-      if (undumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
-        perror("prctl");
-        _exit(3);
-      }
-      int rc = runRank(id, r, procs);
-      fflush(stdout);
-      fflush(stderr);
-      _exit(rc);
-    }
-  }
-  int failed = 0;
-  for (int r = 0; r < procs; r++) {
-    int st = 0;
-    waitpid(pids[r], &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      fprintf(stderr, "rank %d ended with status %#x\n", r, st);
-      failed++;
-    }
-  }
+    return runRank(id, r, procs);
+  });
   printf("WINDOWS: %s (%d processes on GPU 0, %d failed)\n", failed ? "FAIL" : "PASS", procs, failed);
   return failed ? 1 : 0;
 }
