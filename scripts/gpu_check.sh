@@ -8,7 +8,7 @@
 #
 # usage: scripts/gpu_check.sh [options]
 #   --quick            reduced matrix everywhere, fewer graph/leak iterations
-#   --only LIST        only these steps or groups (comma list): build,check,protos,ce,procs,onegpu,
+#   --only LIST        only these steps or groups (comma list): build,check,ptx,protos,ce,procs,onegpu,
 #                      shm,net,tree,mpi,graph,leak,watchdog,faults,exit,windows,examples,device,plugins,torch,bench
 #                      (e.g. --only check,graph)
 #   --skip LIST        everything except these
