@@ -353,8 +353,15 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
     echo "symmetric collectives: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' _ "$LOG/symmetric_2.log" \
     env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "$BUILD/symmetric" --procs 2
   step symmetric_4 windows 240 "$BUILD/symmetric" --procs 4
+  # Two processes on one GPU are time-sliced (milliseconds a call) unless CUDA MPS runs, so the
+  # step starts MPS for itself there, as scripts/net_bench.sh does, and stops it after.
   SPREAD=""; [ "$NG" -ge 2 ] && SPREAD=--spread
-  step symmetric_bench_2 windows 150 "$BUILD/symmetric" --procs 2 --bench --iters 50 $SPREAD
+  step symmetric_bench_2 windows 150 bash -c 'if [ -z "$2" ] && command -v nvidia-cuda-mps-control >/dev/null; then
+      export CUDA_MPS_PIPE_DIRECTORY=$1/mps-pipe CUDA_MPS_LOG_DIRECTORY=$1/mps-log
+      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+      nvidia-cuda-mps-control -d && echo "CUDA MPS started" && trap "echo quit | nvidia-cuda-mps-control" EXIT
+    fi
+    "${@:3}"; rc=$?; exit $rc' _ "$BUILD" "$SPREAD" "$BUILD/symmetric" --procs 2 --bench --iters 50 $SPREAD
   TORCH_PY=/opt/torch/.venv/bin/python; [ -x "$TORCH_PY" ] || TORCH_PY=python3
   if "$TORCH_PY" -c 'import torch.distributed._symmetric_memory' >/dev/null 2>&1; then
     step windows_torch_symm windows 180 "$TORCH_PY" tests/torch/symm_mem.py --ranks 2 --lib "$OURLIB"
