@@ -145,6 +145,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
                 flags,
                 _watch: watch_gpu,
                 windows: Mutex::new(Windows::default()),
+                symmetric_ready: AtomicBool::new(false),
             }),
             ctx,
         }),

@@ -73,6 +73,9 @@ struct Resources {
     _watch: Arc<watch::WatchGpu>,
     /// Symmetric windows and device communicators, unmapped here with the rest.
     windows: Mutex<Windows>,
+    /// The symmetric kernels' barrier memory exists (set once, with it): until then a collective
+    /// need not look for its buffers among the windows.
+    symmetric_ready: AtomicBool,
 }
 
 /// How long the first error after a watchdog timeout waits for the hang report.

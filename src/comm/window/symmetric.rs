@@ -9,6 +9,7 @@ use crate::comm::{Comm, Resources};
 use crate::cuda::vmm::Allocation;
 use crate::error::Result;
 use crate::task::{SymBuf, SymBufs};
+use std::sync::atomic::Ordering;
 
 /// The barrier memory: a symmetric window over an allocation of our own. Dropped in field
 /// order: the window (our mappings of every rank's), then the allocation.
@@ -58,7 +59,10 @@ impl Comm {
         }
         w.seq += 1;
         match self.make_sync(w.seq, res) {
-            Ok(sync) => w.sync = Some(sync),
+            Ok(sync) => {
+                w.sync = Some(sync);
+                res.symmetric_ready.store(true, Ordering::Release);
+            }
             Err(e) => {
                 crate::nccl_warn!("rank {}: symmetric kernels stay off: their barrier memory failed: {e}", self.rank)
             }
@@ -89,6 +93,10 @@ impl Comm {
     /// collective then runs the ordinary kernels).
     pub fn symmetric_buffers(&self, send: u64, send_bytes: usize, recv: u64, recv_bytes: usize) -> Option<SymBufs> {
         let (_, res) = self.gpu().ok()?;
+        // The common case, no symmetric window yet: no lock on the enqueue path.
+        if !res.symmetric_ready.load(Ordering::Acquire) {
+            return None;
+        }
         let w = res.windows.lock();
         w.sync.as_ref()?;
         let placed = || {
