@@ -19,25 +19,13 @@
 //
 // usage: symmetric [--procs N] [--spread] [--bench] [--iters N]
 #include "common.cuh"
+#include "expect.cuh"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
-
-static int gRank = -1;
-static int gFailures = 0;
-
-#define EXPECT(cond, ...)                                    \
-  do {                                                       \
-    if (!(cond)) {                                           \
-      fprintf(stderr, "rank %d: FAILED %s: ", gRank, #cond); \
-      fprintf(stderr, __VA_ARGS__);                          \
-      fprintf(stderr, "\n");                                 \
-      gFailures++;                                           \
-    }                                                        \
-  } while (0)
 
 static const unsigned char kPoison = 0xa5;
 static const size_t kGuard = 64;  // bytes checked on each side of an output

@@ -27,6 +27,7 @@
 //
 // usage: windows [--procs N] [--undumpable]
 #include "common.cuh"
+#include "expect.cuh"
 
 #include <nccl_device/core.h>
 
@@ -38,19 +39,6 @@
 #include <vector>
 
 static const uint64_t kFourGiB = 1ull << 32;
-static int gFailures = 0;
-
-#define EXPECT(cond, ...)                                       \
-  do {                                                          \
-    if (!(cond)) {                                              \
-      fprintf(stderr, "rank %d: FAILED %s: ", gRank, #cond);    \
-      fprintf(stderr, __VA_ARGS__);                             \
-      fprintf(stderr, "\n");                                    \
-      gFailures++;                                              \
-    }                                                           \
-  } while (0)
-
-static int gRank = -1;
 
 // Rank `src` writes element i of LSA peer `peer`'s window as value(src, i).
 __host__ __device__ static int value(int src, size_t i) { return (src + 1) * 1000000 + (int)(i % 999983); }
