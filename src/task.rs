@@ -97,6 +97,9 @@ pub struct CommShape {
     /// The slowest kind of connection between two of its ranks: it prices algorithms, protocols
     /// and channels (`tuner`).
     pub link: Link,
+    /// What a net plugin reports of the NET link, which then prices it; `None`: the built-in
+    /// Socket net, priced by its measured constants (`tuner`).
+    pub net: Option<NetLink>,
     /// The communicator's context of an external tuner plugin, which the tuner consults
     /// (docs/PLUGINS.md, "Tuner").
     pub tuner: Option<Arc<TunerSession>>,
@@ -135,7 +138,49 @@ impl CommShape {
             all_pairs_channels,
             tree: TreeShape::chain(nranks),
             link: Link::P2p,
+            net: None,
             tuner: None,
+        }
+    }
+}
+
+/// A net plugin's NET link as its `getProperties` reports it (docs/NET.md, "What a net plugin's
+/// properties change"), bounded: what the tuner prices NET with and sizes its channels by.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NetLink {
+    /// Link speed in Mbps; a plugin reporting none (0 or less) is taken at 10 Gbps, as in NCCL.
+    pub speed_mbps: u32,
+    /// The wire's latency in microseconds, 0 when unreported.
+    pub latency_us: f64,
+    /// Connections the plugin allows per device (at least 1).
+    pub max_comms: usize,
+}
+
+impl NetLink {
+    /// The speed NCCL assumes of a net that reports none.
+    pub const DEFAULT_SPEED_MBPS: u32 = 10_000;
+
+    /// From a plugin's reported `speed`, `latency` and `maxComms`, which are untrusted.
+    pub fn new(speed_mbps: i32, latency_us: f32, max_comms: i32) -> NetLink {
+        NetLink {
+            speed_mbps: u32::try_from(speed_mbps).ok().filter(|&s| s > 0).unwrap_or(Self::DEFAULT_SPEED_MBPS),
+            latency_us: if latency_us.is_finite() && latency_us > 0.0 { latency_us.min(1e6) as f64 } else { 0.0 },
+            max_comms: usize::try_from(max_comms).unwrap_or(0).max(1),
+        }
+    }
+
+    /// The link's bandwidth in GB/s (bytes: the speed is in bits).
+    pub fn gbps(&self) -> f64 {
+        self.speed_mbps as f64 / 8000.0
+    }
+
+    /// What every rank can count on when hosts report differently: the slowest speed, the
+    /// longest latency, the fewest connections.
+    pub fn weakest(self, other: NetLink) -> NetLink {
+        NetLink {
+            speed_mbps: self.speed_mbps.min(other.speed_mbps),
+            latency_us: self.latency_us.max(other.latency_us),
+            max_comms: self.max_comms.min(other.max_comms),
         }
     }
 }

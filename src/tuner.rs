@@ -35,7 +35,7 @@ use crate::plugin::abi::{
     ncclTunerConstants_v5_t, NCCL_ALGO_RING, NCCL_ALGO_TREE, NCCL_HW_NET, NCCL_HW_NVLINK, NCCL_HW_PCI,
 };
 use crate::plugin::tuner::{CostTable, Session as TunerSession, IGNORE};
-use crate::task::{CollKind, CommShape, Link};
+use crate::task::{CollKind, CommShape, Link, NetLink};
 use std::sync::OnceLock;
 
 pub const ALGOS: [&str; 7] = ["Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"];
@@ -271,6 +271,7 @@ fn model_us(proto: u32, hops: f64, wire: f64, bw_scale: f64) -> f64 {
 /// what each further channel adds to it, the bandwidth of one channel and the most that every
 /// channel together reaches. Over host memory no protocol saves a hop: all publish a tail
 /// (docs/ARCHITECTURE.md, "Transports").
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct HostLinkCost {
     hop_us: [f64; 3],
     channel_us: [f64; 3],
@@ -324,14 +325,60 @@ const NET_COST: HostLinkCost = HostLinkCost {
     gbps: [8.2 * 0.11, 8.2 * 0.23, 8.2],
 };
 
+/// NET through a net plugin (docs/NET.md, "What a net plugin's properties change"): the proxies'
+/// cost per hop and per channel stays NET_COST's, the plugin's latency is added to every hop
+/// (NCCL likewise adds a net's latency to its base NET latency), and the link's bandwidth,
+/// `speed / 8000` GB/s as in NCCL, is what all channels together reach, each channel at most
+/// NET_COST's rate per channel; protocols other than Simple keep NET_COST's fraction of it.
+fn plugin_net_cost(link: &NetLink) -> HostLinkCost {
+    let simple = FN_PROTO_SIMPLE as usize;
+    let gbps = link.gbps();
+    let fraction = |p: usize| NET_COST.gbps[p] / NET_COST.gbps[simple];
+    HostLinkCost {
+        hop_us: NET_COST.hop_us.map(|h| h + link.latency_us),
+        channel_us: NET_COST.channel_us,
+        channel_gbps: [0, 1, 2].map(|p| (gbps * fraction(p)).min(NET_COST.channel_gbps[p])),
+        gbps: [0, 1, 2].map(|p| gbps * fraction(p)),
+    }
+}
+
+/// NET channels a communicator connects, out of its budget `nchannels` and the transport's most,
+/// `max`: the built-in Socket net (`net` is `None`) uses them all; with a plugin, enough that
+/// every channel's Simple rate (NET_COST's per channel) adds up to the link's bandwidth, and no
+/// more than the plugin's `maxComms`.
+pub fn net_channels(net: Option<&NetLink>, nchannels: usize, max: usize) -> usize {
+    let most = nchannels.min(max).max(1);
+    match net {
+        None => most,
+        Some(link) => {
+            let per_channel = NET_COST.channel_gbps[FN_PROTO_SIMPLE as usize];
+            let wanted = (link.gbps() / per_channel).ceil() as usize;
+            wanted.clamp(1, most.min(link.max_comms))
+        }
+    }
+}
+
+/// What the tuner takes of a NET link, for `ferronickel plan`: one hop of Simple on one channel
+/// (µs) and the bandwidth all channels reach with Simple (GB/s).
+pub fn net_hop_and_gbps(net: Option<&NetLink>) -> (f64, f64) {
+    let cost = net.map_or(NET_COST, plugin_net_cost);
+    let simple = FN_PROTO_SIMPLE as usize;
+    (cost.hop_us[simple], cost.gbps[simple])
+}
+
 /// The modelled time of an algorithm's kernel and the channels to run it on, at most `max_nch`.
 /// Over P2P every channel is used (the measured costs assume it); over host memory the fewest
 /// channels that pay for themselves.
 fn price(shape: &CommShape, proto: u32, hops: f64, wire: f64, bw_scale: f64, max_nch: usize) -> (f64, usize) {
-    let cost = match shape.link {
-        Link::P2p => return (model_us(proto, hops, wire, bw_scale), max_nch),
-        Link::Shm => &SHM_COST,
-        Link::Net => &NET_COST,
+    let plugin_net;
+    let cost = match (shape.link, &shape.net) {
+        (Link::P2p, _) => return (model_us(proto, hops, wire, bw_scale), max_nch),
+        (Link::Shm, _) => &SHM_COST,
+        (Link::Net, None) => &NET_COST,
+        (Link::Net, Some(link)) => {
+            plugin_net = plugin_net_cost(link);
+            &plugin_net
+        }
     };
     (1..=max_nch.max(1))
         .map(|nch| (cost.us(proto, hops, wire, bw_scale, nch), nch))
@@ -637,6 +684,7 @@ mod tests {
         all_pairs_channels: 4,
         tree: TreeShape { nhosts: 128, depth: 7 + 7, max_children: 3 },
         link: Link::P2p,
+        net: None,
         tuner: None,
     };
 
@@ -837,6 +885,41 @@ mod tests {
         assert_eq!(choose(CollKind::AllGather, 1 << 20, 1, &net(4), &ll).proto, FN_PROTO_LL);
         // Over P2P nothing changes: every channel.
         assert_eq!(choose(CollKind::AllReduce, 2, 4, &shape(4, 8, 4), &shm4).nchannels, 8);
+    }
+
+    #[test]
+    fn a_net_plugins_properties_price_net_and_size_its_channels() {
+        let fast = NetLink::new(100_000, 5.0, 65536);
+        let slow = NetLink::new(10_000, 0.0, 1024);
+        // The built-in Socket net: every channel of the budget, its measured constants.
+        assert_eq!(net_channels(None, 64, 8), 8);
+        assert_eq!(net_hop_and_gbps(None), (36.0, 8.2));
+        // 100 Gbps is 12.5 GB/s: six channels of 2.3; 10 Gbps fits in one.
+        assert_eq!(net_channels(Some(&fast), 64, 8), 6);
+        assert_eq!(net_channels(Some(&slow), 64, 8), 1);
+        assert_eq!(net_hop_and_gbps(Some(&fast)), (41.0, 12.5));
+        assert_eq!(net_hop_and_gbps(Some(&slow)), (36.0, 1.25));
+        // Bounded by maxComms, the budget and the transport; a 400 Gbps link wants more than 8.
+        assert_eq!(net_channels(Some(&NetLink::new(100_000, 0.0, 2)), 64, 8), 2);
+        assert_eq!(net_channels(Some(&fast), 3, 8), 3);
+        assert_eq!(net_channels(Some(&NetLink::new(400_000, 0.0, 65536)), 64, 8), 8);
+        // Untrusted reports are bounded: no speed is NCCL's 10 Gbps, no connections is one.
+        assert_eq!(NetLink::new(-1, f32::NAN, -5), NetLink { speed_mbps: 10_000, latency_us: 0.0, max_comms: 1 });
+        assert_eq!(fast.weakest(slow), NetLink { speed_mbps: 10_000, latency_us: 5.0, max_comms: 1024 });
+
+        let allowed = Allowed::for_connections(2, true, false);
+        let on = |net: Option<NetLink>, nch| CommShape { link: Link::Net, net, ..shape(2, nch, nch) };
+        let large = |net, nch| choose(CollKind::AllReduce, 64 << 20, 4, &on(net, nch), &allowed);
+        let us = |net, nch, count| coll_us(CollKind::AllReduce, count, 4, &on(net, nch), &allowed);
+        // Large messages: the fast link is used on more channels than Socket's 4 and costs less;
+        // the slow one stays on one channel and costs more.
+        assert_eq!(large(None, 8).nchannels, 4);
+        assert_eq!(large(Some(fast), 6).nchannels, 6);
+        assert_eq!(large(Some(slow), 1).nchannels, 1);
+        assert!(us(Some(fast), 6, 16 << 20) < us(None, 8, 16 << 20));
+        assert!(us(Some(slow), 1, 16 << 20) > us(None, 8, 16 << 20));
+        // Small messages pay the plugin's latency on top of the proxies'.
+        assert!((us(Some(fast), 6, 2) - us(None, 8, 2) - 5.0).abs() < 1e-9);
     }
 
     #[test]

@@ -233,6 +233,48 @@ fn plan_matches_rings_worked_out_by_hand() {
 }
 
 #[test]
+fn plan_over_the_socket_net_keeps_its_measured_constants() {
+    // Two hosts over the built-in Socket net: every choice as the tuner made it before net
+    // plugins' properties priced NET (docs/NET.md), and the link as measured.
+    let j = ok_json(&["plan", "--nranks", "2", "--hosts", "2"], &[("NCCL_SOCKET_IFNAME", "lo")]);
+    assert_eq!(j["ring_channels"], 8);
+    let net = &j["net_link"];
+    assert_eq!((net["net"].as_str(), net["channels"].as_u64()), (Some("Socket"), Some(8)), "{net}");
+    assert_eq!((net["hop_us"].as_f64(), net["gbps"].as_f64()), (Some(36.0), Some(8.2)), "{net}");
+    let expected: [(&str, &str); 14] = [
+        ("OneShot/Simple 1ch 36.0us", "Ring/Simple 1ch 36.0us"),
+        ("OneShot/Simple 1ch 36.0us", "Ring/Simple 1ch 36.0us"),
+        ("OneShot/Simple 1ch 36.1us", "Ring/Simple 1ch 36.1us"),
+        ("OneShot/Simple 1ch 36.5us", "Ring/Simple 1ch 36.2us"),
+        ("OneShot/Simple 1ch 37.9us", "Ring/Simple 1ch 36.9us"),
+        ("OneShot/Simple 1ch 43.7us", "Ring/Simple 1ch 39.6us"),
+        ("OneShot/Simple 2ch 66.3us", "Ring/Simple 1ch 50.2us"),
+        ("OneShot/Simple 3ch 106.9us", "Ring/Simple 2ch 79.5us"),
+        ("OneShot/Simple 4ch 218.5us", "Ring/Simple 3ch 142.0us"),
+        ("OneShot/Simple 4ch 631.0us", "Ring/Simple 4ch 336.8us"),
+        ("Ring/Simple 4ch 2208.0us", "Ring/Simple 4ch 1104.0us"),
+        ("Ring/Simple 4ch 8346.0us", "Ring/Simple 4ch 4173.0us"),
+        ("Ring/Simple 4ch 32898.0us", "Ring/Simple 4ch 16449.0us"),
+        ("Ring/Simple 4ch 131106.1us", "Ring/Simple 4ch 65553.1us"),
+    ];
+    let rows = j["sizes"].as_array().unwrap();
+    assert_eq!(rows.len(), expected.len());
+    for (row, (all_reduce, all_gather)) in rows.iter().zip(expected) {
+        let show = |c: &Value| {
+            format!(
+                "{}/{} {}ch {:.1}us",
+                c["algorithm"].as_str().unwrap(),
+                c["protocol"].as_str().unwrap(),
+                c["channels"],
+                c["modelled_us"].as_f64().unwrap()
+            )
+        };
+        let got = (show(&row["choices"]["all_reduce"]), show(&row["choices"]["all_gather"]));
+        assert_eq!(got, (all_reduce.to_string(), all_gather.to_string()), "{} bytes", row["bytes"]);
+    }
+}
+
+#[test]
 fn plan_rejects_bad_input_naming_it() {
     let e = failure(&["plan", "--nranks", "2", "--gpus-per-host", "2"], &[("NCCL_PROTO", "LL256")]);
     assert!(e.contains("NCCL_PROTO=LL256"), "{e}");

@@ -11,7 +11,9 @@
 //! - a sender killed mid-message: the receiver fails promptly, naming the peer;
 //! - the plugin loader: a plugin whose init fails, a library without the symbol, a missing
 //!   file, a plugin whose own dependency is missing, `NCCL_NET`, `none`; and an
-//!   `NCCL_SOCKET_IFNAME` that matches nothing.
+//!   `NCCL_SOCKET_IFNAME` that matches nothing;
+//! - `ferronickel plan` across two hosts over the Socket net and over plugins reporting a slow and a
+//!   fast link: their properties set the NET link's channels and costs (docs/NET.md).
 //!
 //! Garbage on the Socket net's data sockets is tested in the module's unit tests, which can
 //! speak its wire format.
@@ -64,6 +66,9 @@ fn plugins() -> &'static Plugins {
         };
         build("libnccl-net-fntcp11.so", "net_plugin_tcp.c", &["-DPLUGIN_VERSION=11"]);
         build("libnccl-net-fntcp8.so", "net_plugin_tcp.c", &["-DPLUGIN_VERSION=8"]);
+        // The same net reporting a fast link: 100 Gbps, 5 us, 65536 connections.
+        let fast = ["-DPLUGIN_VERSION=11", "-DPLUGIN_SPEED=100000", "-DPLUGIN_LATENCY=5", "-DPLUGIN_MAX_COMMS=65536"];
+        build("libnccl-net-fntcpfast.so", "net_plugin_tcp.c", &fast);
         build("libnccl-net-fnbroken.so", "net_plugin_broken.c", &[]);
         build("libnccl-net-fnnosym.so", "net_plugin_nosym.c", &[]);
         // A plugin whose own dependency is missing: present, but it cannot load.
@@ -192,6 +197,68 @@ fn layout_matches_the_c_header() {
     rust.sort();
     assert!(c.len() > 100, "the C probe printed too little: {c:?}");
     assert_eq!(c, rust, "net plugin ABI: C header and Rust mirrors disagree");
+}
+
+/// `ferronickel plan --json` of two ranks on two hosts over the net `NCCL_NET_PLUGIN` names.
+fn plan_over(net_plugin: &str) -> serde_json::Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferronickel"));
+    cmd.args(["plan", "--nranks", "2", "--hosts", "2", "--json"])
+        .env("NCCL_NET_PLUGIN", net_plugin)
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .env("NCCL_DEBUG", "WARN")
+        .env_remove("NCCL_NET")
+        .env_remove("NCCL_ALGO")
+        .env_remove("NCCL_PROTO")
+        .env_remove("NCCL_TUNER_PLUGIN");
+    let out = stdout_of(&mut cmd);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("plan printed invalid JSON ({e}):\n{out}"))
+}
+
+/// The choice of all-reduce at `bytes` in a plan: (channels, modelled µs).
+fn all_reduce_at(plan: &serde_json::Value, bytes: u64) -> (u64, f64) {
+    let row = plan["sizes"].as_array().unwrap().iter().find(|r| r["bytes"] == bytes).expect("size planned");
+    let c = &row["choices"]["all_reduce"];
+    (c["channels"].as_u64().unwrap(), c["modelled_us"].as_f64().unwrap())
+}
+
+#[test]
+fn a_net_plugins_properties_price_net_and_size_its_channels_in_plan() {
+    let socket = plan_over("none");
+    let slow = plan_over(&plugins().path("fntcp11"));
+    let fast = plan_over(&plugins().path("fntcpfast"));
+    // The built-in Socket net: its measured constants and every channel the transport allows.
+    let net = &socket["net_link"];
+    assert_eq!((net["net"].as_str(), net["speed_mbps"].is_null()), (Some("Socket"), true), "{net}");
+    assert_eq!(
+        (net["channels"].as_u64(), net["hop_us"].as_f64(), net["gbps"].as_f64()),
+        (Some(8), Some(36.0), Some(8.2))
+    );
+    assert_eq!(socket["ring_channels"], 8);
+    // 10 Gbps (1.25 GB/s) is one channel's worth; 100 Gbps (12.5 GB/s) six of 2.3 GB/s each.
+    for (plan, speed, latency, max_comms, channels, hop, gbps) in
+        [(&slow, 10_000, 0.0, 1024, 1, 36.0, 1.25), (&fast, 100_000, 5.0, 65536, 6, 41.0, 12.5)]
+    {
+        let net = &plan["net_link"];
+        assert_eq!(net["net"], "fn-tcp-lo", "{net}");
+        assert_eq!(
+            (net["speed_mbps"].as_u64(), net["latency_us"].as_f64(), net["max_comms"].as_u64()),
+            (Some(speed), Some(latency), Some(max_comms)),
+            "{net}"
+        );
+        assert_eq!(
+            (net["channels"].as_u64(), net["hop_us"].as_f64(), net["gbps"].as_f64()),
+            (Some(channels), Some(hop), Some(gbps))
+        );
+        assert_eq!(plan["ring_channels"], channels);
+    }
+    // Large all-reduces: the fast link runs on more channels than Socket and is modelled faster,
+    // the slow one on one channel and slower; small ones pay the fast link's 5 us per hop.
+    let (s, sl, f) = (all_reduce_at(&socket, 1 << 30), all_reduce_at(&slow, 1 << 30), all_reduce_at(&fast, 1 << 30));
+    assert_eq!((s.0, sl.0, f.0), (4, 1, 6));
+    assert!(f.1 < s.1 && s.1 < sl.1, "fast {f:?}, Socket {s:?}, slow {sl:?}");
+    let (s, f) = (all_reduce_at(&socket, 16), all_reduce_at(&fast, 16));
+    assert_eq!((s.0, f.0), (1, 1));
+    assert!((f.1 - s.1 - 5.0).abs() < 1e-6, "fast {f:?}, Socket {s:?}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use crate::cuda::{self, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
 use crate::plugin::profiler::{self, Profiler};
 use crate::plugin::tuner as tuner_plugin;
-use crate::task::Link;
+use crate::task::{Link, NetLink};
 use crate::topo::tree::Trees;
 use crate::topo::{self, Lsa, PeerInfo, Ring};
 use crate::transport::conn_plan::ConnPlan;
@@ -53,7 +53,8 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let me = peer_info(rank, dev)?;
     let (peers, kinds) = gather_peers(&bootstrap, &me)?;
     let on_net = transport::net_pairs(&kinds);
-    let nchannels = channel_count(&me, &peers, on_net, &config);
+    let net_link = if on_net { agreed_net_link(&bootstrap)? } else { None };
+    let nchannels = channel_count(&me, &peers, on_net.then_some(net_link.as_ref()), &config);
     let order = topo::ring_order(&peers);
     let ring = Ring::new(&order, rank);
     let trees = Trees::new(&order, &peers.iter().map(|p| p.host_hash).collect::<Vec<_>>());
@@ -124,6 +125,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         runtime_peers: Mutex::new(HashSet::new()),
         tree: trees.shape(),
         link: Link::slowest(on_net, host_fifos),
+        net: net_link,
         limits,
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),
@@ -231,9 +233,41 @@ fn gather_peers(bootstrap: &Bootstrap, me: &PeerInfo) -> Result<(Vec<PeerInfo>, 
     Ok((peers, kinds))
 }
 
-/// The communicator's channel count: from the ranks sharing a GPU, capped when any pair is on
-/// NET, then bounded by the config's CTA limits.
-fn channel_count(me: &PeerInfo, peers: &[PeerInfo], on_net: bool, config: &CommConfig) -> usize {
+/// The NET link as the net plugin of every rank reports it (docs/NET.md, "What a net plugin's
+/// properties change"), the weakest report when they differ, so that every rank sizes its channels
+/// alike; `None` when some rank runs the built-in Socket net.
+fn agreed_net_link(bootstrap: &Bootstrap) -> Result<Option<NetLink>> {
+    const BYTES: usize = 17;
+    let cfg = net::NetConfig { comm_id: bootstrap.magic(), ..Default::default() };
+    let mine = net::plugin_properties(&cfg)?.map(|p| NetLink::new(p.speed_mbps, p.latency_us, p.max_comms));
+    let mut record = [0u8; BYTES];
+    if let Some(l) = mine {
+        record[0] = 1;
+        record[1..5].copy_from_slice(&l.speed_mbps.to_le_bytes());
+        record[5..9].copy_from_slice(&u32::try_from(l.max_comms).unwrap_or(u32::MAX).to_le_bytes());
+        record[9..].copy_from_slice(&l.latency_us.to_le_bytes());
+    }
+    let mut agreed: Option<NetLink> = None;
+    for (r, b) in bootstrap.allgather(&record)?.iter().enumerate() {
+        let b: &[u8; BYTES] = b
+            .as_slice()
+            .try_into()
+            .map_err(|_| Error::Internal(format!("rank {r} sent {} bytes of NET properties, not {BYTES}", b.len())))?;
+        if b[0] == 0 {
+            return Ok(None);
+        }
+        let word = |i: usize| i32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let latency = f64::from_le_bytes(b[9..].try_into().expect("8 bytes"));
+        let theirs = NetLink::new(word(1), latency as f32, word(5));
+        agreed = Some(agreed.map_or(theirs, |a| a.weakest(theirs)));
+    }
+    Ok(agreed)
+}
+
+/// The communicator's channel count: from the ranks sharing a GPU, sized for the NET link when
+/// any pair is on NET (`net`: `Some` then, holding a plugin's link or `None` for Socket), then
+/// bounded by the config's CTA limits.
+fn channel_count(me: &PeerInfo, peers: &[PeerInfo], net: Option<Option<&NetLink>>, config: &CommConfig) -> usize {
     let sharing = peers.iter().filter(|p| p.same_gpu(me)).count();
     if sharing > 1 {
         crate::nccl_info!(
@@ -245,8 +279,8 @@ fn channel_count(me: &PeerInfo, peers: &[PeerInfo], on_net: bool, config: &CommC
     }
     let max_per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
     let mut nchannels = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
-    if on_net {
-        nchannels = nchannels.min(net::conn::MAX_CHANNELS);
+    if let Some(link) = net {
+        nchannels = crate::tuner::net_channels(link, nchannels, net::conn::MAX_CHANNELS);
     }
     if let Some(max) = config.max_ctas {
         nchannels = nchannels.min(max.max(1));

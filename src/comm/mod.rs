@@ -20,7 +20,7 @@ use crate::cuda::{Context, DeviceBuffer, Event, HostMapped};
 use crate::error::{Error, Result};
 use crate::plugin::profiler::Profiler;
 use crate::plugin::tuner::Session as TunerSession;
-use crate::task::{CommShape, DevOp, Link};
+use crate::task::{CommShape, DevOp, Link, NetLink};
 use crate::topo::tree::TreeShape;
 use crate::topo::Lsa;
 use crate::transport::conn_plan::ConnPlan;
@@ -102,6 +102,9 @@ pub struct Comm {
     pub tree: TreeShape,
     /// The slowest kind of connection between two of its ranks (alike on every rank).
     pub link: Link,
+    /// The NET link as a net plugin reports it (alike on every rank); `None`: no NET, or the
+    /// built-in Socket net.
+    pub net: Option<NetLink>,
     /// What this communicator's connections allow the tuner (host-memory FIFOs rule out some
     /// kernels, and copy engines need P2P); intersected with NCCL_ALGO / NCCL_PROTO per launch.
     pub limits: Allowed,
@@ -160,6 +163,7 @@ impl Comm {
             runtime_peers: Mutex::new(HashSet::new()),
             tree: TreeShape::chain(nranks),
             link: Link::P2p,
+            net: None,
             limits: Allowed::ALL,
             user_ops: Mutex::new(Vec::new()),
             registrations: Mutex::new(HashSet::new()),
@@ -267,6 +271,7 @@ impl Comm {
             all_pairs_channels: self.conns.all_pairs_channels(),
             tree: self.tree,
             link: self.link,
+            net: self.net,
             tuner: self.tuner_plugin.clone(),
         }
     }

@@ -249,8 +249,22 @@ static ncclResult_t plugin_closeListen(void* comm) {
   return ncclSuccess;
 }
 
-static void fill_props(int dev, char** name, char** pci, uint64_t* guid, int* ptr, int* speed, int* maxComms, int* maxRecvs) {
-  *name = "fn-tcp-lo"; *pci = NULL; *guid = (uint64_t)dev; *ptr = NCCL_PTR_HOST; *speed = 10000; *maxComms = 1024; *maxRecvs = 1;
+/* The link it reports, which the tuner prices NET by: -DPLUGIN_SPEED=<Mbps>, -DPLUGIN_LATENCY=<us>,
+ * -DPLUGIN_MAX_COMMS=<n> change it. */
+#ifndef PLUGIN_SPEED
+#define PLUGIN_SPEED 10000
+#endif
+#ifndef PLUGIN_LATENCY
+#define PLUGIN_LATENCY 0
+#endif
+#ifndef PLUGIN_MAX_COMMS
+#define PLUGIN_MAX_COMMS 1024
+#endif
+
+static void fill_props(int dev, char** name, char** pci, uint64_t* guid, int* ptr, int* speed, float* latency,
+                       int* maxComms, int* maxRecvs) {
+  *name = "fn-tcp-lo"; *pci = NULL; *guid = (uint64_t)dev; *ptr = NCCL_PTR_HOST; *speed = PLUGIN_SPEED;
+  *latency = PLUGIN_LATENCY; *maxComms = PLUGIN_MAX_COMMS; *maxRecvs = 1;
 }
 
 static void say_hello(void) {
@@ -271,7 +285,7 @@ static ncclResult_t plugin_init(void** ctx, uint64_t commId, ncclNetCommConfig_v
 static ncclResult_t plugin_finalize(void* ctx) { free(ctx); return ncclSuccess; }
 static ncclResult_t plugin_getProperties(int dev, ncclNetProperties_v11_t* p) {
   memset(p, 0, sizeof(*p));
-  fill_props(dev, &p->name, &p->pciPath, &p->guid, &p->ptrSupport, &p->speed, &p->maxComms, &p->maxRecvs);
+  fill_props(dev, &p->name, &p->pciPath, &p->guid, &p->ptrSupport, &p->speed, &p->latency, &p->maxComms, &p->maxRecvs);
   p->maxP2pBytes = (size_t)1 << 40; p->maxCollBytes = (size_t)1 << 30; p->maxMultiRequestSize = 1;
   p->vProps.ndevs = 1; p->vProps.devs[0] = dev;
   return ncclSuccess;
@@ -306,7 +320,7 @@ const ncclNet_v11_t ncclNetPlugin_v11 = {
 static ncclResult_t plugin_init(ncclDebugLogger_t log) { logger = log; say_hello(); return ncclSuccess; }
 static ncclResult_t plugin_getProperties(int dev, ncclNetProperties_v8_t* p) {
   memset(p, 0, sizeof(*p));
-  fill_props(dev, &p->name, &p->pciPath, &p->guid, &p->ptrSupport, &p->speed, &p->maxComms, &p->maxRecvs);
+  fill_props(dev, &p->name, &p->pciPath, &p->guid, &p->ptrSupport, &p->speed, &p->latency, &p->maxComms, &p->maxRecvs);
   return ncclSuccess;
 }
 static ncclResult_t plugin_listen(int dev, void* handle, void** listenComm) { return do_listen(dev, handle, listenComm); }

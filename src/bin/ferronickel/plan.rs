@@ -12,11 +12,11 @@
 use crate::args::PlanArgs;
 use crate::{CmdResult, Report};
 use nccl::plugin::tuner as tuner_plugin;
-use nccl::task::{CollKind, CommShape, Link};
+use nccl::task::{CollKind, CommShape, Link, NetLink};
 use nccl::topo::tree::Trees;
 use nccl::topo::{self, PeerInfo};
 use nccl::transport::conn_plan::ConnPlan;
-use nccl::transport::{self, Path, Settings};
+use nccl::transport::{self, net, Path, Settings};
 use nccl::tuner::{self, Allowed};
 use serde_json::json;
 use std::fmt::Write;
@@ -106,8 +106,16 @@ pub fn run(args: PlanArgs) -> CmdResult {
     }
     let per_gpu = on_gpu.values().copied().max().unwrap_or(1);
     let mut nchannels = topo::channel_count(per_gpu, topo::min_nchannels(), topo::max_nchannels());
-    if transport::net_pairs(&kinds) {
-        nchannels = nchannels.min(nccl::transport::net::conn::MAX_CHANNELS);
+    let on_net = transport::net_pairs(&kinds);
+    // A net plugin (NCCL_NET_PLUGIN, or libnccl-net.so) is loaded as init loads it: its reported
+    // properties price NET and size its channels (docs/NET.md).
+    let net_props = match on_net && net::plugin_library().is_some() {
+        true => net::plugin_properties(&net::NetConfig::default()).map_err(|e| format!("the net plugin: {e}"))?,
+        false => None,
+    };
+    let net_link = net_props.as_ref().map(|p| NetLink::new(p.speed_mbps, p.latency_us, p.max_comms));
+    if on_net {
+        nchannels = tuner::net_channels(net_link.as_ref(), nchannels, net::conn::MAX_CHANNELS);
     }
     let order = topo::ring_order(&peers);
     let host_of: Vec<u64> = peers.iter().map(|p| p.host_hash).collect();
@@ -137,6 +145,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         all_pairs_channels: conns.all_pairs_channels(),
         tree,
         link,
+        net: net_link,
         tuner: plugin,
     };
     // Each tree's root: the rank without a parent.
@@ -154,9 +163,21 @@ pub fn run(args: PlanArgs) -> CmdResult {
     if hosts > 1 {
         notes.push(format!(
             "ranks span hosts: peers on other hosts connect over NET (a proxy thread per GPU), at most {} channels",
-            nccl::transport::net::conn::MAX_CHANNELS
+            net::conn::MAX_CHANNELS
         ));
     }
+    let (net_hop_us, net_gbps) = tuner::net_hop_and_gbps(net_link.as_ref());
+    let net_json = on_net.then(|| {
+        json!({
+            "net": net_props.as_ref().map_or(net::socket::NAME, |p| p.name.as_str()),
+            "speed_mbps": net_link.map(|l| l.speed_mbps),
+            "latency_us": net_link.map(|l| l.latency_us),
+            "max_comms": net_link.map(|l| l.max_comms),
+            "channels": nchannels,
+            "hop_us": net_hop_us,
+            "gbps": net_gbps,
+        })
+    });
     if ranks_per_host < gpus_per_host {
         notes.push(format!("only {ranks_per_host} of each host's {gpus_per_host} GPUs have a rank"));
     }
@@ -173,6 +194,20 @@ pub fn run(args: PlanArgs) -> CmdResult {
     .unwrap();
     writeln!(text, "FIFO: {} B per connection (NCCL_BUFFSIZE)", conns.fifo_bytes).unwrap();
     writeln!(text, "tuner plugin: {plugin_note}").unwrap();
+    if on_net {
+        let source = match (&net_props, net_link) {
+            (Some(p), Some(l)) => format!(
+                "net plugin device {:?}: speed {} Mbps, latency {} us, maxComms {}",
+                p.name, l.speed_mbps, l.latency_us, l.max_comms
+            ),
+            _ => "the built-in Socket net's measured constants".to_string(),
+        };
+        writeln!(
+            text,
+            "NET link ({source}): {nchannels} channels, a Simple hop {net_hop_us:.1} us, up to {net_gbps:.2} GB/s"
+        )
+        .unwrap();
+    }
     if tree.nhosts > 1 {
         writeln!(
             text,
@@ -239,6 +274,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         "oneshot_channels": shape.all_pairs_channels,
         "fifo_bytes": conns.fifo_bytes,
         "tuner_plugin": plugin_note,
+        "net_link": net_json,
         "sizes": rows,
     });
     Ok(Report { text, json, failed: None })

@@ -86,6 +86,11 @@ pub trait Net: Send + Sync {
     fn name(&self) -> &str;
     fn devices(&self) -> usize;
     fn properties(&self, dev: usize) -> Result<Properties>;
+    /// Whether this is the built-in Socket net, which the tuner prices by its own measured
+    /// constants rather than by its reported properties.
+    fn builtin(&self) -> bool {
+        false
+    }
     /// Starts listening on `dev`; the handle goes to the peer that will connect.
     fn listen(&self, dev: usize) -> Result<(Handle, Box<dyn Listener>)>;
     /// Starts connecting to a peer's handle; poll the result until it yields the comm.
@@ -203,6 +208,16 @@ pub fn init(cfg: &NetConfig) -> Result<Arc<dyn Net>> {
         tried.join(", "),
         if tried.is_empty() { "" } else { ", " }
     )))
+}
+
+/// The properties of device 0 of the net `cfg` picks when that net is a plugin (device 0 is the
+/// one connections use), or `None` for the built-in Socket net.
+pub fn plugin_properties(cfg: &NetConfig) -> Result<Option<Properties>> {
+    let net = init(cfg)?;
+    if net.builtin() {
+        return Ok(None);
+    }
+    net.properties(0).map(Some)
 }
 
 /// The file of the net plugin library NCCL_NET_PLUGIN (or `libnccl-net.so`) gives: the first that

@@ -163,6 +163,10 @@ impl Net for SocketNet {
         self.ifs.len()
     }
 
+    fn builtin(&self) -> bool {
+        true
+    }
+
     fn properties(&self, dev: usize) -> Result<Properties> {
         let (name, _) = self.dev(dev)?;
         Ok(Properties {
