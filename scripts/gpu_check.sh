@@ -489,7 +489,7 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
         _ "$LOG/plugin_net_v${v}_2.log" env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp$v.so" \
         "$CHK" --mode procs --devs 0,0 --hosts 2 $([ $v = 11 ] && echo "$Q" || echo --quick) --failures-only
     done
-    # The plugin's properties size the NET channels (docs/NET.md): 10 Gbps above ran on one, the
+    # The plugin's properties size the NET channels (docs/NET.md): 10 Gbps above ran on two, the
     # fast link's communicators must report 6.
     step plugin_net_fast_2 net 200 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "${@:2}"; rc=$?
       n=$(grep -c "ready: 6 channels" "$1"); echo "communicators on 6 channels: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \

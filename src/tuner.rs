@@ -344,15 +344,17 @@ fn plugin_net_cost(link: &NetLink) -> HostLinkCost {
 
 /// NET channels a communicator connects, out of its budget `nchannels` and the transport's most,
 /// `max`: the built-in Socket net (`net` is `None`) uses them all; with a plugin, enough that
-/// every channel's Simple rate (NET_COST's per channel) adds up to the link's bandwidth, and no
-/// more than the plugin's `maxComms`.
+/// every channel's Simple rate (NET_COST's per channel) adds up to the link's bandwidth, never
+/// fewer than the two NCCL gives a NET peer (a link often carries more than its report), and no
+/// more than the plugin's `maxComms`. The tuner still picks, per collective, how many to use.
 pub fn net_channels(net: Option<&NetLink>, nchannels: usize, max: usize) -> usize {
+    const FLOOR: usize = 2;
     let most = nchannels.min(max).max(1);
     match net {
         None => most,
         Some(link) => {
             let per_channel = NET_COST.channel_gbps[FN_PROTO_SIMPLE as usize];
-            let wanted = (link.gbps() / per_channel).ceil() as usize;
+            let wanted = ((link.gbps() / per_channel).ceil() as usize).max(FLOOR);
             wanted.clamp(1, most.min(link.max_comms))
         }
     }
@@ -894,9 +896,10 @@ mod tests {
         // The built-in Socket net: every channel of the budget, its measured constants.
         assert_eq!(net_channels(None, 64, 8), 8);
         assert_eq!(net_hop_and_gbps(None), (36.0, 8.2));
-        // 100 Gbps is 12.5 GB/s: six channels of 2.3; 10 Gbps fits in one.
+        // 100 Gbps is 12.5 GB/s: six channels of 2.3; 10 Gbps fits in one, but two are connected.
         assert_eq!(net_channels(Some(&fast), 64, 8), 6);
-        assert_eq!(net_channels(Some(&slow), 64, 8), 1);
+        assert_eq!(net_channels(Some(&slow), 64, 8), 2);
+        assert_eq!(net_channels(Some(&NetLink::new(10_000, 0.0, 1)), 64, 8), 1);
         assert_eq!(net_hop_and_gbps(Some(&fast)), (41.0, 12.5));
         assert_eq!(net_hop_and_gbps(Some(&slow)), (36.0, 1.25));
         // Bounded by maxComms, the budget and the transport; a 400 Gbps link wants more than 8.
@@ -915,7 +918,7 @@ mod tests {
         // the slow one stays on one channel and costs more.
         assert_eq!(large(None, 8).nchannels, 4);
         assert_eq!(large(Some(fast), 6).nchannels, 6);
-        assert_eq!(large(Some(slow), 1).nchannels, 1);
+        assert_eq!(large(Some(slow), 2).nchannels, 1);
         assert!(us(Some(fast), 6, 16 << 20) < us(None, 8, 16 << 20));
         assert!(us(Some(slow), 1, 16 << 20) > us(None, 8, 16 << 20));
         // Small messages pay the plugin's latency on top of the proxies'.

@@ -635,3 +635,27 @@ fn a_revoked_comm_allows_only_queries_shrink_abort_and_destroy() {
         }
     }
 }
+
+#[test]
+fn the_config_names_the_net_and_its_traffic_class() {
+    let net = c"IB";
+    let name = c"trainer";
+    let mut cfg = config();
+    cfg.netName = net.as_ptr();
+    cfg.trafficClass = 106;
+    cfg.commName = name.as_ptr();
+    // SAFETY: a complete config with live strings.
+    let read = unsafe { init::read_config(&cfg) }.expect("a valid config");
+    assert_eq!(read.net.net_name.as_deref(), Some("IB"));
+    assert_eq!(read.net.traffic_class, Some(106));
+    assert_eq!(read.name.as_deref(), Some("trainer"));
+    // A caller's older, smaller struct that ends before netName: nothing past its size is read.
+    cfg.size = std::mem::offset_of!(ncclConfig_t, netName);
+    // SAFETY: as above; fewer fields are read.
+    let old = unsafe { init::read_config(&cfg) }.expect("a valid older config");
+    assert_eq!((old.net.net_name, old.net.traffic_class, old.name), (None, None, None));
+    // Unset stays unset: NCCL_NET and the plugin's own class then apply.
+    // SAFETY: as above.
+    let unset = unsafe { init::read_config(&config()) }.expect("a valid config");
+    assert_eq!((unset.net.net_name, unset.net.traffic_class), (None, None));
+}

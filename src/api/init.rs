@@ -6,7 +6,7 @@ use crate::comm::{self, registry, Comm, CommConfig, CommHandle, Phase};
 use crate::cuda;
 use crate::error::{Error, Result};
 use crate::types::*;
-use std::ffi::{c_int, CStr};
+use std::ffi::{c_char, c_int, CStr};
 use std::mem::offset_of;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,15 +78,18 @@ pub unsafe fn read_config(config: *const ncclConfig_t) -> Result<CommConfig> {
         }
     }
     flag("splitShare", offset_of!(ncclConfig_t, splitShare))?;
-    let name_off = offset_of!(ncclConfig_t, commName);
-    if name_off + std::mem::size_of::<*const i8>() <= size {
-        // SAFETY: covered by size, as above.
-        let p = unsafe { (base.add(name_off) as *const *const std::ffi::c_char).read_unaligned() };
-        if !p.is_null() {
-            // SAFETY: a non-NULL commName is a NUL-terminated string by the API's contract.
-            out.name = Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned());
+    let string = |off: usize| -> Option<String> {
+        if off + std::mem::size_of::<*const c_char>() > size {
+            return None;
         }
-    }
+        // SAFETY: covered by size, as above.
+        let p = unsafe { (base.add(off) as *const *const c_char).read_unaligned() };
+        // SAFETY: a non-NULL string field is NUL-terminated by the API's contract.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
+    out.name = string(offset_of!(ncclConfig_t, commName));
+    out.net.net_name = string(offset_of!(ncclConfig_t, netName));
+    out.net.traffic_class = int(offset_of!(ncclConfig_t, trafficClass));
     flag("collnetEnable", offset_of!(ncclConfig_t, collnetEnable))?;
     if let Some(v) = int(offset_of!(ncclConfig_t, CTAPolicy)) {
         if !(0..=3).contains(&v) {

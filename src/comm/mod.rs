@@ -48,6 +48,8 @@ pub struct CommConfig {
     pub min_ctas: Option<usize>,
     pub max_ctas: Option<usize>,
     pub name: Option<String>,
+    /// `netName` and `trafficClass`: which net the NET transport uses and what it asks of it.
+    pub net: crate::transport::net::NetConfig,
 }
 
 /// A user reduction operator from `ncclRedOpCreatePreMulSum`.
