@@ -1,21 +1,41 @@
-// net_bench.cu: all-reduce between processes that each claim a host of their own (NCCL_HOSTID),
-// so the library under test moves every byte through its NET transport (for ferronickel: the
-// proxy thread and the Socket net; for NVIDIA's NCCL: NET/Socket), all on one GPU. With
-// --one-host the processes keep the machine's host identity, so the library picks P2P or, under
-// NCCL_P2P_DISABLE=1, SHM; --gpus G puts rank r on GPU dev + r % G (NCCL needs a GPU per rank).
-// With --uts a host is told apart as production does, by host name: each rank process takes a UTS
-// namespace of its own with its own host name, and no NCCL_HOSTID (needs CAP_SYS_ADMIN).
+// net_bench.cu: the nine collectives of nccl-tests between processes that each claim a host of
+// their own (NCCL_HOSTID), so the library under test moves every byte through its NET transport
+// (for ferronickel: the proxy thread and the Socket net; for NVIDIA's NCCL: NET/Socket), all on one
+// GPU. With --one-host the processes keep the machine's host identity, so the library picks P2P
+// or, under NCCL_P2P_DISABLE=1, SHM; --gpus G puts rank r on GPU dev + r % G (NCCL needs a GPU per
+// rank). With --uts a host is told apart as production does, by host name: each rank process takes
+// a UTS namespace of its own with its own host name, and no NCCL_HOSTID (needs CAP_SYS_ADMIN).
 //
 // Public NCCL API only: the same binary runs against either library (LD_LIBRARY_PATH). One process
-// per rank, forked after ncclGetUniqueId and before any CUDA call. Per size: warm-up, then `iters`
-// all-reduces timed with CUDA events on each rank's stream; the slowest rank's time per call is
-// reported with nccl-tests' bus bandwidth (2(n-1)/n x size / time). After timing, one more call
-// with inputs rank+1 is checked at its first, middle and last element (exact sums of small
-// integers in float).
+// per rank, forked after ncclGetUniqueId and before any CUDA call; the processes share a page of
+// memory for the control plane (barriers, the stop decision, the timings), so nothing but the
+// measured calls goes over the library's network.
 //
-// usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--min 8] [--max 512M] [--budget-s 0.25]
-// Output: "# net_bench ..." header, then rows "bytes time_us algbw_GBs busbw_GBs" and
-// "NET_BENCH: PASS|FAIL".
+// Collectives, float, sum, root 0, out of place, each as nccl-tests runs it: all_reduce,
+// all_gather, reduce_scatter, broadcast, reduce, sendrecv (a ring: send to rank+1, receive from
+// rank-1, in one group), alltoall (ncclSend/ncclRecv with every peer, itself included, in one
+// group), gather and scatter (ncclSend/ncclRecv to and from root 0, itself included, in one group).
+// Sizes as nccl-tests' -b/-e: a size S is S/4 floats, and for the collectives whose buffers differ
+// per rank (all_gather, reduce_scatter, alltoall, gather, scatter) each rank's part is S/4/n floats
+// and the size reported is the larger buffer, n x part x 4 bytes (all_gather's and gather's output,
+// reduce_scatter's and scatter's input, alltoall's either); a size whose part is 0 floats is left
+// out. Bus bandwidth as nccl-tests: all_reduce 2(n-1)/n x algbw; all_gather, reduce_scatter,
+// alltoall, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1; algbw = size / time.
+//
+// Per collective and size: one checked call (outputs poisoned, inputs rank r element j =
+// r*4096 + j%4093, exact in float even summed over 8 ranks, every output element compared on the
+// host), --warmup more calls, then timed calls one at a time: a barrier of all ranks, CUDA events
+// around the one call on each rank's stream, wait for the end event. A call's time is the slowest
+// rank's. Rank 0 stops the timed calls after --iters, or once --budget-s has passed and at least 5
+// were timed, and tells the others at the barrier, so every rank makes the same calls. Rows give
+// the median (p50), p99 (nearest rank), mean, and the bandwidths at the median.
+// A watchdog per rank (SIGALRM after --timeout-s in one size, or at init or teardown) names the
+// collective, size and stage it was stuck in and exits 3.
+//
+// usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--colls all|a,b,c]
+//                  [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]
+// Output: "# ..." header lines, rows "coll bytes iters p50_us p99_us mean_us algbw_GBs busbw_GBs
+// wrong", and last "NET_BENCH: PASS" or "NET_BENCH: FAIL <why>" (exit 1).
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <nccl.h>
@@ -29,42 +49,222 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "size_arg.h"
 
-#define CK(cmd)                                                                          \
-  do {                                                                                   \
-    cudaError_t e_ = (cmd);                                                              \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #cmd, cudaGetErrorString(e_)); \
-      _exit(3);                                                                          \
-    }                                                                                    \
+enum Coll { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE, SENDRECV, ALLTOALL, GATHER, SCATTER, NCOLLS };
+static const char* kCollName[NCOLLS] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                                        "sendrecv",   "alltoall",   "gather",         "scatter"};
+static const int kMaxRanks = 8, kMaxIters = 1000, kMinIters = 5;
+
+// Where this rank is, for the watchdog and the error macros.
+static int gRank = -1;
+static volatile int gColl = -1, gIter = -1;
+static volatile size_t gBytes = 0;
+static const char* volatile gStage = "start";
+
+static void where(char* buf, size_t len) {
+  int at = snprintf(buf, len, "rank %d, %s", gRank, gStage);
+  if (gColl >= 0 && at > 0 && (size_t)at < len)
+    at += snprintf(buf + at, len - at, ", %s %zu B", kCollName[gColl], (size_t)gBytes);
+  if (gIter >= 0 && at > 0 && (size_t)at < len) snprintf(buf + at, len - at, ", timed call %d", gIter);
+}
+
+#define CK(cmd)                                                                                           \
+  do {                                                                                                    \
+    cudaError_t e_ = (cmd);                                                                               \
+    if (e_ != cudaSuccess) {                                                                              \
+      char w_[160];                                                                                       \
+      where(w_, sizeof w_);                                                                               \
+      fprintf(stderr, "%s:%d %s: %s (%s)\n", __FILE__, __LINE__, #cmd, cudaGetErrorString(e_), w_);      \
+      _exit(3);                                                                                           \
+    }                                                                                                     \
   } while (0)
-#define NK(cmd)                                                                          \
-  do {                                                                                   \
-    ncclResult_t r_ = (cmd);                                                             \
-    if (r_ != ncclSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s (%s)\n", __FILE__, __LINE__, #cmd, ncclGetErrorString(r_), \
-              ncclGetLastError(nullptr));                                                \
-      _exit(4);                                                                          \
-    }                                                                                    \
+#define NK(cmd)                                                                                           \
+  do {                                                                                                    \
+    ncclResult_t r_ = (cmd);                                                                              \
+    if (r_ != ncclSuccess) {                                                                              \
+      char w_[160];                                                                                       \
+      where(w_, sizeof w_);                                                                               \
+      fprintf(stderr, "%s:%d %s: %s (%s) (%s)\n", __FILE__, __LINE__, #cmd, ncclGetErrorString(r_),      \
+              ncclGetLastError(nullptr), w_);                                                             \
+      _exit(4);                                                                                           \
+    }                                                                                                     \
   } while (0)
 
-static const int kMaxSizes = 64;
+// SIGALRM: a rank stuck past --timeout-s (or told by the parent that a peer died) says where.
+static void onAlarm(int) {
+  char w[160], line[224];
+  where(w, sizeof w);
+  int len = snprintf(line, sizeof line, "NET_BENCH: HANG watchdog: %s\n", w);
+  if (len > 0 && write(2, line, (size_t)len) < 0) _exit(3);
+  _exit(3);
+}
+
+// The control plane, in memory every rank process shares (mmap before fork).
 struct Shared {
-  double us[8][kMaxSizes];  // per rank, per size: time per call
-  int wrong[8];
+  std::atomic<int> arrived, gen;
+  std::atomic<int> at[kMaxRanks];    // the barrier generation each rank last arrived at
+  int stop[2];                       // rank 0's stop decision, by barrier generation parity
+  float us[kMaxRanks][kMaxIters];    // this size's timed calls, per rank
+  long wrongNow[kMaxRanks];          // this size's wrong output elements, per rank
+  long wrong[kMaxRanks];             // all sizes
+  char firstWrong[kMaxRanks][160];   // the first wrong element each rank saw
 };
 
-static int rankMain(int rank, int n, int dev, bool oneHost, bool uts, ncclUniqueId id,
-                    const std::vector<size_t>& sizes, double budget, Shared* sh) {
-  if (!oneHost) {
+static double now() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+// All ranks meet; rank 0's `stop` (ignored elsewhere) reaches every rank. Waits at most
+// timeoutS, then names the ranks that never came and exits 3.
+static bool barrier(Shared* sh, int rank, int n, bool stop, double timeoutS) {
+  const char* stage = gStage;
+  gStage = "barrier";
+  const int g = sh->gen.load(std::memory_order_acquire);
+  if (rank == 0) sh->stop[g & 1] = stop;
+  sh->at[rank].store(g + 1, std::memory_order_relaxed);
+  if (sh->arrived.fetch_add(1, std::memory_order_acq_rel) == n - 1) {
+    sh->arrived.store(0, std::memory_order_relaxed);
+    sh->gen.store(g + 1, std::memory_order_release);
+  } else {
+    const double deadline = now() + timeoutS;
+    for (long spin = 0; sh->gen.load(std::memory_order_acquire) == g; spin++) {
+      if (spin % 1024 == 1023) {
+        if (now() > deadline) {
+          char w[160];
+          where(w, sizeof w);
+          fprintf(stderr, "NET_BENCH: HANG %s: waited %.0f s for rank(s):", w, timeoutS);
+          for (int r = 0; r < n; r++)
+            if (sh->at[r].load(std::memory_order_relaxed) <= g) fprintf(stderr, " %d", r);
+          fprintf(stderr, "\n");
+          _exit(3);
+        }
+        sched_yield();
+      }
+    }
+  }
+  gStage = stage;
+  return sh->stop[g & 1] != 0;
+}
+
+// One collective at one size: its counts, the size reported and the bus bandwidth factor.
+struct Shape {
+  size_t part;       // elements each rank's call names (nccl-tests' count parameter)
+  size_t recvElems;  // elements of the receive buffer the call writes (root's, for gather)
+  size_t bytes;      // the size reported
+  double busFactor;
+};
+
+static Shape shapeOf(int coll, size_t sizeBytes, int n) {
+  const size_t count = sizeBytes / sizeof(float), part = count / n;
+  const double ring = double(n - 1) / n;
+  switch (coll) {
+    case ALL_REDUCE: return {count, count, count * 4, 2 * ring};
+    case ALL_GATHER:
+    case GATHER:
+    case ALLTOALL: return {part, part * n, part * n * 4, ring};
+    case REDUCE_SCATTER:
+    case SCATTER: return {part, part, part * n * 4, ring};
+    default: return {count, count, count * 4, 1.0};  // broadcast, reduce, sendrecv
+  }
+}
+
+static float input(int rank, size_t j) { return float(rank * 4096 + int(j % 4093)); }
+
+static void run(int coll, const Shape& s, const float* send, float* recv, int rank, int n, ncclComm_t comm,
+                cudaStream_t st) {
+  const size_t c = s.part;
+  switch (coll) {
+    case ALL_REDUCE: NK(ncclAllReduce(send, recv, c, ncclFloat, ncclSum, comm, st)); break;
+    case ALL_GATHER: NK(ncclAllGather(send, recv, c, ncclFloat, comm, st)); break;
+    case REDUCE_SCATTER: NK(ncclReduceScatter(send, recv, c, ncclFloat, ncclSum, comm, st)); break;
+    case BROADCAST: NK(ncclBroadcast(send, recv, c, ncclFloat, 0, comm, st)); break;
+    case REDUCE: NK(ncclReduce(send, recv, c, ncclFloat, ncclSum, 0, comm, st)); break;
+    case SENDRECV:
+      NK(ncclGroupStart());
+      NK(ncclSend(send, c, ncclFloat, (rank + 1) % n, comm, st));
+      NK(ncclRecv(recv, c, ncclFloat, (rank + n - 1) % n, comm, st));
+      NK(ncclGroupEnd());
+      break;
+    case ALLTOALL:
+      NK(ncclGroupStart());
+      for (int p = 0; p < n; p++) {
+        NK(ncclSend(send + p * c, c, ncclFloat, p, comm, st));
+        NK(ncclRecv(recv + p * c, c, ncclFloat, p, comm, st));
+      }
+      NK(ncclGroupEnd());
+      break;
+    case GATHER:
+      NK(ncclGroupStart());
+      NK(ncclSend(send, c, ncclFloat, 0, comm, st));
+      if (rank == 0)
+        for (int p = 0; p < n; p++) NK(ncclRecv(recv + p * c, c, ncclFloat, p, comm, st));
+      NK(ncclGroupEnd());
+      break;
+    case SCATTER:
+      NK(ncclGroupStart());
+      if (rank == 0)
+        for (int p = 0; p < n; p++) NK(ncclSend(send + p * c, c, ncclFloat, p, comm, st));
+      NK(ncclRecv(recv, c, ncclFloat, 0, comm, st));
+      NK(ncclGroupEnd());
+      break;
+  }
+}
+
+// The value this rank's output element j must hold; false where the call writes nothing here.
+static bool expected(int coll, const Shape& s, int rank, int n, size_t j, float* want) {
+  const size_t c = s.part;
+  auto sum = [&](size_t at) {
+    double v = 0;
+    for (int p = 0; p < n; p++) v += input(p, at);
+    return float(v);
+  };
+  switch (coll) {
+    case ALL_REDUCE: *want = sum(j); return true;
+    case ALL_GATHER: *want = input(int(j / c), j % c); return true;
+    case REDUCE_SCATTER: *want = sum(rank * c + j); return true;
+    case BROADCAST: *want = input(0, j); return true;
+    case REDUCE: *want = sum(j); return rank == 0;
+    case SENDRECV: *want = input((rank + n - 1) % n, j); return true;
+    case ALLTOALL: *want = input(int(j / c), rank * c + j % c); return true;
+    case GATHER: *want = input(int(j / c), j % c); return rank == 0;
+    case SCATTER: *want = input(0, rank * c + j); return true;
+  }
+  return false;
+}
+
+// The number of output elements this rank's call writes (0 where it writes none).
+static size_t outElems(int coll, const Shape& s, int rank) {
+  if ((coll == REDUCE || coll == GATHER) && rank != 0) return 0;
+  return s.recvElems;
+}
+
+struct Opts {
+  int n = 2, dev = 0, gpus = 1, iters = 200, warmup = 3;
+  bool oneHost = false, uts = false;
+  size_t minB = 8, maxB = 512 << 20;
+  double budget = 0.25, timeoutS = 60;
+  std::vector<int> colls;
+};
+
+static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<size_t>& sizes, Shared* sh) {
+  const int n = o.n;
+  gRank = rank;
+  signal(SIGALRM, onAlarm);
+  alarm((unsigned)o.timeoutS);
+  gStage = "init";
+  if (!o.oneHost) {
     char host[32];
     snprintf(host, sizeof host, "fnbench%d", rank);
-    if (!uts) {
+    if (!o.uts) {
       setenv("NCCL_HOSTID", host, 1);
     } else if (unshare(CLONE_NEWUTS) != 0 || sethostname(host, strlen(host)) != 0) {
       fprintf(stderr, "rank %d: cannot take host name %s in a UTS namespace of its own: %s\n", rank, host,
@@ -72,118 +272,232 @@ static int rankMain(int rank, int n, int dev, bool oneHost, bool uts, ncclUnique
       return 3;
     }
   }
-  CK(cudaSetDevice(dev));
+  CK(cudaSetDevice(o.dev + rank % o.gpus));
   ncclComm_t comm;
   NK(ncclCommInitRank(&comm, n, id, rank));
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  const size_t maxBytes = sizes.back();
+  const size_t maxElems = sizes.back() / sizeof(float);
   float *send, *recv;
-  CK(cudaMalloc(&send, maxBytes));
-  CK(cudaMalloc(&recv, maxBytes));
-  CK(cudaMemset(send, 0, maxBytes));
+  CK(cudaMalloc(&send, maxElems * sizeof(float)));
+  CK(cudaMalloc(&recv, maxElems * sizeof(float)));
+  std::vector<float> host(maxElems);
+  for (size_t j = 0; j < maxElems; j++) host[j] = input(rank, j);
+  CK(cudaMemcpy(send, host.data(), maxElems * sizeof(float), cudaMemcpyHostToDevice));
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
-  for (size_t k = 0; k < sizes.size(); k++) {
-    const size_t count = sizes[k] / sizeof(float);
-    // Warm-up, then a number of calls every rank derives alike from the size (about the budget
-    // at 4 GB/s), so no rank waits for a call another never makes.
-    for (int i = 0; i < 3; i++) NK(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, comm, st));
-    CK(cudaStreamSynchronize(st));
-    int iters = (int)(budget * 4e9 / (double)(sizes[k] + (1 << 20)));
-    iters = iters < 5 ? 5 : iters > 400 ? 400 : iters;
-    float ms;
-    CK(cudaEventRecord(a, st));
-    for (int i = 0; i < iters; i++) NK(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, comm, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    CK(cudaEventElapsedTime(&ms, a, b));
-    sh->us[rank][k] = ms * 1e3 / iters;
-  }
-  // Check: inputs rank+1, so every output element is n(n+1)/2.
-  const size_t count = maxBytes / sizeof(float);
-  {
-    std::vector<float> in(count, float(rank + 1));
-    CK(cudaMemcpy(send, in.data(), maxBytes, cudaMemcpyHostToDevice));
-    CK(cudaMemset(recv, 0xff, maxBytes));
-    NK(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, comm, st));
-    CK(cudaStreamSynchronize(st));
-    const float want = float(n * (n + 1) / 2);
-    for (size_t at : {size_t(0), count / 2, count - 1}) {
-      float v;
-      CK(cudaMemcpy(&v, recv + at, sizeof v, cudaMemcpyDeviceToHost));
-      if (v != want) sh->wrong[rank]++;
+  std::vector<float> perCall;
+  for (int coll : o.colls) {
+    gColl = coll;
+    for (size_t size : sizes) {
+      const Shape s = shapeOf(coll, size, n);
+      if (s.part == 0) continue;  // every rank skips alike: the shape depends on size and n only
+      gBytes = s.bytes;
+      gIter = -1;
+      alarm((unsigned)o.timeoutS);
+      barrier(sh, rank, n, false, o.timeoutS);  // rank 0 has read the last size's timings
+
+      gStage = "checked call";
+      sh->wrongNow[rank] = 0;
+      CK(cudaMemsetAsync(recv, 0xff, s.recvElems * sizeof(float), st));  // NaN: never a wanted value
+      run(coll, s, send, recv, rank, n, comm, st);
+      CK(cudaStreamSynchronize(st));
+      const size_t out = outElems(coll, s, rank);
+      CK(cudaMemcpy(host.data(), recv, out * sizeof(float), cudaMemcpyDeviceToHost));
+      for (size_t j = 0; j < out; j++) {
+        float want;
+        if (!expected(coll, s, rank, n, j, &want) || host[j] == want) continue;
+        if (sh->wrong[rank] + sh->wrongNow[rank] == 0)
+          snprintf(sh->firstWrong[rank], sizeof sh->firstWrong[rank], "%s %zu B rank %d element %zu: %g, want %g",
+                   kCollName[coll], s.bytes, rank, j, host[j], want);
+        sh->wrongNow[rank]++;
+      }
+      sh->wrong[rank] += sh->wrongNow[rank];
+
+      gStage = "warm-up";
+      for (int i = 0; i < o.warmup; i++) run(coll, s, send, recv, rank, n, comm, st);
+      CK(cudaStreamSynchronize(st));
+
+      int iters = 0;
+      const double t0 = now();
+      for (bool stop = false; !stop;) {
+        gStage = "timed call";
+        gIter = iters;
+        CK(cudaEventRecord(a, st));
+        run(coll, s, send, recv, rank, n, comm, st);
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        sh->us[rank][iters++] = ms * 1e3f;
+        const bool last = iters >= o.iters || (iters >= kMinIters && now() - t0 >= o.budget);
+        stop = barrier(sh, rank, n, last, o.timeoutS);  // rank 0 decides; every rank has written its time
+      }
+
+      if (rank == 0) {
+        perCall.assign(iters, 0.f);
+        long wrong = 0;
+        for (int r = 0; r < n; r++) {
+          wrong += sh->wrongNow[r];
+          for (int i = 0; i < iters; i++) perCall[i] = std::max(perCall[i], sh->us[r][i]);
+        }
+        double mean = 0;
+        for (float v : perCall) mean += v;
+        mean /= iters;
+        std::sort(perCall.begin(), perCall.end());
+        const double p50 = iters % 2 ? perCall[iters / 2] : 0.5 * (perCall[iters / 2 - 1] + perCall[iters / 2]);
+        const double p99 = perCall[(size_t)((99 * iters + 99) / 100) - 1];
+        const double alg = s.bytes / (p50 * 1e3);
+        printf("  %-14s %12zu %5d %10.2f %10.2f %10.2f %9.3f %9.3f %6ld\n", kCollName[coll], s.bytes, iters, p50,
+               p99, mean, alg, alg * s.busFactor, wrong);
+      }
     }
   }
+  gColl = -1;
+  gStage = "teardown";
+  alarm((unsigned)o.timeoutS);
   NK(ncclCommDestroy(comm));
+  alarm(0);
   return 0;
+}
+
+static const char* kUsage =
+    "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--colls all|a,b,c]\n"
+    "                 [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]\n"
+    "collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter\n";
+
+static bool parseColls(const std::string& list, std::vector<int>* out) {
+  out->clear();
+  if (list == "all") {
+    for (int c = 0; c < NCOLLS; c++) out->push_back(c);
+    return true;
+  }
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    const std::string name = list.substr(at, end - at);
+    int c = 0;
+    while (c < NCOLLS && name != kCollName[c]) c++;
+    if (c == NCOLLS) {
+      fprintf(stderr, "net_bench: unknown collective '%s'\n", name.c_str());
+      return false;
+    }
+    out->push_back(c);
+    at = end + 1;
+  }
+  return !out->empty();
 }
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  int n = 2, dev = 0, gpus = 1;
-  bool oneHost = false, uts = false;
-  size_t minB = 8, maxB = 512 << 20;
-  double budget = 0.25;
+  Opts o;
+  std::string colls = "all";
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto need = [&]() -> const char* {
-      if (i + 1 >= argc) { fprintf(stderr, "missing value for %s\n", a.c_str()); exit(2); }
+      if (i + 1 >= argc) {
+        fprintf(stderr, "missing value for %s\n", a.c_str());
+        exit(2);
+      }
       return argv[++i];
     };
-    if (a == "--nranks") n = atoi(need());
-    else if (a == "--dev") dev = atoi(need());
-    else if (a == "--gpus") gpus = atoi(need());
-    else if (a == "--one-host") oneHost = true;
-    else if (a == "--uts") uts = true;
-    else if (a == "--min") minB = parseSize(need());
-    else if (a == "--max") maxB = parseSize(need());
-    else if (a == "--budget-s") budget = atof(need());
+    if (a == "--nranks") o.n = atoi(need());
+    else if (a == "--dev") o.dev = atoi(need());
+    else if (a == "--gpus") o.gpus = atoi(need());
+    else if (a == "--one-host") o.oneHost = true;
+    else if (a == "--uts") o.uts = true;
+    else if (a == "--colls") colls = need();
+    else if (a == "--min") o.minB = parseSize(need());
+    else if (a == "--max") o.maxB = parseSize(need());
+    else if (a == "--iters") o.iters = atoi(need());
+    else if (a == "--warmup") o.warmup = atoi(need());
+    else if (a == "--budget-s") o.budget = atof(need());
+    else if (a == "--timeout-s") o.timeoutS = atof(need());
     else {
-      fprintf(stderr,
-              "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--min 8] [--max 512M] "
-              "[--budget-s 0.25]\n");
+      fprintf(stderr, "%s", kUsage);
       return 2;
     }
   }
-  if (n < 2 || n > 8 || gpus < 1 || minB < 8 || maxB < minB || (uts && oneHost)) { fprintf(stderr, "net_bench: bad arguments\n"); return 2; }
+  if (o.n < 2 || o.n > kMaxRanks || o.gpus < 1 || o.minB < 8 || o.maxB < o.minB || (o.uts && o.oneHost) ||
+      o.iters < kMinIters || o.iters > kMaxIters || o.warmup < 0 || !(o.budget >= 0) || !(o.timeoutS >= 1) ||
+      !parseColls(colls, &o.colls)) {
+    fprintf(stderr, "net_bench: bad arguments (--nranks 2..%d, --iters %d..%d, --min >= 8)\n%s", kMaxRanks,
+            kMinIters, kMaxIters, kUsage);
+    return 2;
+  }
   std::vector<size_t> sizes;
-  for (size_t s = minB; s <= maxB && sizes.size() < kMaxSizes; s *= 2) sizes.push_back(s);
+  for (size_t s = o.minB; s <= o.maxB; s *= 2) sizes.push_back(s);
   ncclUniqueId id;
   NK(ncclGetUniqueId(&id));
   void* m = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) { perror("mmap"); return 3; }
+  if (m == MAP_FAILED) {
+    perror("mmap");
+    return 3;
+  }
   Shared* sh = new (m) Shared();
   int version = 0;
   ncclGetVersion(&version);
-  printf("# net_bench: all_reduce float sum, %d processes on GPU %d-%d, %s; NCCL version %d\n", n, dev,
-         dev + gpus - 1, oneHost ? "one host" : uts ? "each its own host name (UTS namespace)" : "each its own NCCL_HOSTID",
+  printf("# net_bench: %d processes on GPU %d-%d, %s; NCCL version %d\n", o.n, o.dev, o.dev + o.gpus - 1,
+         o.oneHost ? "one host" : o.uts ? "each its own host name (UTS namespace)" : "each its own NCCL_HOSTID",
          version);
-  printf("# %12s %12s %10s %10s\n", "bytes", "time_us", "algbw_GBs", "busbw_GBs");
-  std::vector<pid_t> pids(n);
-  for (int r = 0; r < n; r++) {
+  printf("# float, sum, root 0, out of place; per size 1 checked call, %d warm-up, then up to %d timed calls "
+         "(at least %d, %.3g s), each alone; a call's time is the slowest rank's (CUDA events)\n",
+         o.warmup, o.iters, kMinIters, o.budget);
+  printf("# %-14s %12s %5s %10s %10s %10s %9s %9s %6s\n", "coll", "bytes", "iters", "p50_us", "p99_us", "mean_us",
+         "algbw_GBs", "busbw_GBs", "wrong");
+  fflush(stdout);
+  std::vector<pid_t> pids(o.n);
+  for (int r = 0; r < o.n; r++) {
     pids[r] = fork();
-    if (pids[r] == 0) _exit(rankMain(r, n, dev + r % gpus, oneHost, uts, id, sizes, budget, sh));
-  }
-  int bad = 0;
-  for (int r = 0; r < n; r++) {
-    int stc = 0;
-    waitpid(pids[r], &stc, 0);
-    if (!WIFEXITED(stc) || WEXITSTATUS(stc) != 0) {
-      printf("# rank %d failed (status %d)\n", r, stc);
-      bad++;
+    if (pids[r] < 0) {
+      perror("fork");
+      for (int q = 0; q < r; q++) kill(pids[q], SIGKILL);
+      return 3;
     }
-    bad += sh->wrong[r];
+    if (pids[r] == 0) _exit(rankMain(r, o, id, sizes, sh));
   }
-  if (bad == 0) {
-    for (size_t k = 0; k < sizes.size(); k++) {
-      double us = 0;
-      for (int r = 0; r < n; r++) us = sh->us[r][k] > us ? sh->us[r][k] : us;
-      const double alg = sizes[k] / (us * 1e3);
-      printf("  %12zu %12.2f %10.3f %10.3f\n", sizes[k], us, alg, alg * 2.0 * (n - 1) / n);
+  // Reap the ranks. Once one has failed, the rest would only wait for it: after a grace period
+  // each still running gets SIGALRM, so its watchdog says where it was and ends it.
+  int failed = 0, code = 0, left = o.n;
+  double alarmAt = 0;
+  std::vector<bool> done(o.n, false);
+  std::string why;
+  while (left > 0) {
+    for (int r = 0; r < o.n; r++) {
+      int stc = 0;
+      if (done[r] || waitpid(pids[r], &stc, WNOHANG) != pids[r]) continue;
+      done[r] = true;
+      left--;
+      if (!WIFEXITED(stc) || WEXITSTATUS(stc) != 0) {
+        char msg[96];
+        if (WIFEXITED(stc)) snprintf(msg, sizeof msg, "rank %d exited %d", r, WEXITSTATUS(stc));
+        else snprintf(msg, sizeof msg, "rank %d killed by signal %d", r, WTERMSIG(stc));
+        printf("# %s\n", msg);
+        if (failed++ == 0) {
+          why = msg;
+          code = WIFEXITED(stc) ? WEXITSTATUS(stc) : 3;
+          alarmAt = now() + 5;
+        }
+      }
     }
+    if (alarmAt > 0 && now() > alarmAt) {
+      for (int r = 0; r < o.n; r++)
+        if (!done[r]) kill(pids[r], SIGALRM);
+      alarmAt = 0;
+    }
+    if (left > 0) usleep(20000);
   }
-  printf("NET_BENCH: %s\n", bad == 0 ? "PASS" : "FAIL");
-  return bad == 0 ? 0 : 1;
+  long wrong = 0;
+  for (int r = 0; r < o.n; r++) {
+    if (sh->wrong[r] > 0) printf("# rank %d: %ld wrong element(s), first: %s\n", r, sh->wrong[r], sh->firstWrong[r]);
+    if (sh->wrong[r] > 0 && wrong == 0 && why.empty()) why = std::string("wrong result: ") + sh->firstWrong[r];
+    wrong += sh->wrong[r];
+  }
+  if (failed == 0 && wrong == 0) {
+    printf("NET_BENCH: PASS\n");
+    return 0;
+  }
+  printf("NET_BENCH: FAIL %s\n", why.c_str());
+  return failed ? code : 1;
 }

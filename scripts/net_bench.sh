@@ -1,25 +1,36 @@
 #!/usr/bin/env bash
-# NET benchmark on one GPU: all-reduce between processes on GPU 0 that each claim a host
-# of their own (NCCL_HOSTID), so both libraries move every byte over their NET transport and
-# sockets: ours (proxy thread + built-in Socket net) against NVIDIA's NCCL (NET/Socket), the same
-# binary (benches/net_bench.cu) under each. CUDA MPS runs during the benchmark (processes sharing
-# a GPU are otherwise time-sliced, 2-5 ms per exchange for both libraries) and is stopped after.
+# NET benchmark on one GPU: the nine collectives of nccl-tests between processes on GPU 0 that
+# each claim a host of their own (NCCL_HOSTID), so both libraries move every byte over their NET
+# transport and sockets: ours (proxy thread + built-in Socket net) against NVIDIA's NCCL
+# (NET/Socket), the same binary (benches/net_bench.cu: every call timed alone, p50/p99 per size,
+# outputs checked) under each. CUDA MPS runs during the benchmark (processes sharing a GPU are
+# otherwise time-sliced, 2-5 ms per exchange for both libraries) and is stopped after.
 # Then the ceiling under our figures without a GPU: examples/net_ceiling (proxy + net + sockets,
 # both directions at once, as a two-rank all-reduce), if it was built.
+# --runs N: each library N times, alternating (ours, ref, ours, ref, ...), so drift of the machine
+# falls on both; a table's p50 (p99) is the median over the runs of each run's p50 (p99), and
+# worst is the smallest of the runs' ratios (run k of ours against run k of ref).
 # --uts: each process is a host by its host name (a UTS namespace of its own, no NCCL_HOSTID), as
 # production tells hosts apart; both libraries then run NET/Socket. Needs `unshare -u`.
 # --shm: the processes share one host identity and NCCL_P2P_DISABLE=1, so both libraries use SHM;
-# ours is also run without it (P2P) for comparison. NCCL refuses two ranks on one GPU, so its SHM
-# run needs --gpus >= --nranks (a machine with that many GPUs); no ceiling is run.
+# ours is also run once without it (P2P) for comparison. NCCL refuses two ranks on one GPU, so its
+# SHM run needs --gpus >= --nranks (a machine with that many GPUs); no ceiling is run.
 #
-# usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm | --uts] [--max 512M] [--budget-s 0.25] [--no-mps]
+# usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm | --uts] [--runs 1] [--colls all|a,b,c]
+#            [--max 512M] [--iters 200] [--budget-s 0.25] [--no-mps] [--run-timeout 300]
 #            [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8]
-#            [--also "VAR=VALUE ..."]   (ours once more with these settings, e.g. NCCL_MAX_NCHANNELS=1)
-# Output: ${OUT:-./net-out}/net/{ours,ref,ours_p2p,ceiling}.log and summary.txt (printed last).
+#            [--also "VAR=VALUE ..."]   (ours once more with these settings, up to 4M, e.g. NCCL_MAX_NCHANNELS=1)
+# collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter
+# Output: ${OUT:-./net-out}/net/: one log per run ({ours,ref}.K.log, ours_p2p.1.log, ours_also.1.log),
+# ceiling.log, summary.txt (printed last: per collective bytes, p50 and p99 in us of each side,
+# ratio = ref p50 / ours p50, >1 = ours faster) and summary.tsv (the same with bus bandwidths,
+# tab-separated; summary_ours_p2p.tsv and summary_ours_also.tsv for the other comparisons).
+# Exit status 1 when a run failed (its log's last line: NET_BENCH: FAIL ...).
 set -u
 export NCCL_NVLS_ENABLE=0
 
 NRANKS=2; GPUS=1; SHM=0; UTS=0; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
+RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
 REF_DIR=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
@@ -29,20 +40,26 @@ while [ $# -gt 0 ]; do
     --gpus) GPUS=$2; shift ;;
     --shm) SHM=1 ;;
     --uts) UTS=1 ;;
+    --runs) RUNS=$2; shift ;;
+    --colls) COLLS=$2; shift ;;
     --max) MAX=$2; shift ;;
+    --iters) ITERS=$2; shift ;;
     --budget-s) BUDGET=$2; shift ;;
+    --run-timeout) RUN_TMO=$2; shift ;;
     --no-mps) MPS=0 ;;
     --ours) OURS=$2; shift ;;
     --ref-dir) REF_DIR=$2; shift ;;
     --ceiling-channels) CH=$2; shift ;;
     --also) ALSO=$2; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "net_bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
+case "$RUNS" in ''|*[!0-9]*|0) echo "net_bench: --runs wants a count >= 1" >&2; exit 2 ;; esac
 OUTDIR=${OUT:-$ROOT/net-out}/net
 mkdir -p "$OUTDIR"
+rm -f "$OUTDIR"/*.log "$OUTDIR"/summary*.tsv "$OUTDIR/summary.txt"
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 BIN=$OUTDIR/net_bench
 INC=$ROOT/include; [ -f "$INC/nccl.h" ] || INC=$REF_DIR/include
@@ -62,23 +79,33 @@ fi
 LAYOUT=(--gpus "$GPUS"); WHAT="each its own NCCL_HOSTID"
 [ $SHM = 1 ] && LAYOUT+=(--one-host) && WHAT="one host, SHM (NCCL_P2P_DISABLE=1)"
 [ $UTS = 1 ] && LAYOUT+=(--uts) && WHAT="each its own host name (UTS namespace)"
-run() {  # run NAME LIBDIR [VAR=VALUE...]
+FAILS=0
+run() {  # run NAME.K LIBDIR [VAR=VALUE...]
   echo "net_bench: $1 ${*:3}"
-  env LD_LIBRARY_PATH="$2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${@:3}" timeout -k 5 150 \
-    "$BIN" --nranks "$NRANKS" "${LAYOUT[@]}" --max "$MAX" --budget-s "$BUDGET" >"$OUTDIR/$1.log" 2>&1
-  echo "net_bench:   -> exit $? ($(tail -n 1 "$OUTDIR/$1.log"))"
+  env LD_LIBRARY_PATH="$2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${@:3}" timeout -k 5 "$RUN_TMO" \
+    "$BIN" --nranks "$NRANKS" "${LAYOUT[@]}" --colls "$COLLS" --max "$MAX" --iters "$ITERS" \
+    --budget-s "$BUDGET" >"$OUTDIR/$1.log" 2>&1
+  local rc=$?
+  echo "net_bench:   -> exit $rc ($(tail -n 1 "$OUTDIR/$1.log"))"
+  [ $rc = 0 ] || FAILS=$((FAILS + 1))
 }
-if [ $SHM = 1 ]; then
-  run ours "$OUTDIR/ours" NCCL_P2P_DISABLE=1
-  run ours_p2p "$OUTDIR/ours"
-  if [ "$GPUS" -ge "$NRANKS" ]; then run ref "$REF_DIR/lib" NCCL_P2P_DISABLE=1
-  else echo "NCCL refuses two ranks on one GPU: no reference run with --gpus $GPUS" >"$OUTDIR/ref.log"; fi
-else
-  run ours "$OUTDIR/ours"
-  run ref "$REF_DIR/lib"
-fi
+REF_RUNS=1; [ $SHM = 1 ] && [ "$GPUS" -lt "$NRANKS" ] && REF_RUNS=0
+for k in $(seq 1 "$RUNS"); do
+  if [ $SHM = 1 ]; then
+    run "ours.$k" "$OUTDIR/ours" NCCL_P2P_DISABLE=1
+    [ $REF_RUNS = 1 ] && run "ref.$k" "$REF_DIR/lib" NCCL_P2P_DISABLE=1
+  else
+    run "ours.$k" "$OUTDIR/ours"
+    run "ref.$k" "$REF_DIR/lib"
+  fi
+done
+[ $SHM = 1 ] && run ours_p2p.1 "$OUTDIR/ours"
+# Small sizes, up to 4M (or --max if smaller): latency.
+ALSO_MAX=$(awk -v m="$MAX" 'BEGIN { v = m + 0; u = substr(m, length(m))
+  if (u ~ /[kK]/) v *= 1024; else if (u ~ /[mM]/) v *= 1048576; else if (u ~ /[gG]/) v *= 1073741824
+  print (v < 4194304 ? m : "4M") }')
 # shellcheck disable=SC2086  # ALSO is a list of assignments
-[ -n "$ALSO" ] && MAX=4M run ours_also "$OUTDIR/ours" $ALSO   # small sizes: latency
+[ -n "$ALSO" ] && MAX=$ALSO_MAX run ours_also.1 "$OUTDIR/ours" $ALSO
 
 CEIL=$ROOT/target/release/examples/net_ceiling
 if [ $SHM = 1 ]; then
@@ -89,21 +116,68 @@ else
   echo "net_ceiling not built (cargo build --release --example net_ceiling)" >"$OUTDIR/ceiling.log"
 fi
 
+# table A B TSV: per collective and size, A's and B's p50 and p99 (medians over the runs) and
+# B's p50 over A's (>1: A faster); with several runs also the worst run's ratio. The printed
+# tables stay narrow, one column header for all (nine collectives to 16M print about 11 KB, so a
+# tool that keeps only an output's last 12 KB keeps them); TSV gets every column.
+table() {
+  local f files=()
+  for f in "$OUTDIR/$1".[0-9]*.log "$OUTDIR/$2".[0-9]*.log; do [ -f "$f" ] && files+=("$f"); done
+  [ ${#files[@]} -gt 0 ] || { echo "# no logs for $1 or $2"; return; }
+  awk -v A="$1" -v B="$2" -v tsv="$3" -v order="all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter" '
+    function sortn(v, n,   i, j, t) { for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t } }
+    function med(list,   v, n) { n = split(list, v, " "); if (n == 0) return ""; sortn(v, n); return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+    function us(x) { return x == "" ? "-" : x < 100 ? sprintf("%.1f", x) : sprintf("%.0f", x) }
+    function hb(b) { return b >= 1048576 && b % 1048576 == 0 ? b / 1048576 "M" : b >= 1024 && b % 1024 == 0 ? b / 1024 "K" : b }
+    FNR == 1 { side = FILENAME; sub(/.*\//, "", side); sub(/\.log$/, "", side); run = side; sub(/\.[0-9]+$/, "", side); sub(/.*\./, "", run) }
+    NF == 9 && $1 ~ /^[a-z_]+$/ && $2 ~ /^[0-9]+$/ {
+      k = $1 SUBSEP $2
+      if (!((k) in seen)) { seen[k] = 1; sizes[$1] = sizes[$1] " " $2 }
+      p50[side, k] = p50[side, k] " " $4; p99[side, k] = p99[side, k] " " $5; bw[side, k] = bw[side, k] " " $8
+      one[side, k, run] = $4; runs[side, k]++; if (run + 0 > maxrun) maxrun = run + 0
+    }
+    END {
+      many = maxrun > 1
+      printf "coll\tbytes\t%s_p50_us\t%s_p99_us\t%s_busbw_GBs\t%s_p50_us\t%s_p99_us\t%s_busbw_GBs\tratio\tworst_ratio\t%s_runs\t%s_runs\n", A, A, A, B, B, B, A, B > tsv
+      printf "%5s %7s %7s %7s %7s %5s%s\n", "bytes", A "_p50", A "_p99", B "_p50", B "_p99", "ratio", many ? " worst" : ""
+      nc = split(order, colls, " ")
+      for (c = 1; c <= nc; c++) {
+        coll = colls[c]; ns = split(sizes[coll], sz, " ")
+        if (ns == 0) continue
+        sortn(sz, ns)
+        printf "## %s\n", coll
+        for (i = 1; i <= ns; i++) {
+          k = coll SUBSEP sz[i]
+          a = med(p50[A, k]); b = med(p50[B, k]); ratio = (a > 0 && b != "") ? b / a : ""
+          worst = ""
+          for (r = 1; r <= maxrun; r++)
+            if (one[A, k, r] > 0 && one[B, k, r] != "" && (worst == "" || one[B, k, r] / one[A, k, r] < worst)) worst = one[B, k, r] / one[A, k, r]
+          printf "%5s %7s %7s %7s %7s %5s%s\n", hb(sz[i]), us(a), us(med(p99[A, k])), us(b), us(med(p99[B, k])),
+            ratio == "" ? "-" : sprintf("%.2f", ratio), many ? sprintf(" %5s", worst == "" ? "-" : sprintf("%.2f", worst)) : ""
+          printf "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", coll, sz[i], a, med(p99[A, k]), med(bw[A, k]), b,
+            med(p99[B, k]), med(bw[B, k]), ratio == "" ? "" : sprintf("%.4f", ratio), worst == "" ? "" : sprintf("%.4f", worst),
+            runs[A, k], runs[B, k] > tsv
+        }
+      }
+    }' "${files[@]}"
+}
+
 {
-  echo "# all_reduce, $NRANKS processes on $GPUS GPU(s), $WHAT, MPS=$MPS"
-  table() {  # table A B: A's and B's time and busbw per size, and A's bandwidth over B's
-    printf "%12s %12s %12s %10s %10s %8s\n" bytes "$1_us" "$2_us" "$1_busbw" "$2_busbw" ratio_bw
-    join <(awk '$1 ~ /^[0-9]+$/ {print $1, $2, $4}' "$OUTDIR/$1.log" | sort -k1,1) \
-         <(awk '$1 ~ /^[0-9]+$/ {print $1, $2, $4}' "$OUTDIR/$2.log" | sort -k1,1) | sort -n |
-      awk '{printf "%12d %12.1f %12.1f %10.3f %10.3f %8.2f\n", $1, $2, $4, $3, $5, ($5 > 0 ? $3 / $5 : 0)}'
-  }
-  table ours ref
-  [ $SHM = 1 ] && echo "# ours over SHM against ours over P2P:" && table ours ours_p2p
+  echo "# $NRANKS processes on $GPUS GPU(s), $WHAT, MPS=$MPS, $RUNS run(s) each, budget ${BUDGET}s/size, up to $ITERS calls"
+  echo "# p50/p99 in us (with several runs: medians over the runs); ratio = ref_p50/ours_p50, >1 = ours faster"
+  [ $REF_RUNS = 0 ] && echo "# no reference run: NCCL refuses two ranks on one GPU (--gpus $GPUS < --nranks $NRANKS)"
+  table ours ref "$OUTDIR/summary.tsv"
+  if [ $SHM = 1 ]; then
+    echo "# ours over SHM against ours over P2P (ratio = p2p_p50/ours_p50):"
+    table ours ours_p2p "$OUTDIR/summary_ours_p2p.tsv"
+  fi
   if [ -n "$ALSO" ]; then
-    echo "# ours with $ALSO:"
-    awk '$1 ~ /^[0-9]+$/ {printf "#   %12d %12.1f us %10.3f GB/s\n", $1, $2, $4}' "$OUTDIR/ours_also.log"
+    echo "# ours against ours with $ALSO (ratio = also_p50/ours_p50):"
+    table ours ours_also "$OUTDIR/summary_ours_also.tsv"
   fi
   echo "# ceiling without a GPU (examples/net_ceiling, $CH channels, 512 KiB slots):"
   sed 's/^/#   /' "$OUTDIR/ceiling.log"
+  echo "# runs failed: $FAILS (logs and summary.tsv: $OUTDIR)"
 } >"$OUTDIR/summary.txt"
 cat "$OUTDIR/summary.txt"
+[ $FAILS = 0 ]
