@@ -173,13 +173,14 @@ impl Allowed {
 pub enum Symmetric {
     Never,
     Always,
-    /// Up to [`SYMMETRIC_MAX_BYTES`], while neither NCCL_ALGO nor NCCL_PROTO is an inclusion list.
+    /// As the tuner decides, while neither NCCL_ALGO nor NCCL_PROTO is an inclusion list: today
+    /// never (see [`symmetric`]).
     Tuned,
 }
 
 crate::int_param!(
     /// FERRONICKEL_SYMMETRIC: 0 = never run the symmetric kernels, 1 = whenever a collective's
-    /// buffers allow it, unset = up to SYMMETRIC_MAX_BYTES.
+    /// buffers allow it, unset = as the tuner decides (today never: see `symmetric`).
     symmetric_setting, "FERRONICKEL_SYMMETRIC", -1
 );
 
@@ -193,11 +194,6 @@ impl Symmetric {
     }
 }
 
-/// The largest collective (nccl-tests' size: the whole buffer of an all-reduce, the gathered or
-/// scattered total of an all-gather or reduce-scatter) the tuner gives the symmetric kernels: a
-/// starting point, to be set from the timings of `gpu_check.sh`'s `symmetric_bench_2`.
-pub const SYMMETRIC_MAX_BYTES: usize = 1 << 20;
-
 /// Bytes per channel (CTA) of a symmetric kernel, and the most channels it uses: its barriers
 /// cost every CTA a round trip, so small collectives take few.
 const SYMMETRIC_CHANNEL_BYTES: usize = 64 << 10;
@@ -205,7 +201,11 @@ const SYMMETRIC_MAX_CHANNELS: usize = 16;
 
 /// The channels of the symmetric kernel for a collective whose buffers allow it, or `None` when
 /// the ordinary kernels run it: all-reduce, all-gather and reduce-scatter of more than one rank,
-/// as `allowed.symmetric` says.
+/// when `allowed.symmetric` is `Always`. The tuner itself never picks them: on two H100s over
+/// NVLink our ordinary all-reduce beat them at every size from 8 B to 16 MB (6.5-7 us against
+/// 10 us small, 9.3 against 14.5 us at 512 KB), and on one GPU they won only between 1 and 8 MiB,
+/// by 2-18% (BENCHMARKS.md, "Symmetric windows"). So a job that registers its buffers in
+/// symmetric windows, as NCCL's users do to reach NCCL's symmetric kernels, keeps our faster ones.
 pub fn symmetric(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allowed: &Allowed) -> Option<usize> {
     let n = shape.nranks;
     if n < 2 || !matches!(kind, CollKind::AllReduce | CollKind::AllGather | CollKind::ReduceScatter) {
@@ -215,10 +215,8 @@ pub fn symmetric(kind: CollKind, count: usize, elem: usize, shape: &CommShape, a
         CollKind::AllReduce => count * elem,
         _ => count * elem * n,
     };
-    match allowed.symmetric {
-        Symmetric::Never => return None,
-        Symmetric::Tuned if bytes > SYMMETRIC_MAX_BYTES => return None,
-        _ => {}
+    if allowed.symmetric != Symmetric::Always {
+        return None;
     }
     let max = SYMMETRIC_MAX_CHANNELS.min(shape.nchannels).clamp(1, FN_MAX_CHANNELS as usize);
     Some(bytes.div_ceil(SYMMETRIC_CHANNEL_BYTES).clamp(1, max))
@@ -690,23 +688,24 @@ mod tests {
         tuner: None,
     };
 
-    /// The symmetric kernels run all-reduce, all-gather and reduce-scatter up to 1 MiB unless a
-    /// setting says otherwise, on few channels for small sizes.
+    /// The symmetric kernels run all-reduce, all-gather and reduce-scatter only when forced, on
+    /// few channels for small sizes; the tuner leaves symmetric buffers to the ordinary kernels.
     #[test]
     fn symmetric_kernels_follow_size_and_settings() {
         let (k, a) = (CollKind::AllReduce, Allowed::ALL);
-        assert_eq!(symmetric(k, 2, 4, &TWO, &a), Some(1));
-        assert_eq!(symmetric(k, SYMMETRIC_MAX_BYTES / 4, 4, &TWO, &a), Some(16));
-        assert_eq!(symmetric(k, SYMMETRIC_MAX_BYTES / 4 + 1, 4, &TWO, &a), None);
-        // All-gather and reduce-scatter count the gathered or scattered total.
-        assert_eq!(symmetric(CollKind::AllGather, SYMMETRIC_MAX_BYTES / 2, 1, &TWO, &a), Some(16));
-        assert_eq!(symmetric(CollKind::ReduceScatter, SYMMETRIC_MAX_BYTES / 2 + 1, 1, &TWO, &a), None);
-        assert_eq!(symmetric(CollKind::Reduce, 2, 4, &TWO, &a), None);
-        assert_eq!(symmetric(CollKind::Broadcast, 2, 4, &TWO, &a), None);
-        assert_eq!(symmetric(k, 2, 4, &shape(1, 64, 64), &a), None);
-        // Never one channel more than the communicator has.
-        assert_eq!(symmetric(k, 1 << 20, 1, &shape(2, 4, 4), &a), Some(4));
+        assert_eq!(symmetric(k, 2, 4, &TWO, &a), None);
+        assert_eq!(symmetric(CollKind::AllGather, 2, 4, &TWO, &a), None);
         let always = Allowed { symmetric: Symmetric::Always, ..a };
+        assert_eq!(symmetric(k, 2, 4, &TWO, &always), Some(1));
+        assert_eq!(symmetric(k, (1 << 20) / 4, 4, &TWO, &always), Some(16));
+        // All-gather and reduce-scatter count the gathered or scattered total.
+        assert_eq!(symmetric(CollKind::AllGather, 64 << 10, 1, &TWO, &always), Some(2));
+        assert_eq!(symmetric(CollKind::ReduceScatter, 64 << 10, 1, &TWO, &always), Some(2));
+        assert_eq!(symmetric(CollKind::Reduce, 2, 4, &TWO, &always), None);
+        assert_eq!(symmetric(CollKind::Broadcast, 2, 4, &TWO, &always), None);
+        assert_eq!(symmetric(k, 2, 4, &shape(1, 64, 64), &always), None);
+        // Never one channel more than the communicator has.
+        assert_eq!(symmetric(k, 1 << 20, 1, &shape(2, 4, 4), &always), Some(4));
         assert_eq!(symmetric(k, 1 << 30, 4, &TWO, &always), Some(16));
         let never = Allowed { symmetric: Symmetric::Never, ..a };
         assert_eq!(symmetric(k, 2, 4, &TWO, &never), None);
