@@ -1,0 +1,316 @@
+use super::*;
+use crate::topo::tree::TreeShape;
+
+fn shape(nranks: usize, nchannels: usize, all_pairs_channels: usize) -> CommShape {
+    CommShape::one_host(nranks, nchannels, all_pairs_channels)
+}
+const TWO: CommShape = CommShape::one_host(2, 64, 64);
+/// 128 hosts of 8 ranks, 16 channels, 4 of them connecting every pair.
+const CLUSTER: CommShape = CommShape {
+    rank: 0,
+    nranks: 1024,
+    nchannels: 16,
+    all_pairs_channels: 4,
+    tree: TreeShape { nhosts: 128, depth: 7 + 7, max_children: 3 },
+    link: Link::P2p,
+    net: None,
+    tuner: None,
+};
+
+/// The symmetric kernels run all-reduce, all-gather and reduce-scatter only when forced, on
+/// few channels for small sizes; the tuner leaves symmetric buffers to the ordinary kernels.
+#[test]
+fn symmetric_kernels_follow_size_and_settings() {
+    let (k, a) = (CollKind::AllReduce, Allowed::ALL);
+    assert_eq!(symmetric(k, 2, 4, &TWO, &a), None);
+    assert_eq!(symmetric(CollKind::AllGather, 2, 4, &TWO, &a), None);
+    let always = Allowed { symmetric: Symmetric::Always, ..a };
+    assert_eq!(symmetric(k, 2, 4, &TWO, &always), Some(1));
+    assert_eq!(symmetric(k, (1 << 20) / 4, 4, &TWO, &always), Some(16));
+    // All-gather and reduce-scatter count the gathered or scattered total.
+    assert_eq!(symmetric(CollKind::AllGather, 64 << 10, 1, &TWO, &always), Some(2));
+    assert_eq!(symmetric(CollKind::ReduceScatter, 64 << 10, 1, &TWO, &always), Some(2));
+    assert_eq!(symmetric(CollKind::Reduce, 2, 4, &TWO, &always), None);
+    assert_eq!(symmetric(CollKind::Broadcast, 2, 4, &TWO, &always), None);
+    assert_eq!(symmetric(k, 2, 4, &shape(1, 64, 64), &always), None);
+    // Never one channel more than the communicator has.
+    assert_eq!(symmetric(k, 1 << 20, 1, &shape(2, 4, 4), &always), Some(4));
+    assert_eq!(symmetric(k, 1 << 30, 4, &TWO, &always), Some(16));
+    let never = Allowed { symmetric: Symmetric::Never, ..a };
+    assert_eq!(symmetric(k, 2, 4, &TWO, &never), None);
+    // The stricter setting wins; forcing wins over the tuner.
+    assert_eq!(always.intersect(&never).symmetric, Symmetric::Never);
+    assert_eq!(a.intersect(&always).symmetric, Symmetric::Always);
+    assert_eq!(Allowed::for_connections(4, true, false).intersect(&a).symmetric, Symmetric::Tuned);
+    // FERRONICKEL_SYMMETRIC's values; inclusion lists of NCCL_ALGO / NCCL_PROTO turn it off.
+    assert_eq!(Symmetric::from_setting(0), Symmetric::Never);
+    assert_eq!(Symmetric::from_setting(1), Symmetric::Always);
+    assert_eq!(Symmetric::from_setting(-1), Symmetric::Tuned);
+    assert_eq!(parse_restrictions(Some("Ring"), None).unwrap().symmetric, Symmetric::Never);
+    assert_eq!(parse_restrictions(None, Some("LL")).unwrap().symmetric, Symmetric::Never);
+    assert_eq!(parse_restrictions(Some("^Tree"), Some("^LL")).unwrap().symmetric, Symmetric::Tuned);
+}
+
+#[test]
+fn nccl_syntax() {
+    assert_eq!(allowed("LL,simple", &PROTOS, "NCCL_PROTO").unwrap(), ["LL", "Simple"]);
+    assert_eq!(allowed("^LL", &PROTOS, "NCCL_PROTO").unwrap(), ["LL128", "Simple"]);
+    assert_eq!(allowed(" ring ", &ALGOS, "NCCL_ALGO").unwrap(), ["Ring"]);
+    assert!(allowed("Ring,Bogus", &ALGOS, "NCCL_ALGO").unwrap_err().to_string().contains("\"Bogus\""));
+}
+
+#[test]
+fn restrictions_follow_the_settings() {
+    assert_eq!(parse_restrictions(None, None).unwrap(), Allowed::ALL);
+    let a = parse_restrictions(Some("Ring"), Some("LL128")).unwrap();
+    let ring_only = Allowed {
+        ring: [true; 5],
+        tree: false,
+        oneshot: false,
+        copy_engine: false,
+        symmetric: Symmetric::Never,
+        ..Allowed::ALL
+    };
+    assert_eq!(a, Allowed { protos: [false, true, false], algo_env: Some("Ring"), ..ring_only });
+    let a = parse_restrictions(Some("^Tree"), Some("^LL")).unwrap();
+    let want = Allowed { protos: [false, true, true], tree: false, algo_env: Some("^Tree"), ..Allowed::ALL };
+    assert_eq!(a, want);
+    assert!(!parse_restrictions(None, Some("Simple")).unwrap().copy_engine);
+    // Tree alone: all-reduce runs it, the other collectives have nothing left and fail when called.
+    let a = parse_restrictions(Some("tree"), None).unwrap();
+    assert_eq!((a.ring, a.tree, a.oneshot, a.copy_engine), ([false; 5], true, false, false));
+    assert!(a.check(CollKind::AllReduce, 4).is_ok());
+    let e = a.check(CollKind::AllGather, 4).unwrap_err();
+    assert!(matches!(e, Error::InvalidUsage(_)));
+    assert!(e.to_string().contains("no algorithm available for AllGather: NCCL_ALGO=tree"), "{e}");
+    assert!(a.check(CollKind::AllGather, 1).is_ok(), "one rank runs no algorithm");
+    let e = parse_restrictions(Some("^Ring,Tree"), None).unwrap().check(CollKind::AllReduce, 2).unwrap_err();
+    assert!(e.to_string().contains("(Ring and Tree)"), "{e}");
+    let e = parse_restrictions(None, Some("^LL,LL128,Simple")).unwrap_err();
+    assert!(e.to_string().contains("allows nothing"), "{e}");
+    assert!(parse_restrictions(None, Some("LL256")).is_err());
+    assert!(parse_restrictions(Some("Ring,Bogus"), None).is_err());
+}
+
+#[test]
+fn per_collective_algorithms() {
+    // NCCL's form: all-reduce on the tree, every other collective unrestricted.
+    let a = parse_restrictions(Some("allreduce:tree"), None).unwrap();
+    assert_eq!((a.ring, a.tree, a.oneshot, a.copy_engine), ([false, true, true, true, true], true, false, false));
+    for kind in KINDS {
+        assert!(a.check(kind, 8).is_ok());
+    }
+    // Entries separated by ';', later ones override, a bare list applies to every collective.
+    let a = parse_restrictions(Some("ring ; AllReduce:^Ring ; SendRecv:Ring"), None).unwrap();
+    assert_eq!((a.ring, a.tree, a.oneshot, a.copy_engine), ([false, true, true, true, true], true, true, false));
+    let a = parse_restrictions(Some("AllGather:^Ring"), None).unwrap();
+    assert!(a.check(CollKind::AllGather, 2).is_err() && a.check(CollKind::AllReduce, 2).is_ok());
+    assert!(a.copy_engine && a.oneshot);
+    let e = parse_restrictions(Some("allgathr:ring"), None).unwrap_err();
+    assert!(e.to_string().contains("unknown collective \"allgathr\""), "{e}");
+    assert!(parse_restrictions(Some("allreduce:tree,pat2"), None).is_err());
+}
+
+#[test]
+fn tree_across_hosts_ring_on_one() {
+    let algo = |shape: &CommShape, count: usize, allowed: &Allowed| {
+        let c = choose(CollKind::AllReduce, count, 4, shape, allowed);
+        (c.algo, c.nchannels)
+    };
+    let ring_tree = parse_restrictions(Some("Ring,Tree"), None).unwrap();
+    let tree = parse_restrictions(Some("Tree"), None).unwrap();
+    // One host: the trees are a chain, never better than the ring, so only forcing runs them,
+    // on every ring channel.
+    let eight = shape(8, 8, 4);
+    for count in [1, 1 << 10, 1 << 20, 1 << 28] {
+        assert_eq!(algo(&eight, count, &ring_tree).0, FN_ALGO_RING);
+        assert_eq!(algo(&eight, count, &tree), (FN_ALGO_TREE, 8));
+        assert_ne!(choose(CollKind::AllReduce, count, 4, &eight, &Allowed::ALL).algo, FN_ALGO_TREE);
+    }
+    // 128 hosts: the ring's 2046 hops lose to the tree's 28 for small and medium sizes; the
+    // tree runs on the channels that connect every pair. Large sizes go back to the ring,
+    // whose bytes through each rank are fewer.
+    assert_eq!(algo(&CLUSTER, 1 << 10, &Allowed::ALL), (FN_ALGO_TREE, 4));
+    assert_eq!(algo(&CLUSTER, 1 << 20, &ring_tree), (FN_ALGO_TREE, 4));
+    assert_eq!(algo(&CLUSTER, 1 << 30, &ring_tree).0, FN_ALGO_RING);
+    // Other collectives never run the tree.
+    assert_eq!(choose(CollKind::AllGather, 1 << 10, 4, &CLUSTER, &Allowed::ALL).algo, FN_ALGO_RING);
+    // Forced protocols hold for the tree too.
+    for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
+        let mut only = tree;
+        only.protos = [false; 3];
+        only.protos[proto as usize] = true;
+        let c = choose(CollKind::AllReduce, 1 << 20, 4, &CLUSTER, &only);
+        assert_eq!((c.algo, c.proto), (FN_ALGO_TREE, proto));
+    }
+    assert_eq!(algo_name(FN_ALGO_TREE), "Tree");
+}
+
+#[test]
+fn forced_protocols_are_obeyed() {
+    for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
+        for oneshot in [false, true] {
+            let mut only = Allowed { protos: [false; 3], oneshot, copy_engine: false, ..Allowed::ALL };
+            only.protos[proto as usize] = true;
+            for kind in [CollKind::AllReduce, CollKind::AllGather, CollKind::Broadcast] {
+                for count in [1, 1000, 1 << 20, 1 << 28] {
+                    let c = choose(kind, count, 4, &TWO, &only);
+                    assert_eq!((c.proto, c.nchannels), (proto, 64));
+                    assert!(c.algo == FN_ALGO_RING || oneshot && kind == CollKind::AllReduce);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn protocol_follows_size() {
+    let pick = |count| {
+        let c = choose(CollKind::AllReduce, count, 4, &TWO, &Allowed::ALL);
+        (c.algo, c.proto)
+    };
+    // Measured best on 2x H200: one-shot LL to 64 KB, one-shot LL128 to 1 MB, one-shot Simple
+    // to 8 MB, the Simple ring from 16 MB.
+    assert_eq!(pick(2), (FN_ALGO_ONESHOT, FN_PROTO_LL));
+    assert_eq!(pick(16 << 10), (FN_ALGO_ONESHOT, FN_PROTO_LL));
+    assert_eq!(pick(128 << 10), (FN_ALGO_ONESHOT, FN_PROTO_LL128));
+    assert_eq!(pick(1 << 20), (FN_ALGO_ONESHOT, FN_PROTO_SIMPLE));
+    assert_eq!(pick(4 << 20), (FN_ALGO_RING, FN_PROTO_SIMPLE));
+    assert_eq!(pick(1 << 28), (FN_ALGO_RING, FN_PROTO_SIMPLE));
+    let ag = |count| choose(CollKind::AllGather, count, 4, &TWO, &Allowed::ALL).proto;
+    assert_eq!((ag(2), ag(1 << 28)), (FN_PROTO_LL, FN_PROTO_SIMPLE));
+    // With more ranks, a part bigger than one LL slot cannot go one-shot.
+    let four = shape(4, 16, 16);
+    assert_eq!(choose(CollKind::AllReduce, 2, 4, &four, &Allowed::ALL).algo, FN_ALGO_ONESHOT);
+    let ring_only = choose(CollKind::AllReduce, 16 * LL_SLOT_BYTES / 4 + 64, 4, &four, &Allowed::ALL);
+    assert_eq!(ring_only.algo, FN_ALGO_RING);
+    // Without channels joining every pair, no one-shot either.
+    let sparse = shape(4, 16, 0);
+    assert_eq!(choose(CollKind::AllReduce, 2, 4, &sparse, &Allowed::ALL).algo, FN_ALGO_RING);
+    // One rank: the local copy.
+    let one = shape(1, 64, 0);
+    assert_eq!(choose(CollKind::AllReduce, 2, 4, &one, &Allowed::ALL).proto, FN_PROTO_SIMPLE);
+}
+
+#[test]
+fn net_communicators_use_simple_and_few_channels_for_small_messages() {
+    let net = |n| CommShape { link: Link::Net, ..shape(n, 8, 4) };
+    let shm4 = Allowed::for_connections(4, true, false);
+    for (n, allowed) in [(2, Allowed::for_connections(2, true, false)), (4, shm4)] {
+        let small = choose(CollKind::AllReduce, 2, 4, &net(n), &allowed);
+        assert_eq!((small.proto, small.nchannels), (FN_PROTO_SIMPLE, 1), "n={n}");
+        let large = choose(CollKind::AllReduce, 64 << 20, 4, &net(n), &allowed);
+        assert_eq!(large.proto, FN_PROTO_SIMPLE, "n={n}");
+        assert!(large.nchannels >= 4, "n={n}: {large:?}");
+        // Channels only grow with size.
+        let mut last = 0;
+        for count in (0..28).map(|b| 1usize << b) {
+            let c = choose(CollKind::AllReduce, count, 1, &net(n), &allowed);
+            assert!(c.nchannels >= last && c.nchannels <= 8, "n={n} count={count}: {c:?}");
+            last = c.nchannels;
+        }
+    }
+    // NCCL_PROTO=LL is still obeyed over NET.
+    let ll = parse_restrictions(None, Some("LL")).unwrap();
+    assert_eq!(choose(CollKind::AllGather, 1 << 20, 1, &net(4), &ll).proto, FN_PROTO_LL);
+    // Over P2P nothing changes: every channel.
+    assert_eq!(choose(CollKind::AllReduce, 2, 4, &shape(4, 8, 4), &shm4).nchannels, 8);
+}
+
+#[test]
+fn a_net_plugins_properties_price_net_and_size_its_channels() {
+    let fast = NetLink::new(100_000, 5.0, 65536);
+    let slow = NetLink::new(10_000, 0.0, 1024);
+    // The built-in Socket net: every channel of the budget, its measured constants.
+    assert_eq!(net_channels(None, 64, 8), 8);
+    assert_eq!(net_hop_and_gbps(None), (36.0, 8.2));
+    // 100 Gbps is 12.5 GB/s: six channels of 2.3; 10 Gbps fits in one, but two are connected.
+    assert_eq!(net_channels(Some(&fast), 64, 8), 6);
+    assert_eq!(net_channels(Some(&slow), 64, 8), 2);
+    assert_eq!(net_channels(Some(&NetLink::new(10_000, 0.0, 1)), 64, 8), 1);
+    assert_eq!(net_hop_and_gbps(Some(&fast)), (41.0, 12.5));
+    assert_eq!(net_hop_and_gbps(Some(&slow)), (36.0, 1.25));
+    // Bounded by maxComms, the budget and the transport; a 400 Gbps link wants more than 8.
+    assert_eq!(net_channels(Some(&NetLink::new(100_000, 0.0, 2)), 64, 8), 2);
+    assert_eq!(net_channels(Some(&fast), 3, 8), 3);
+    assert_eq!(net_channels(Some(&NetLink::new(400_000, 0.0, 65536)), 64, 8), 8);
+    // Untrusted reports are bounded: no speed is NCCL's 10 Gbps, no connections is one.
+    assert_eq!(NetLink::new(-1, f32::NAN, -5), NetLink { speed_mbps: 10_000, latency_us: 0.0, max_comms: 1 });
+    assert_eq!(fast.weakest(slow), NetLink { speed_mbps: 10_000, latency_us: 5.0, max_comms: 1024 });
+
+    let allowed = Allowed::for_connections(2, true, false);
+    let on = |net: Option<NetLink>, nch| CommShape { link: Link::Net, net, ..shape(2, nch, nch) };
+    let large = |net, nch| choose(CollKind::AllReduce, 64 << 20, 4, &on(net, nch), &allowed);
+    let us = |net, nch, count| coll_us(CollKind::AllReduce, count, 4, &on(net, nch), &allowed);
+    // Large messages: the fast link is used on more channels than Socket's 4 and costs less;
+    // the slow one stays on one channel and costs more.
+    assert_eq!(large(None, 8).nchannels, 4);
+    assert_eq!(large(Some(fast), 6).nchannels, 6);
+    assert_eq!(large(Some(slow), 2).nchannels, 1);
+    assert!(us(Some(fast), 6, 16 << 20) < us(None, 8, 16 << 20));
+    assert!(us(Some(slow), 1, 16 << 20) > us(None, 8, 16 << 20));
+    // Small messages pay the plugin's latency on top of the proxies'.
+    assert!((us(Some(fast), 6, 2) - us(None, 8, 2) - 5.0).abs() < 1e-9);
+}
+
+#[test]
+fn shm_communicators_use_simple_and_few_channels_for_small_messages() {
+    let shm = |n| CommShape { link: Link::Shm, ..shape(n, 32, 4) };
+    for n in [2, 4] {
+        let allowed = Allowed::for_connections(n, true, false);
+        // LL and LL128 poll every line across PCIe: Simple at every size, on one channel
+        // while more would not carry the bytes faster.
+        let small = choose(CollKind::AllReduce, 2, 4, &shm(n), &allowed);
+        assert_eq!((small.proto, small.nchannels), (FN_PROTO_SIMPLE, 1), "n={n}");
+        let large = choose(CollKind::AllReduce, 64 << 20, 4, &shm(n), &allowed);
+        assert_eq!(large.proto, FN_PROTO_SIMPLE, "n={n}");
+        assert!((3..=32).contains(&large.nchannels), "n={n}: {large:?}");
+        for count in (0..28).map(|b| 1usize << b) {
+            assert_eq!(choose(CollKind::AllGather, count, 1, &shm(n), &allowed).proto, FN_PROTO_SIMPLE);
+        }
+    }
+    // Forcing a protocol still runs it, on the channels that suit it.
+    let ll = parse_restrictions(None, Some("LL")).unwrap();
+    let c = choose(CollKind::AllReduce, 2, 4, &shm(4), &ll.intersect(&Allowed::for_connections(4, true, false)));
+    assert_eq!((c.proto, c.nchannels), (FN_PROTO_LL, 1));
+    // A NET pair anywhere makes NET the link that prices the communicator.
+    assert_eq!(Link::slowest(true, true), Link::Net);
+    assert_eq!(Link::slowest(false, true), Link::Shm);
+    assert_eq!(Link::slowest(false, false), Link::P2p);
+}
+
+#[test]
+fn host_memory_fifos_limit_the_choice() {
+    let four = shape(4, 16, 16);
+    let shm4 = Allowed::for_connections(4, true, false);
+    assert_eq!(shm4, Allowed { oneshot: false, copy_engine: false, ..Allowed::ALL });
+    assert_eq!(Allowed::for_connections(4, false, true), Allowed::ALL);
+    // Two ranks keep the one-shot (it runs over the ring primitives, which publish tails).
+    let shm2 = Allowed::for_connections(2, true, false);
+    assert!(shm2.oneshot && !shm2.copy_engine);
+    assert_eq!(choose(CollKind::AllReduce, 2, 4, &TWO, &shm2).algo, FN_ALGO_ONESHOT);
+    // With more ranks: the ring, at every size, whatever NCCL_PROTO allows.
+    for proto in [None, Some("LL"), Some("^Simple")] {
+        let user = parse_restrictions(None, proto).unwrap();
+        let both = user.intersect(&shm4);
+        assert_eq!(both.protos, user.protos);
+        assert!(!both.oneshot && !both.copy_engine);
+        for count in [1, 64, 4096, 1 << 20, 1 << 28] {
+            let c = choose(CollKind::AllReduce, count, 4, &four, &both);
+            assert_eq!(c.algo, FN_ALGO_RING, "count={count} proto={proto:?}");
+            assert!(both.protos[c.proto as usize]);
+        }
+    }
+    // The intersection keeps only what both allow.
+    let user = parse_restrictions(Some("Ring"), Some("LL128")).unwrap();
+    assert_eq!(user.intersect(&Allowed::ALL), user);
+    assert_eq!(Allowed::ALL.intersect(&shm4), shm4);
+}
+
+#[test]
+fn part_bytes_matches_the_kernels_partition() {
+    assert_eq!(part_bytes(1, 4, 64), 16);
+    assert_eq!(part_bytes(4096 * 64, 4, 64), 16384);
+    assert_eq!(part_bytes(4096 * 64 + 1, 4, 64), 16400);
+    assert_eq!(part_bytes(7, 8, 2), 32);
+}
