@@ -337,9 +337,9 @@ mod tests {
         assert_eq!(l[0].grid as usize, SHAPE.nchannels);
     }
 
-    /// Collectives on symmetric buffers carry the flat mappings' addresses and strides to the
-    /// symmetric kernels, in the kernels that carry their work types; the others, and sizes the
-    /// tuner leaves to the ring, keep the user's buffers.
+    /// Collectives on symmetric buffers, with the symmetric kernels forced, carry the flat
+    /// mappings' addresses and strides to them, in the kernels that carry their work types; the
+    /// others keep the user's buffers, and so does every collective the tuner decides.
     #[test]
     fn symmetric_buffers_are_planned_as_symmetric_works() {
         use crate::task::{SymBuf, SymBufs};
@@ -360,23 +360,27 @@ mod tests {
             (s, with(CollKind::AllReduce, 1000, None)),
             (s, with(CollKind::AllGather, 1000, Some(sym))),
         ];
-        let l = plan0(&ops).unwrap();
+        let always = Allowed { symmetric: tuner::Symmetric::Always, ..Allowed::ALL };
+        let l = plan(&SHAPE, &always, &|_| 4, &ops).unwrap();
         let works: Vec<&fnWork> = l.iter().flat_map(|l| &l.works).collect();
         let sym_works: Vec<_> = works.iter().map(|w| w.algo as u32 == abi::FN_ALGO_SYMMETRIC).collect();
-        assert_eq!(sym_works, [true, true, false, false, false, true]);
+        assert_eq!(sym_works, [true, true, false, true, false, true]);
         for w in works.iter().filter(|w| w.algo as u32 == abi::FN_ALGO_SYMMETRIC) {
             assert_eq!((w.sendbuff as u64, w.recvbuff as u64), (sym.send.flat, sym.recv.flat));
             assert_eq!((w.sendStride4G, w.recvStride4G), (1, 2));
-            assert_eq!(w.nChannels, 1);
         }
+        // One channel per 64 KiB: 4 KB on one, 4 MiB on every channel of the communicator (4).
+        assert_eq!((works[0].nChannels, works[3].nChannels), (1, 4));
         assert_eq!(works[2].sendbuff as u64, 0x1000);
         assert_eq!((works[4].sendbuff as u64, works[4].sendStride4G), (0x1000, 0));
         // The all-gather goes to the copy kernel, in bytes.
         assert_eq!(l.last().unwrap().kernel, KernelId::COPY);
         assert_eq!(works[5].count, 4000);
         let never = Allowed { symmetric: tuner::Symmetric::Never, ..Allowed::ALL };
-        let l = plan(&SHAPE, &never, &|_| 4, &ops[..1]).unwrap();
-        assert_ne!(l[0].works[0].algo as u32, abi::FN_ALGO_SYMMETRIC);
+        for allowed in [&never, &Allowed::ALL] {
+            let l = plan(&SHAPE, allowed, &|_| 4, &ops).unwrap();
+            assert!(l.iter().flat_map(|l| &l.works).all(|w| w.algo as u32 != abi::FN_ALGO_SYMMETRIC));
+        }
     }
 
     #[test]
