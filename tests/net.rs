@@ -234,9 +234,10 @@ fn a_net_plugins_properties_price_net_and_size_its_channels_in_plan() {
         (Some(8), Some(36.0), Some(8.2))
     );
     assert_eq!(socket["ring_channels"], 8);
-    // 10 Gbps (1.25 GB/s) is one channel's worth; 100 Gbps (12.5 GB/s) six of 2.3 GB/s each.
+    // 10 Gbps (1.25 GB/s) is one channel's worth, but at least two are connected; 100 Gbps
+    // (12.5 GB/s) six of 2.3 GB/s each.
     for (plan, speed, latency, max_comms, channels, hop, gbps) in
-        [(&slow, 10_000, 0.0, 1024, 1, 36.0, 1.25), (&fast, 100_000, 5.0, 65536, 6, 41.0, 12.5)]
+        [(&slow, 10_000, 0.0, 1024, 2, 36.0, 1.25), (&fast, 100_000, 5.0, 65536, 6, 41.0, 12.5)]
     {
         let net = &plan["net_link"];
         assert_eq!(net["net"], "fn-tcp-lo", "{net}");
@@ -474,6 +475,9 @@ fn transport() {
     use std::sync::atomic::{fence, Ordering};
     use std::sync::Arc;
     const STEPS: u64 = 200;
+    // After this step the kernels pause past the proxies' long idle, then wake them as a launch
+    // does and go on.
+    const PAUSE_AT: u64 = 150;
     let limit = Duration::from_secs(30);
     let id = new_unique_id().unwrap();
     let ranks: Vec<_> = (0..2usize)
@@ -519,8 +523,14 @@ fn transport() {
                 let (l, seed) = (t.layout(), (r * 2 + ch) as u64);
                 let send = t.block(1 - r, ch).unwrap().clone();
                 let recv = ranks[1 - r].1.block(r, ch).unwrap().clone();
+                let waker = t.proxy_waker();
                 sc.spawn(move || {
                     for s in 0..STEPS {
+                        if s == PAUSE_AT {
+                            wait("the peer's last step", &|| send.load_u64(proxy::SEND_HEAD) == s);
+                            std::thread::sleep(Duration::from_millis(300));
+                            waker.wake();
+                        }
                         wait("a free slot", &|| send.load_u64(proxy::SEND_HEAD) + 8 > s);
                         let (proto, bytes) = shape(&l, seed, s);
                         let slot = l.send_fifo(proto) + (s % 8) as usize * l.stride(proto);

@@ -76,6 +76,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let transport = Connections::establish(&bootstrap, &plan, &peers, kinds, needs)?;
 
     let table = transport.table(&plan, rank);
+    let proxy_waker = transport.proxy_waker();
     let watchdog = Duration::from_millis(watchdog_timeout_ms().max(0) as u64);
     let DeviceState { conns, ring_ranks, dev_comm } =
         DeviceState::new(&table, &plan, &ring, &trees, &flags, rank, nchannels, watchdog)?;
@@ -126,6 +127,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         tree: trees.shape(),
         link: Link::slowest(on_net, host_fifos),
         net: net_link,
+        proxy_waker,
         limits,
         user_ops: Mutex::new(Vec::new()),
         registrations: Mutex::new(HashSet::new()),

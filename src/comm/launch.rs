@@ -201,6 +201,9 @@ impl Comm {
         self.check_health()?;
         let (gpu, res) = self.gpu()?;
         let _g = gpu.ctx.enter()?;
+        if let Some(w) = &self.proxy_waker {
+            w.wake();
+        }
         let mut st = gpu.launch_state.lock();
         for (l, kernel) in launches.iter().zip(kernels) {
             let mut args =

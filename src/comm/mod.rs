@@ -107,6 +107,8 @@ pub struct Comm {
     /// The NET link as a net plugin reports it (alike on every rank); `None`: no NET, or the
     /// built-in Socket net.
     pub net: Option<NetLink>,
+    /// Wakes the NET proxy thread when this communicator launches kernels (`None`: no NET).
+    proxy_waker: Option<crate::transport::net::proxy::Waker>,
     /// What this communicator's connections allow the tuner (host-memory FIFOs rule out some
     /// kernels, and copy engines need P2P); intersected with NCCL_ALGO / NCCL_PROTO per launch.
     pub limits: Allowed,
@@ -166,6 +168,7 @@ impl Comm {
             tree: TreeShape::chain(nranks),
             link: Link::P2p,
             net: None,
+            proxy_waker: None,
             limits: Allowed::ALL,
             user_ops: Mutex::new(Vec::new()),
             registrations: Mutex::new(HashSet::new()),

@@ -81,6 +81,12 @@ pub trait Transport: Send {
     /// How a peer's INFO line says we reach it ("P2P/IPC", "NET/Socket/proxy").
     fn route(&self, me: &PeerInfo, peer: &PeerInfo) -> String;
 
+    /// What wakes the thread that progresses these connections when kernels are launched; only
+    /// NET has one (its proxy).
+    fn proxy_waker(&self) -> Option<net::proxy::Waker> {
+        None
+    }
+
     /// Connects `peer`, which the plan left to connect when a group first needs it, on
     /// `plan.p2p_channels` channels; returns the kernels' connections by channel. Only the two
     /// ranks take part. Only NET connects at runtime.
@@ -161,6 +167,11 @@ impl Connections {
         let c = Connections { kinds, transports };
         c.log(plan, rank, peers);
         Ok(c)
+    }
+
+    /// What wakes the proxy thread of these connections, if any needs one.
+    pub fn proxy_waker(&self) -> Option<net::proxy::Waker> {
+        self.transports.iter().find_map(|t| t.proxy_waker())
     }
 
     fn transport(&self, kind: Kind) -> Option<&dyn Transport> {

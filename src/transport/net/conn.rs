@@ -560,6 +560,11 @@ impl NetTransport {
         self.layout
     }
 
+    /// What wakes the proxy thread of these connections.
+    pub fn proxy_waker(&self) -> proxy::Waker {
+        self.proxy.waker()
+    }
+
     /// How many connections' peers have closed them (their communicator was destroyed).
     pub fn closed_by_peer(&self) -> usize {
         self.proxy.closed_by_peer(&self.ids)
@@ -628,6 +633,10 @@ impl Transport for NetConnections {
 
     fn route(&self, _me: &PeerInfo, _peer: &PeerInfo) -> String {
         format!("NET/{}/proxy", self.net.net_name)
+    }
+
+    fn proxy_waker(&self) -> Option<proxy::Waker> {
+        Some(self.net.proxy_waker())
     }
 
     fn connect_runtime(&mut self, bootstrap: &Bootstrap, plan: &ConnPlan, peer: usize) -> Result<Vec<fnConn>> {
