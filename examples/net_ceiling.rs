@@ -7,11 +7,12 @@
 //! touching no data: what is measured is proxy + net + sockets, not the kernels' copies in and
 //! out of the host FIFOs.
 //!
-//! Then the one-way latency of a step: 16-byte LL steps ping-ponged on channel 0 (what the
-//! proxies and the net add to a small message, without a GPU's launch or PCIe polls).
+//! Then the one-way latency of a step: 16-byte LL steps, and Simple steps from 16 KiB to the
+//! slot's size, ping-ponged on channel 0 (what the proxies and the net add to a message, without a
+//! GPU's launch or PCIe polls).
 //!
 //! usage: cargo run --release --example net_ceiling [channels (8)] [seconds (3)] [slot KiB (512)]
-//! Prints one line per direction and rank with GB/s, then the latency line; `scripts/net_bench.sh`
+//! Prints one line per direction and rank with GB/s, then the latency lines; `scripts/net_bench.sh`
 //! runs it.
 
 use nccl::bootstrap::{new_unique_id, Bootstrap};
@@ -90,7 +91,7 @@ fn main() {
         out.extend(receivers.into_iter().map(|h| h.join().expect("receiver")));
         out
     });
-    let one_way = latency(&ranks);
+    let one_way = latency(&ranks, LL, 16);
     for (r, (_, t)) in ranks.iter().enumerate() {
         for dir in ["send", "recv"] {
             let bytes: u64 = moved.iter().filter(|m| m.0 == r && m.1 == dir).map(|m| m.2).sum();
@@ -107,16 +108,25 @@ fn main() {
         "net_ceiling: one-way latency of a 16-byte LL step: {:.1} us (mean of {PINGS} round trips)",
         one_way.as_secs_f64() * 1e6
     );
+    let simple_max = ranks[0].1.layout().stride(SIMPLE);
+    for bytes in (14..).map(|b| 1usize << b).take_while(|&b| b <= simple_max) {
+        let one_way = latency(&ranks, SIMPLE, bytes as u32);
+        println!(
+            "net_ceiling: one-way latency of a {} KiB Simple step: {:.1} us (mean of {PINGS} round trips)",
+            bytes >> 10,
+            one_way.as_secs_f64() * 1e6
+        );
+    }
 }
 
-/// One-way latency of a 16-byte LL step on channel 0, from ping-pongs between the two ranks'
-/// threads (the connections are idle and drained when this starts).
-fn latency(ranks: &[(Bootstrap, NetTransport)]) -> Duration {
+/// One-way latency of a step of `proto` and `bytes` on channel 0, from ping-pongs between the two
+/// ranks' threads (the connections are idle and drained when this starts).
+fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32) -> Duration {
     let conn = |r: usize| ranks[r].1.block(1 - r, 0).expect("channel 0").clone();
     let (b0, b1) = (conn(0), conn(1));
     let (base0, base1) = (b0.load_u64(SEND_TAIL), b1.load_u64(SEND_TAIL));
     let post = |b: &HostBlock, s: u64| {
-        b.store_u32(SEND_SIZES + 4 * (s % NSTEPS) as usize, 16 | LL << PROTO_SHIFT);
+        b.store_u32(SEND_SIZES + 4 * (s % NSTEPS) as usize, bytes | proto << PROTO_SHIFT);
         fence(Ordering::SeqCst);
         b.store_u64(SEND_TAIL, s + 1);
     };

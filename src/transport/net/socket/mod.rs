@@ -2,7 +2,7 @@
 //!
 //! A connection is one control socket plus `NCCL_NSOCKS_PERTHREAD × NCCL_SOCKET_NTHREADS` data
 //! sockets (at most 64, over at most 16 helper threads). Every message starts with a 16-byte
-//! header on the control socket (tag, size). A message under [`MIN_CHUNK`] follows inline on
+//! header on the control socket (tag, size). A message under [`INLINE_MAX`] follows inline on
 //! the control socket; a larger one is cut into chunks of at least [`MIN_CHUNK`], each sent on
 //! the next data socket in turn behind its own 16-byte chunk header (sequence, length, offset),
 //! which the receiver checks, so garbage on a data socket is an error and not silent corruption.
@@ -50,8 +50,13 @@ crate::int_param!(
 pub const MAX_SOCKS: usize = 64;
 /// At most this many helper threads per connection, as NCCL.
 pub const MAX_THREADS: usize = 16;
-/// Smallest chunk a message is cut into; smaller messages go inline on the control socket.
+/// Smallest chunk a message is cut into.
 pub const MIN_CHUNK: usize = 64 << 10;
+/// Messages below this follow their header on the control socket, moved by the caller's thread
+/// (the proxy's); larger ones are cut into chunks for the helper threads. Handing a message to a
+/// helper thread costs a wake-up on each side: 20-45 us more per message than inline at 64 KiB,
+/// measured with `examples/net_ceiling` (docs/NET.md, "The Socket net").
+pub const INLINE_MAX: usize = 256 << 10;
 /// Largest chunk, so that a chunk's length fits its header's 32 bits.
 const MAX_CHUNK: usize = 1 << 30;
 /// At most this many interfaces become devices, as NCCL.
@@ -70,7 +75,8 @@ const HELPER_NAP: Duration = Duration::from_millis(50);
 /// Bytes a helper moves on one socket before it turns to its next one.
 const HELPER_SLICE: usize = 1 << 20;
 
-const HANDLE_MAGIC: &[u8; 8] = b"FNSOCK\x00\x01";
+/// Names the wire format too: a peer that cuts messages at another size is refused at connect.
+const HANDLE_MAGIC: &[u8; 8] = b"FNSOCK\x00\x02";
 const HELLO_MAGIC: &[u8; 8] = b"FNSKHELO";
 const HELLO_BYTES: usize = 32;
 const HDR_BYTES: usize = 16;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::super::{check_recv, MemHandle, PtrKind, RecvBuf, RecvComm, Request, MAX_RECVS};
 use super::conn::{explain, host_only, Conn, Slots};
 use super::nonblock::recv_some;
-use super::{HDR_BYTES, MIN_CHUNK};
+use super::{HDR_BYTES, INLINE_MAX};
 use crate::error::Result;
 
 /// A posted buffer: address, capacity, tag.
@@ -153,7 +153,7 @@ impl SocketRecv {
             let size = size as usize;
             r.got[b] = Some(size);
             let ptr = r.bufs[b].ptr;
-            if size < MIN_CHUNK {
+            if size < INLINE_MAX {
                 self.inline = Some(Inline { req: i, ptr, size, done: 0 });
             } else {
                 let pending = r.pending.clone();

@@ -9,7 +9,7 @@ use super::super::{MemHandle, PtrKind, Request, SendComm};
 use super::conn::{explain, host_only, Conn, Slots};
 use super::nonblock::send_iov;
 use super::wire::msg_header;
-use super::{HDR_BYTES, MIN_CHUNK};
+use super::{HDR_BYTES, INLINE_MAX};
 use crate::error::{Error, Result};
 
 pub(super) struct SendReq {
@@ -68,7 +68,7 @@ impl SocketSend {
                     break;
                 }
                 let (ptr, size, pending) = (r.ptr, r.size, r.pending.clone());
-                if size >= MIN_CHUNK {
+                if size >= INLINE_MAX {
                     self.conn.post_chunks(ptr, size, &pending);
                 }
                 self.order.pop_front();
@@ -81,7 +81,7 @@ impl SocketSend {
 impl SendReq {
     /// Bytes of the message that follow its header on the control socket.
     pub(super) fn inline(&self) -> usize {
-        if self.size < MIN_CHUNK {
+        if self.size < INLINE_MAX {
             self.size
         } else {
             0

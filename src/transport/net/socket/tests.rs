@@ -56,7 +56,10 @@ fn handles_round_trip_and_foreign_ones_are_refused() {
     let mut h = encode_handle(1, "127.0.0.1:1".parse().unwrap());
     h[18] = 5;
     assert!(decode_handle(&h).unwrap_err().to_string().contains("unknown address family 5"));
-    assert!(decode_handle(&[0; 128]).unwrap_err().to_string().contains("not one the Socket net's listen made"));
+    assert!(decode_handle(&[0; 128])
+        .unwrap_err()
+        .to_string()
+        .contains("not one this version of the Socket net's listen made"));
 }
 
 #[test]
@@ -159,12 +162,12 @@ fn garbage_on_a_data_socket_is_an_error_naming_the_peer_and_socket() {
     let (handle, mut l) = net.listen(0).unwrap();
     let mut socks = fake_sender(&handle, 2);
     let mut r = accept_within(&mut *l, Duration::from_secs(10));
-    let mut buf = vec![0u8; 4 * MIN_CHUNK];
+    let mut buf = vec![0u8; INLINE_MAX];
     let mr = r.reg_mr(buf.as_mut_ptr(), buf.len(), PtrKind::Host).unwrap();
     let posted = [RecvBuf { data: buf.as_mut_ptr(), size: buf.len(), tag: 5 }];
     // SAFETY: buf outlives r (dropped first, at the end of the scope, in reverse order).
     let req = unsafe { r.irecv(&posted, &[&mr]) }.unwrap().unwrap();
-    socks[0].write_all(&msg_header(5, 2 * MIN_CHUNK as u64)).unwrap();
+    socks[0].write_all(&msg_header(5, INLINE_MAX as u64)).unwrap();
     // The first chunk belongs on data socket 0 with sequence 0: send sequence 7 instead.
     socks[1].write_all(&chunk_header(7, MIN_CHUNK as u32, 0)).unwrap();
     socks[1].write_all(&vec![1u8; MIN_CHUNK]).unwrap();
@@ -203,8 +206,8 @@ fn a_slow_sender_trickling_bytes_is_received_intact() {
     let mut socks = fake_sender(&handle, 1);
     let mut r = accept_within(&mut *l, Duration::from_secs(10));
     let (small, big): (Vec<u8>, Vec<u8>) =
-        ((0..300).map(|i| i as u8).collect(), (0..MIN_CHUNK + 5).map(|i| (i * 7) as u8).collect());
-    let (mut b1, mut b2) = (vec![0xA5u8; 400], vec![0xA5u8; MIN_CHUNK + 100]);
+        ((0..300).map(|i| i as u8).collect(), (0..INLINE_MAX + 5).map(|i| (i * 7) as u8).collect());
+    let (mut b1, mut b2) = (vec![0xA5u8; 400], vec![0xA5u8; INLINE_MAX + 100]);
     let mr = r.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
     let posted = [
         RecvBuf { data: b1.as_mut_ptr(), size: b1.len(), tag: 3 },

@@ -30,7 +30,11 @@ pub fn encode_handle(nonce: u64, addr: SocketAddr) -> Handle {
 /// The listener nonce and address a handle holds.
 pub fn decode_handle(h: &Handle) -> Result<(u64, SocketAddr)> {
     if &h[..8] != HANDLE_MAGIC {
-        return Err(Error::InvalidArgument("connect: the handle is not one the Socket net's listen made".into()));
+        return Err(Error::InvalidArgument(
+            "connect: the handle is not one this version of the Socket net's listen made (a peer on another \
+             ferronickel version, or not a Socket handle)"
+                .into(),
+        ));
     }
     let nonce = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
     let port = u16::from_le_bytes([h[16], h[17]]);
