@@ -75,26 +75,22 @@ static void where(char* buf, size_t len) {
   if (gIter >= 0 && at > 0 && (size_t)at < len) snprintf(buf + at, len - at, ", timed call %d", gIter);
 }
 
-#define CK(cmd)                                                                                           \
-  do {                                                                                                    \
-    cudaError_t e_ = (cmd);                                                                               \
-    if (e_ != cudaSuccess) {                                                                              \
-      char w_[160];                                                                                       \
-      where(w_, sizeof w_);                                                                               \
-      fprintf(stderr, "%s:%d %s: %s (%s)\n", __FILE__, __LINE__, #cmd, cudaGetErrorString(e_), w_);      \
-      _exit(3);                                                                                           \
-    }                                                                                                     \
+// A failed CUDA or NCCL call: what failed, where this rank was, and the exit code that says which.
+static void failCall(const char* file, int line, const char* call, const char* err, const char* more, int code) {
+  char w[160];
+  where(w, sizeof w);
+  fprintf(stderr, "%s:%d %s: %s%s%s (%s)\n", file, line, call, err, more ? " " : "", more ? more : "", w);
+  _exit(code);
+}
+#define CK(cmd)                                                                                 \
+  do {                                                                                          \
+    cudaError_t e_ = (cmd);                                                                     \
+    if (e_ != cudaSuccess) failCall(__FILE__, __LINE__, #cmd, cudaGetErrorString(e_), nullptr, 3); \
   } while (0)
-#define NK(cmd)                                                                                           \
-  do {                                                                                                    \
-    ncclResult_t r_ = (cmd);                                                                              \
-    if (r_ != ncclSuccess) {                                                                              \
-      char w_[160];                                                                                       \
-      where(w_, sizeof w_);                                                                               \
-      fprintf(stderr, "%s:%d %s: %s (%s) (%s)\n", __FILE__, __LINE__, #cmd, ncclGetErrorString(r_),      \
-              ncclGetLastError(nullptr), w_);                                                             \
-      _exit(4);                                                                                           \
-    }                                                                                                     \
+#define NK(cmd)                                                                                              \
+  do {                                                                                                       \
+    ncclResult_t r_ = (cmd);                                                                                 \
+    if (r_ != ncclSuccess) failCall(__FILE__, __LINE__, #cmd, ncclGetErrorString(r_), ncclGetLastError(nullptr), 4); \
   } while (0)
 
 // SIGALRM: a rank stuck past --timeout-s (or told by the parent that a peer died) says where.
