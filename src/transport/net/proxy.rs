@@ -23,9 +23,10 @@
 //! The thread busy-polls while any connection has a step in flight and backs off to short sleeps
 //! when every connection is idle. A communicator wakes it when it launches kernels ([`Waker`]),
 //! as NCCL posts its proxy ops at enqueue: the thread is then polling by the time the kernel
-//! hands over its first step, however long everything was idle before. A connection whose net fails (a peer gone, garbage in a size
-//! word) is reported once through its fault hook, which stops the communicator's kernels, and is
-//! not touched again.
+//! hands over its first step, however long everything was idle before.
+//!
+//! A connection whose net fails (a peer gone, garbage in a size word) is reported once through
+//! its fault hook, which stops the communicator's kernels, and is not touched again.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
