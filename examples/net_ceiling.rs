@@ -47,7 +47,7 @@ fn main() {
                     names: vec!["rank 0".into(), "rank 1".into()],
                     fault: Arc::new(|m| eprintln!("net_ceiling: {m}")),
                     timeout: Duration::from_secs(30),
-                    net: NetConfig::default(),
+                    net: nccl::transport::net::init(&NetConfig::default()).expect("the net"),
                     profiler: None,
                 };
                 let conns: Vec<_> = (0..channels).map(|ch| (1 - r, ch)).collect();

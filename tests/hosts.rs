@@ -442,7 +442,7 @@ fn net_rank(rank: usize, n: usize) {
             on_fault.store(true, Ordering::Release);
         }),
         timeout: INIT,
-        net: NetConfig::default(),
+        net: nccl::transport::net::init(&NetConfig::default()).expect("the net"),
         profiler: None,
     };
     let conns: Vec<_> = (0..CHANNELS).map(|ch| (1 - rank, ch)).collect();

@@ -492,7 +492,7 @@ fn transport() {
                     names: vec!["rank 0".into(), "rank 1".into()],
                     fault: Arc::new(|m| panic!("NET fault: {m}")),
                     timeout: limit,
-                    net: net::NetConfig::default(),
+                    net: net::init(&net::NetConfig { comm_id: bs.magic(), ..Default::default() }).unwrap(),
                     profiler: Profiler::start(&info),
                 };
                 let t = NetTransport::connect(&bs, &[(1 - r, 0), (1 - r, 1)], &setup, &HostBlock::plain).unwrap();

@@ -36,7 +36,7 @@ fn setup(faults: &Arc<Mutex<Vec<String>>>) -> Setup {
         names: vec!["rank 0 (parent)".into(), "rank 1 (child)".into()],
         fault: Arc::new(move |m| f.lock().push(m)),
         timeout: LIMIT,
-        net: NetConfig::default(),
+        net: nccl::transport::net::init(&NetConfig::default()).expect("the net"),
         profiler: None,
     }
 }

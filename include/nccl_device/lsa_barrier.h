@@ -89,7 +89,7 @@ struct ncclLsaBarrierSession {
 
   ncclLsaBarrierSession(ncclLsaBarrierSession const&) = delete;
 
-  /* Keeps the epoch for the next session on this barrier. */
+  /* Keeps the epoch for the next ncclLsaBarrierSession on this barrier. */
   NCCL_DEVICE_INLINE ~ncclLsaBarrierSession() {
     if (coop.thread_rank() == 0) *epochSlot() = epoch;
     coop.sync();

@@ -53,7 +53,15 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let me = peer_info(rank, dev)?;
     let (peers, kinds) = gather_peers(&bootstrap, &me)?;
     let on_net = transport::net_pairs(&kinds);
-    let net_link = if on_net { agreed_net_link(&bootstrap, &config.net)? } else { None };
+    // One net for the communicator: its properties size the channels, its connections carry them.
+    let net = match on_net {
+        true => Some(net::init(&net::NetConfig { comm_id: bootstrap.magic(), ..config.net.clone() })?),
+        false => None,
+    };
+    let net_link = match &net {
+        Some(n) => agreed_net_link(&bootstrap, &**n)?,
+        None => None,
+    };
     let nchannels = channel_count(&me, &peers, on_net.then_some(net_link.as_ref()), &config);
     let order = topo::ring_order(&peers);
     let ring = Ring::new(&order, rank);
@@ -62,7 +70,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
 
     let (flags, lost, fault) = fault_hook()?;
     let (tuner_plugin, profiler) = plugins(&bootstrap, &peers, &config, rank);
-    let needs = NetNeeds { dev, fault, timeout, config: config.net.clone(), profiler: profiler.clone() };
+    let needs = NetNeeds { dev, fault, timeout, net, profiler: profiler.clone() };
     // Alike on every rank: from every pair's kind, not only ours.
     let host_fifos = transport::host_fifos(&kinds);
     let limits = Allowed::for_connections(nranks, host_fifos, !host_fifos);
@@ -238,10 +246,9 @@ fn gather_peers(bootstrap: &Bootstrap, me: &PeerInfo) -> Result<(Vec<PeerInfo>, 
 /// The NET link as the net plugin of every rank reports it (docs/NET.md, "What a net plugin's
 /// properties change"), the weakest report when they differ, so that every rank sizes its channels
 /// alike; `None` when some rank runs the built-in Socket net.
-fn agreed_net_link(bootstrap: &Bootstrap, net: &net::NetConfig) -> Result<Option<NetLink>> {
+fn agreed_net_link(bootstrap: &Bootstrap, net: &dyn net::Net) -> Result<Option<NetLink>> {
     const BYTES: usize = 17;
-    let cfg = net::NetConfig { comm_id: bootstrap.magic(), ..net.clone() };
-    let mine = net::plugin_properties(&cfg)?.map(|p| NetLink::new(p.speed_mbps, p.latency_us, p.max_comms));
+    let mine = net::plugin_properties(net)?.map(|p| NetLink::new(p.speed_mbps, p.latency_us, p.max_comms));
     let mut record = [0u8; BYTES];
     if let Some(l) = mine {
         record[0] = 1;

@@ -114,7 +114,9 @@ pub struct NetNeeds {
     pub fault: FaultHook,
     /// How long connecting may take.
     pub timeout: Duration,
-    pub config: net::NetConfig,
+    /// The communicator's net, initialised once for it (a v11 plugin keeps a context per
+    /// communicator); `None` when no pair of ranks is on NET.
+    pub net: Option<Arc<dyn net::Net>>,
     /// The communicator's profiler plugin, for the NET proxy's events.
     pub profiler: Option<Arc<crate::plugin::profiler::Profiler>>,
 }

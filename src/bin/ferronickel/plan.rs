@@ -110,7 +110,9 @@ pub fn run(args: PlanArgs) -> CmdResult {
     // A net plugin (NCCL_NET_PLUGIN, or libnccl-net.so) is loaded as init loads it: its reported
     // properties price NET and size its channels (docs/NET.md).
     let net_props = match on_net && net::plugin_library().is_some() {
-        true => net::plugin_properties(&net::NetConfig::default()).map_err(|e| format!("the net plugin: {e}"))?,
+        true => net::init(&net::NetConfig::default())
+            .and_then(|n| net::plugin_properties(&*n))
+            .map_err(|e| format!("the net plugin: {e}"))?,
         false => None,
     };
     let net_link = net_props.as_ref().map(|p| NetLink::new(p.speed_mbps, p.latency_us, p.max_comms));

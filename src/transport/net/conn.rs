@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::proxy::{self, Entry, FaultHook, HostBlock, Layout, Proxy, TraceInfo};
-use super::{Connecting, Handle, MemHandle, Net, NetConfig, PtrKind, RecvBuf, RecvComm, Request, SendComm};
+use super::{Connecting, Handle, MemHandle, Net, PtrKind, RecvBuf, RecvComm, Request, SendComm};
 use crate::abi::{fnConn, fnConnRecv, fnConnSend, FN_CONN_TAIL_ALL, FN_NUM_PROTOS};
 use crate::bootstrap::Bootstrap;
 use crate::debug::Subsys;
@@ -379,7 +379,8 @@ pub struct Setup {
     pub fault: FaultHook,
     /// How long connecting may take in all.
     pub timeout: Duration,
-    pub net: NetConfig,
+    /// The net the connections go through, initialised once for the communicator.
+    pub net: Arc<dyn Net>,
     /// The communicator's profiler plugin, told of the proxy's ops and steps.
     pub profiler: Option<Arc<Profiler>>,
 }
@@ -410,7 +411,7 @@ impl NetTransport {
     ) -> Result<NetTransport> {
         let nranks = bootstrap.nranks();
         let deadline = Instant::now() + setup.timeout;
-        let net = super::init(&NetConfig { comm_id: bootstrap.magic(), ..setup.net.clone() })?;
+        let net = &*setup.net;
         let (handle, mut listener) = net.listen(0)?;
         let challenge = auth::nonce()?;
         let all = bootstrap.allgather(&[&handle[..], &challenge[..]].concat())?;
@@ -422,7 +423,7 @@ impl NetTransport {
             challenges.push(c);
         }
         let who = Peers::of(bootstrap, &handles, &challenges, &setup.names);
-        let links = establish(&*net, &mut *listener, &who, conns, deadline)?;
+        let links = establish(net, &mut *listener, &who, conns, deadline)?;
         Self::start(links, setup, &who, net.name(), alloc)
     }
 
@@ -444,7 +445,7 @@ impl NetTransport {
             return Err(Error::Internal(format!("NET: rank {rank} cannot connect to rank {peer} on {nch} channels")));
         }
         let deadline = Instant::now() + setup.timeout;
-        let net = super::init(&NetConfig { comm_id: bootstrap.magic(), ..setup.net.clone() })?;
+        let net = &*setup.net;
         let (handle, mut listener) = net.listen(0)?;
         let challenge = auth::nonce()?;
         bootstrap.send(peer, TAG_PAIR, &[&handle[..], &challenge[..]].concat())?;
@@ -456,7 +457,7 @@ impl NetTransport {
         (handles[peer], challenges[peer]) = theirs;
         let who = Peers::of(bootstrap, &handles, &challenges, &setup.names);
         let conns: Vec<(usize, usize)> = (0..nch).map(|ch| (peer, ch)).collect();
-        let links = establish(&*net, &mut *listener, &who, &conns, deadline)?;
+        let links = establish(net, &mut *listener, &who, &conns, deadline)?;
         self.add(links, &who, alloc)
     }
 
@@ -608,7 +609,7 @@ impl Half for NetHalf {
             names: cx.peers.iter().map(PeerInfo::describe).collect(),
             fault: cx.needs.fault.clone(),
             timeout: cx.needs.timeout,
-            net: cx.needs.config.clone(),
+            net: cx.needs.net.clone().ok_or_else(|| Error::Internal("NET pairs, but no net was initialised".into()))?,
             profiler: cx.needs.profiler.clone(),
         };
         let net = NetTransport::connect(cx.bootstrap, &conns, &setup, &host_block)?;

@@ -210,10 +210,9 @@ pub fn init(cfg: &NetConfig) -> Result<Arc<dyn Net>> {
     )))
 }
 
-/// The properties of device 0 of the net `cfg` picks when that net is a plugin (device 0 is the
-/// one connections use), or `None` for the built-in Socket net.
-pub fn plugin_properties(cfg: &NetConfig) -> Result<Option<Properties>> {
-    let net = init(cfg)?;
+/// The properties of device 0 of `net` when it is a plugin (device 0 is the one connections
+/// use), or `None` for the built-in Socket net.
+pub fn plugin_properties(net: &dyn Net) -> Result<Option<Properties>> {
     if net.builtin() {
         return Ok(None);
     }

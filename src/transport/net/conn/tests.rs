@@ -108,7 +108,7 @@ fn setup(names: &[&str], faults: &Faults) -> Setup {
         names: names.iter().map(|s| s.to_string()).collect(),
         fault: Arc::new(move |m| f.lock().push(m)),
         timeout: LIMIT,
-        net: NetConfig::default(),
+        net: crate::transport::net::init(&crate::transport::net::NetConfig::default()).expect("the net"),
         profiler: None,
     }
 }
