@@ -21,6 +21,7 @@
 #   --budget SECONDS   stop starting steps after this much wall time (default 540)
 #   --no-build         reuse binaries in $BUILD
 # env: OUT (default ./gpu-out), BUILD (default build/gpu), CUDA_ARCH (default from nvidia-smi),
+#      CUDA_VISIBLE_DEVICES (the GPUs the steps may use),
 #      NCCL_REF (reference NCCL root), CUDA_HOME (default /usr/local/cuda),
 #      NCCL_TESTS_SRC (a copy of NVIDIA's nccl-tests sources: adds the step nccl_tests_p1)
 set -u
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
     --lib) LIB=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
     --no-build) NOBUILD=1 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -83,6 +84,9 @@ export LD_LIBRARY_PATH="$RUNLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 NG=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
 [ "$NG" -ge 1 ] 2>/dev/null || NG=0
+# nvidia-smi lists every GPU; the steps see only those CUDA_VISIBLE_DEVICES names (so one instance can run
+# on GPU 1 beside another's benchmark on GPU 0).
+if [ "$NG" -ge 1 ] && [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then NG=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .); fi
 CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
 ARCH=${CUDA_ARCH:-sm_${CC:-90}}
 HAVE_MPI=0; command -v mpicc >/dev/null && command -v mpirun >/dev/null && HAVE_MPI=1
@@ -386,7 +390,7 @@ fi
 # with LSA barriers, built against our headers (_ours) and NVIDIA's 2.28.9 headers (_nvhdr), both
 # linked with our library; run as 2 and 4 ranks on GPU 0, as processes and as threads, each rank
 # checking every element. Then the build against our headers on NVIDIA's library, 1 rank (NVIDIA's
-# refuses several ranks on one GPU).
+# refuses several ranks on one GPU), and one rank per GPU where there are several.
 if [ "$NG" -ge 1 ]; then
   NVDEV=$ROOT/.deps/nvidia-nccl/include; [ -f "$NVDEV/nccl_device.h" ] || NVDEV=$REF/include
   step device_build device 300 env NVCC="$NVCC" bash scripts/build_device_example.sh --out "$BUILD" --arch "$ARCH" \
@@ -400,6 +404,16 @@ if [ "$NG" -ge 1 ]; then
     done
   fi
   step device_ours_on_nccl_1 device 120 env LD_LIBRARY_PATH="$REF/lib" "$BUILD/device_allreduce_ours" --procs 1 --dev 0
+  # With several GPUs, one rank per GPU (NVLink or PCIe P2P): both builds on ours, and the build
+  # against our headers on NVIDIA's NCCL with every GPU a rank.
+  if [ "$NG" -ge 2 ]; then
+    if [ "$LIB" = ours ]; then
+      for V in ours nvhdr; do
+        step device_${V}_spread_$NG device 120 "$BUILD/device_allreduce_$V" --procs $NG --spread
+      done
+    fi
+    step device_ours_on_nccl_$NG device 120 env LD_LIBRARY_PATH="$REF/lib" "$BUILD/device_allreduce_ours" --procs $NG --spread
+  fi
 fi
 # several ranks on one GPU (ours only)
 if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then

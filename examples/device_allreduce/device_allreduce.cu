@@ -11,7 +11,8 @@
 //
 // Built against ferronickel's include/ or NVIDIA's 2.28.9 headers alike (scripts/build_device_example.sh):
 //   nvcc -std=c++17 -arch=sm_90 -I<include> device_allreduce.cu -L<lib> -lnccl -o device_allreduce
-// usage: device_allreduce [--procs N | --threads N] [--dev D] [--count C] [--iters I] [--blocks B]
+// usage: device_allreduce [--procs N | --threads N] [--dev D | --spread] [--count C] [--iters I] [--blocks B]
+//   --dev D: every rank on GPU D (default 0); --spread: rank r on GPU r % (number of GPUs)
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <nccl_device.h>
@@ -64,15 +65,33 @@ static float inputOf(int r, size_t i, int it) { return (float)((int)((i * 7 + (s
 
 struct Job {
   int nranks, dev, iters, blocks;
+  bool spread;
   size_t count;
   ncclUniqueId id;
 };
 
 static int runRank(Job const& job, int rank) {
-  CUDACHECK(cudaSetDevice(job.dev));
+  int dev = job.dev;
+  if (job.spread) {
+    int ngpus = 0;
+    CUDACHECK(cudaGetDeviceCount(&ngpus));
+    dev = rank % ngpus;
+  }
+  CUDACHECK(cudaSetDevice(dev));
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, job.nranks, job.id, rank));
   size_t bytes = job.count * sizeof(float);
+  // Everything this rank allocates comes before the collective calls below. Ranks that are
+  // threads of one process share the GPU's context, where an allocation serialises the kernels
+  // issued before and after it: a rank allocating while a peer's kernel already waits at the
+  // barrier for it would never get its own kernel there.
+  float* out;
+  CUDACHECK(cudaMalloc(&out, bytes));
+  // A stream of this rank's own: ranks that are threads of one process must not share the legacy
+  // default stream, where one rank's kernel, waiting at the barrier for the others, would hold
+  // back theirs for ever.
+  cudaStream_t stream;
+  CUDACHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   void* in = nullptr;
   NCCLCHECK(ncclMemAlloc(&in, bytes));
   ncclWindow_t win;
@@ -87,13 +106,6 @@ static int runRank(Job const& job, int rank) {
             rank, devComm.lsaSize, job.nranks);
     return 1;
   }
-  float* out;
-  CUDACHECK(cudaMalloc(&out, bytes));
-  // A stream of this rank's own: ranks that are threads of one process must not share the legacy
-  // default stream, where one rank's kernel, waiting at the barrier for the others, would hold
-  // back theirs for ever.
-  cudaStream_t stream;
-  CUDACHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::vector<float> host(job.count), want(job.count);
   size_t wrong = 0;
   for (int it = 0; it < job.iters && wrong == 0; it++) {
@@ -142,10 +154,11 @@ static double nowS() {
 }
 
 int main(int argc, char** argv) {
-  Job job = {2, 0, 5, 4, (1u << 20) + 3, {}};
+  Job job = {2, 0, 5, 4, false, (1u << 20) + 3, {}};
   bool threads = false;
   for (int i = 1; i < argc; i++) {
     char const* a = argv[i];
+    if (!strcmp(a, "--spread")) { job.spread = true; continue; }
     char const* v = i + 1 < argc ? argv[i + 1] : nullptr;
     if (!v) { fprintf(stderr, "device_allreduce: %s needs a value\n", a); return 2; }
     if (!strcmp(a, "--procs")) job.nranks = atoi(v), threads = false;
@@ -198,8 +211,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  printf("device_allreduce: %s (%d ranks as %s on GPU %d, %zu floats, %d iterations, %d blocks)\n",
-         failed ? "FAIL" : "PASS", job.nranks, threads ? "threads" : "processes", job.dev, job.count, job.iters,
-         job.blocks);
+  char where[32];
+  if (job.spread) snprintf(where, sizeof where, "spread over the GPUs");
+  else snprintf(where, sizeof where, "on GPU %d", job.dev);
+  printf("device_allreduce: %s (%d ranks as %s %s, %zu floats, %d iterations, %d blocks)\n", failed ? "FAIL" : "PASS",
+         job.nranks, threads ? "threads" : "processes", where, job.count, job.iters, job.blocks);
   return failed ? 1 : 0;
 }
