@@ -102,11 +102,9 @@ impl Comm {
                  (created by ncclDevCommCreate and not yet destroyed)"
             );
         }
-        self.deregister_window(resource_window)?;
-        let (gpu, res) = self.gpu()?;
-        let _g = gpu.ctx.enter()?;
-        res.windows.lock().dev_comms.remove(&resource_window);
-        Ok(())
+        self.deregister_then(resource_window, |w| {
+            w.dev_comms.remove(&resource_window);
+        })
     }
 }
 

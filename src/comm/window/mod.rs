@@ -202,6 +202,11 @@ impl Comm {
         windows.windows.insert(handle, window);
         self.write_table(&mut windows)?;
         self.ensure_sync(&mut windows, res);
+        drop(windows);
+        // No rank returns, and launches, while a peer still allocates: an allocation in the
+        // context of ranks that share a GPU would hold back the peer's next kernel behind ours,
+        // which waits for it (docs/ARCHITECTURE.md, "Windows and the device communicator").
+        self.bootstrap.barrier()?;
         Ok(handle)
     }
 
@@ -213,6 +218,11 @@ impl Comm {
     /// Deregisters a symmetric window, collectively: once every rank has arrived, each unmaps
     /// every member's allocation.
     pub fn deregister_window(&self, handle: u64) -> Result<()> {
+        self.deregister_then(handle, |_| {})
+    }
+
+    /// [`Comm::deregister_window`], freeing with the window what `also` takes out of `Windows`.
+    pub(super) fn deregister_then(&self, handle: u64, also: impl FnOnce(&mut Windows)) -> Result<()> {
         let (gpu, res) = self.gpu()?;
         let _g = gpu.ctx.enter()?;
         if !res.windows.lock().windows.contains_key(&handle) {
@@ -222,7 +232,12 @@ impl Comm {
         self.bootstrap.barrier()?;
         let mut windows = res.windows.lock();
         windows.windows.remove(&handle);
-        self.write_table(&mut windows)
+        also(&mut windows);
+        self.write_table(&mut windows)?;
+        drop(windows);
+        // Unmapping and freeing hold back kernels of ranks sharing the GPU, as allocating does:
+        // no rank returns before every rank has freed.
+        self.bootstrap.barrier()
     }
 
     /// The collective steps of a registration: offers, hand-over of descriptors, mapping, and
