@@ -341,21 +341,21 @@ fn plugin_net_cost(link: &NetLink) -> HostLinkCost {
 }
 
 /// NET channels a communicator connects, out of its budget `nchannels` and the transport's most,
-/// `max`: the built-in Socket net (`net` is `None`) uses them all; with a plugin, enough that
-/// every channel's Simple rate (NET_COST's per channel) adds up to the link's bandwidth, never
+/// `max`: enough that every channel's Simple rate (NET_COST's per channel) adds up to the link's
+/// bandwidth (the built-in Socket net's, NET_COST's, when `net` is `None`: 4 channels), never
 /// fewer than the two NCCL gives a NET peer (a link often carries more than its report), and no
-/// more than the plugin's `maxComms`. The tuner still picks, per collective, how many to use.
+/// more than a plugin's `maxComms`. More would never be picked by the tuner, which prices no
+/// channel past the link's bandwidth, yet each costs pinned memory and a receive the proxy
+/// thread polls every round. The tuner still picks, per collective, how many to use.
 pub fn net_channels(net: Option<&NetLink>, nchannels: usize, max: usize) -> usize {
     const FLOOR: usize = 2;
     let most = nchannels.min(max).max(1);
-    match net {
-        None => most,
-        Some(link) => {
-            let per_channel = NET_COST.channel_gbps[FN_PROTO_SIMPLE as usize];
-            let wanted = ((link.gbps() / per_channel).ceil() as usize).max(FLOOR);
-            wanted.clamp(1, most.min(link.max_comms))
-        }
-    }
+    let simple = FN_PROTO_SIMPLE as usize;
+    let (gbps, most) = match net {
+        None => (NET_COST.gbps[simple], most),
+        Some(link) => (link.gbps(), most.min(link.max_comms)),
+    };
+    ((gbps / NET_COST.channel_gbps[simple]).ceil() as usize).max(FLOOR).clamp(1, most)
 }
 
 /// What the tuner takes of a NET link, for `ferronickel plan`: one hop of Simple on one channel

@@ -185,10 +185,10 @@ fn choice(j: &Value, bytes: u64, coll: &str) -> (String, String) {
 fn plan_matches_rings_worked_out_by_hand() {
     // 2 hosts x 2 GPUs, 8 ranks: host 0 has ranks 0-3, rank l on GPU l % 2, so GPU 0 holds 0,2
     // and GPU 1 holds 1,3; the ring visits them GPU by GPU, host by host. Peers on the other host
-    // are reached over NET, which caps the channels at 8.
+    // are reached over NET, which caps the channels at the 4 the built-in net's link can use.
     let j = ok_json(&["plan", "--nranks", "8", "--hosts", "2", "--gpus-per-host", "2"], &[]);
     assert_eq!(ring(&j), [0, 2, 1, 3, 4, 6, 5, 7]);
-    assert_eq!((j["ring_channels"].as_u64(), j["max_ranks_per_gpu"].as_u64()), (Some(8), Some(2)));
+    assert_eq!((j["ring_channels"].as_u64(), j["max_ranks_per_gpu"].as_u64()), (Some(4), Some(2)));
     assert!(j["notes"][0].as_str().unwrap().contains("connect over NET"), "{j}");
     // Host-memory FIFOs: no one-shot all-reduce for more than two ranks.
     assert_ne!(choice(&j, 16, "all_reduce").0, "OneShot");
@@ -229,7 +229,8 @@ fn plan_matches_rings_worked_out_by_hand() {
 
     let out = ok_text(&["plan", "--nranks", "8", "--hosts", "2", "--gpus-per-host", "2"], &[]);
     assert!(out.contains("ring (every channel): 0 -> 2 -> 1 -> 3 -> 4 -> 6 -> 5 -> 7"), "{out}");
-    assert!(out.contains("8 ring channels") && out.contains("connect over NET"), "{out}");
+    // Ranks on two hosts: the channels the built-in net's link can use (tuner::net_channels).
+    assert!(out.contains("4 ring channels") && out.contains("connect over NET"), "{out}");
 }
 
 #[test]
@@ -237,9 +238,9 @@ fn plan_over_the_socket_net_keeps_its_measured_constants() {
     // Two hosts over the built-in Socket net: every choice as the tuner made it before net
     // plugins' properties priced NET (docs/NET.md), and the link as measured.
     let j = ok_json(&["plan", "--nranks", "2", "--hosts", "2"], &[("NCCL_SOCKET_IFNAME", "lo")]);
-    assert_eq!(j["ring_channels"], 8);
+    assert_eq!(j["ring_channels"], 4);
     let net = &j["net_link"];
-    assert_eq!((net["net"].as_str(), net["channels"].as_u64()), (Some("Socket"), Some(8)), "{net}");
+    assert_eq!((net["net"].as_str(), net["channels"].as_u64()), (Some("Socket"), Some(4)), "{net}");
     assert_eq!((net["hop_us"].as_f64(), net["gbps"].as_f64()), (Some(36.0), Some(8.2)), "{net}");
     let expected: [(&str, &str); 14] = [
         ("OneShot/Simple 1ch 36.0us", "Ring/Simple 1ch 36.0us"),

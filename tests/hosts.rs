@@ -655,13 +655,12 @@ fn connections_reset_by_the_peer_host_are_named_at_once() {
     });
     let Some(texts) = texts else { return };
     // h0 sees the reset, unless h1's process, once it found its own links aborted, closed one
-    // that `ss -K` had not reached yet: then h0 reads a close. Either way no goodbye came.
-    assert!(
-        texts[0].contains("its host reset its liveness link") || texts[0].contains("closed without a goodbye"),
-        "{}",
-        texts[0]
-    );
-    assert!(texts[1].contains("aborted"), "{}", texts[1]);
+    // that `ss -K` had not reached yet: then h0 reads a close. Either way no goodbye came. The
+    // same race the other way: `ss -K` kills h1's sockets one by one, and h0's process, failing
+    // at the first reset, may close a link before `ss` reaches h1's end of it.
+    for (text, own) in [(&texts[0], "its host reset its liveness link"), (&texts[1], "aborted")] {
+        assert!(text.contains(own) || text.contains("closed without a goodbye"), "{text}");
+    }
 }
 
 /// The Socket net on its own (no heartbeat timeout: only closed links count for the watcher)

@@ -221,8 +221,9 @@ fn net_communicators_use_simple_and_few_channels_for_small_messages() {
 fn a_net_plugins_properties_price_net_and_size_its_channels() {
     let fast = NetLink::new(100_000, 5.0, 65536);
     let slow = NetLink::new(10_000, 0.0, 1024);
-    // The built-in Socket net: every channel of the budget, its measured constants.
-    assert_eq!(net_channels(None, 64, 8), 8);
+    // The built-in Socket net, its measured constants: 8.2 GB/s in all at 2.3 a channel.
+    assert_eq!(net_channels(None, 64, 8), 4);
+    assert_eq!(net_channels(None, 3, 8), 3);
     assert_eq!(net_hop_and_gbps(None), (36.0, 8.2));
     // 100 Gbps is 12.5 GB/s: six channels of 2.3; 10 Gbps fits in one, but two are connected.
     assert_eq!(net_channels(Some(&fast), 64, 8), 6);

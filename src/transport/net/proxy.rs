@@ -60,6 +60,12 @@ const SPIN: Duration = Duration::from_millis(2);
 const NAP: Duration = Duration::from_micros(20);
 const LONG_NAP: Duration = Duration::from_millis(1);
 const LONG_IDLE: Duration = Duration::from_millis(200);
+/// A connection that moved this recently is hot: its receive is tested every round. A cold one's
+/// only every [`COLD_EVERY`]th round, since testing a receive with nothing in flight costs a
+/// syscall (the Socket net's) that lengthens the round every hot step waits through. Its send
+/// side, loads from host memory only, is looked at every round.
+const HOT: Duration = Duration::from_millis(100);
+const COLD_EVERY: u32 = 8;
 /// The size word that says "closing": its protocol bits name no protocol, so no step has it.
 const GOODBYE: u32 = u32::MAX;
 /// How long closing connections waits for their goodbyes to go out, in all.
@@ -345,6 +351,8 @@ pub struct Entry {
     said_goodbye: bool,
     goodbye: Option<Request>,
     id: u64,
+    /// When either half last moved or had a step in flight (see [`HOT`]).
+    active: Instant,
 }
 
 impl Entry {
@@ -380,11 +388,24 @@ impl Entry {
             peer_closed: false,
             trace: Trace::new(trace, false, &layout),
         };
-        Ok(Entry { send, recv, block, layout, who, fault, failed: false, said_goodbye: false, goodbye: None, id: 0 })
+        Ok(Entry {
+            send,
+            recv,
+            block,
+            layout,
+            who,
+            fault,
+            failed: false,
+            said_goodbye: false,
+            goodbye: None,
+            id: 0,
+            active: Instant::now(),
+        })
     }
 
-    /// One round over both halves: (anything moved, a step still in flight).
-    fn progress(&mut self) -> (bool, bool) {
+    /// One round over both halves, the receiving one only if `recv` (see [`HOT`]): (anything
+    /// moved, a step still in flight).
+    fn progress(&mut self, recv: bool) -> (bool, bool) {
         if self.failed {
             return (false, false);
         }
@@ -393,10 +414,9 @@ impl Entry {
             // ours, so that its comm closes with nothing in flight.
             return (self.answer_goodbye(), false);
         }
-        let r =
-            self.send.progress(&self.block, &self.layout).map_err(|e| e.context("sending")).and_then(|s| {
-                Ok(s | self.recv.progress(&self.block, &self.layout).map_err(|e| e.context("receiving"))?)
-            });
+        let r = self.send.progress(&self.block, &self.layout).map_err(|e| e.context("sending")).and_then(|s| {
+            Ok(s | (recv && self.recv.progress(&self.block, &self.layout).map_err(|e| e.context("receiving"))?))
+        });
         match r {
             Ok(moved) => {
                 let (send_busy, recv_busy) = (self.send.busy(&self.block), self.recv.busy());
@@ -432,7 +452,7 @@ fn part(entries: &mut [Entry]) {
     // completed on its GPU may still owe its peers the data of that collective's final steps.
     let end = Instant::now() + DRAIN_WAIT;
     while Instant::now() < end && entries.iter().any(|e| !e.failed && !e.recv.peer_closed && e.send.busy(&e.block)) {
-        if !entries.iter_mut().fold(false, |moved, e| e.progress().0 | moved) {
+        if !entries.iter_mut().fold(false, |moved, e| e.progress(true).0 | moved) {
             std::thread::yield_now();
         }
     }
@@ -627,14 +647,22 @@ fn serve(inner: &Inner) {
     // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack; its failure is harmless.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
     let mut last_move = Instant::now();
+    let (mut round, mut napped) = (0u32, false);
     while !inner.stop.load(Ordering::Acquire) {
         if inner.woken.swap(false, Ordering::AcqRel) {
             last_move = Instant::now();
         }
         let Some(alive) = crate::exit::hold() else { return };
         let (mut moved, mut busy) = (false, false);
+        // After a nap every connection is tested: a round costs little next to the nap.
+        round = if napped { 0 } else { round.wrapping_add(1) };
+        let sweep = round % COLD_EVERY == 0;
+        let start = Instant::now();
         for e in inner.entries.lock().iter_mut() {
-            let (m, b) = e.progress();
+            let (m, b) = e.progress(sweep || start - e.active < HOT);
+            if m || b {
+                e.active = start;
+            }
             moved |= m;
             busy |= b;
         }
@@ -644,7 +672,8 @@ fn serve(inner: &Inner) {
             last_move = now;
         }
         let idle = now - last_move;
-        if busy || idle < SPIN {
+        napped = !(busy || idle < SPIN);
+        if !napped {
             std::thread::yield_now();
         } else {
             // A wake-up ends the nap early.
