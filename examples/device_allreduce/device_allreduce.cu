@@ -92,6 +92,11 @@ static int runRank(Job const& job, int rank) {
   // back theirs for ever.
   cudaStream_t stream;
   CUDACHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // Pinned, so that the copies are queued on the stream and only cudaStreamSynchronize waits: a
+  // copy from pageable memory waits inside the driver for the kernel before it, which waits at the
+  // barrier for peers that may still have to launch theirs.
+  float* host = nullptr;
+  CUDACHECK(cudaMallocHost(&host, bytes));
   void* in = nullptr;
   NCCLCHECK(ncclMemAlloc(&in, bytes));
   ncclWindow_t win;
@@ -106,7 +111,7 @@ static int runRank(Job const& job, int rank) {
             rank, devComm.lsaSize, job.nranks);
     return 1;
   }
-  std::vector<float> host(job.count), want(job.count);
+  std::vector<float> want(job.count);
   size_t wrong = 0;
   for (int it = 0; it < job.iters && wrong == 0; it++) {
     for (size_t i = 0; i < job.count; i++) {
@@ -114,11 +119,11 @@ static int runRank(Job const& job, int rank) {
       want[i] = 0;
       for (int r = 0; r < job.nranks; r++) want[i] += inputOf(r, i, it);
     }
-    CUDACHECK(cudaMemcpyAsync(in, host.data(), bytes, cudaMemcpyHostToDevice, stream));
+    CUDACHECK(cudaMemcpyAsync(in, host, bytes, cudaMemcpyHostToDevice, stream));
     CUDACHECK(cudaMemsetAsync(out, 0xff, bytes, stream));  // NaN everywhere: an element left unwritten fails
     lsaAllReduce<<<job.blocks, 256, 0, stream>>>(win, 0, out, job.count, devComm);
     CUDACHECK(cudaGetLastError());
-    CUDACHECK(cudaMemcpyAsync(host.data(), out, bytes, cudaMemcpyDeviceToHost, stream));
+    CUDACHECK(cudaMemcpyAsync(host, out, bytes, cudaMemcpyDeviceToHost, stream));
     CUDACHECK(cudaStreamSynchronize(stream));
     for (size_t i = 0; i < job.count; i++) {
       if (host[i] != want[i]) {
@@ -131,6 +136,7 @@ static int runRank(Job const& job, int rank) {
   NCCLCHECK(ncclCommWindowDeregister(comm, win));
   NCCLCHECK(ncclMemFree(in));
   CUDACHECK(cudaFree(out));
+  CUDACHECK(cudaFreeHost(host));
   CUDACHECK(cudaStreamDestroy(stream));
   NCCLCHECK(ncclCommDestroy(comm));
   if (wrong) fprintf(stderr, "rank %d: %zu wrong elements\n", rank, wrong);
