@@ -88,18 +88,18 @@ enum fnDevError {
  * kernels beyond P2P's contract (docs/ARCHITECTURE.md, "Transports"). */
 enum fnConnFlags {
   /* The FIFO is in host memory (SHM, NET), where a 128-byte store does not arrive whole and a proxy
-   * may fill the slot: every protocol, not only Simple, publishes each step's tail after a system
-   * fence, and the receiver waits for the tail before it reads the slot. LL and LL128 flags are
-   * still written and checked. */
-  FN_CONN_TAIL_ALL = 1,
-  /* The FIFO is in host memory that both GPUs map (SHM), with no proxy: LL128 publishes and waits
-   * for a tail as above (its 128-byte lines do not arrive whole over PCIe), while LL's 16-byte
-   * lines, each 8-byte half carrying its own flag, do arrive whole, so LL runs as over P2P. */
+   * may fill the slot: LL128 publishes each step's tail after a system fence, as Simple does, and
+   * the receiver waits for the tail before it reads the slot (LL128 flags are still written and
+   * checked). LL's 16-byte lines, each 8-byte half carrying its own flag, arrive whole (a GPU's
+   * 16-byte store over PCIe; a proxy's copy, which moves aligned 8-byte words whole), so LL runs as
+   * over P2P: no fence, no tail; over NET the sending proxy checks the lines' flags instead. */
   FN_CONN_TAIL_LL128 = 2,
 };
 
 /* fnConnSend.sizes entries: low bits the step's bytes (a slot is always smaller), top two its protocol. */
 #define FN_SIZE_PROTO_SHIFT 30
+/* A sizes entry no step has filled since the proxy took the last one (no protocol has number 3). */
+#define FN_SIZE_EMPTY 0xffffffffu
 
 /* Sender half of a connection: we write into the receiver's FIFO and tail, it writes our head.
  * Under NET, "the receiver's FIFO" is a host-memory staging FIFO a proxy drains (buffs, tail and
@@ -110,7 +110,9 @@ typedef struct fnConnSend {
   volatile uint64_t* head;   /* our memory: receiver's count of consumed steps */
   volatile uint32_t* sizes;  /* NULL, or FN_NSTEPS entries: for the step at that slot, the bytes of
                                 its FIFO slot it filled (LL / LL128: whole lines) | its fnProto <<
-                                FN_SIZE_PROTO_SHIFT, stored before the tail */
+                                FN_SIZE_PROTO_SHIFT, stored before the tail (Simple, LL128) or after
+                                the step's lines (LL, untailed: the proxy checks their flags). The
+                                proxy empties an entry (FN_SIZE_EMPTY) before it frees the slot */
   uint32_t flags;            /* fnConnFlags */
   uint32_t pad;
   uint64_t step;             /* steps we have posted; persists across launches */

@@ -85,7 +85,7 @@ struct Prims {
     } else {
       // The data carries its own flag (step + 1): no tail. Every thread checks for itself that the
       // receiver has freed the slot, and the receiver frees it once the whole group has read it.
-      // A host-memory FIFO that asks for it (fnConnFlags) adds Simple's tail in both directions.
+      // Over host memory LL128 adds Simple's tail in both directions (fnConnFlags).
       if (R && recvTailed) {
         if (g.tid == 0) stop = waitCounter(comm, recvConn->tail, 0, recvStep);
         if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
@@ -100,9 +100,12 @@ struct Prims {
         }
       }
       if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
-      if (g.tid == 0 && S && sendTailed) {
+      if (g.tid == 0 && S && (sendTailed || sendSizes)) {
         const uint64_t words = divUp(n * sizeof(T), 8);
-        publish(P == FN_PROTO_LL ? words * 16 : divUp(words, FN_LL128_LINE_WORDS) * 128);
+        const uint64_t bytes = P == FN_PROTO_LL ? words * 16 : divUp(words, FN_LL128_LINE_WORDS) * 128;
+        // Untailed LL over NET: the size word alone; the proxy waits for the lines' flags.
+        if (sendTailed) publish(bytes);
+        else sendSizes[sendStep % FN_NSTEPS] = sizeWord(bytes);
       }
     }
     if (g.tid == 0 && R) *recvConn->head = recvStep + 1;
@@ -113,9 +116,7 @@ struct Prims {
 
   // Whether protocol P publishes and waits for a tail on a connection with these fnConnFlags
   // (Simple always does).
-  __device__ static bool tailed(uint32_t flags) {
-    return (flags & FN_CONN_TAIL_ALL) || (P == FN_PROTO_LL128 && (flags & FN_CONN_TAIL_LL128));
-  }
+  __device__ static bool tailed(uint32_t flags) { return P == FN_PROTO_LL128 && (flags & FN_CONN_TAIL_LL128); }
 
   // Waits until the receiver has freed the slot of sendStep (see headSeen).
   __device__ __forceinline__ int waitSendSlot() {
@@ -123,10 +124,12 @@ struct Prims {
     return waitCounter(comm, sendConn->head, FN_NSTEPS, sendStep, &headSeen);
   }
 
+  __device__ static uint32_t sizeWord(uint64_t bytes) { return uint32_t(bytes) | uint32_t(P) << FN_SIZE_PROTO_SHIFT; }
+
   // Thread 0, after the group's slot stores (ordered by a barrier): the step's size and protocol for a proxy,
   // then a system fence, then the tail.
   __device__ __forceinline__ void publish(uint64_t bytes) {
-    if (sendSizes) sendSizes[sendStep % FN_NSTEPS] = uint32_t(bytes) | uint32_t(P) << FN_SIZE_PROTO_SHIFT;
+    if (sendSizes) sendSizes[sendStep % FN_NSTEPS] = sizeWord(bytes);
     __threadfence_system();
     *sendConn->tail = sendStep + 1;
   }

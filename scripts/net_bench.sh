@@ -105,6 +105,8 @@ ALSO_MAX=$(awk -v m="$MAX" 'BEGIN { v = m + 0; u = substr(m, length(m))
   if (u ~ /[kK]/) v *= 1024; else if (u ~ /[mM]/) v *= 1048576; else if (u ~ /[gG]/) v *= 1073741824
   print (v < 4194304 ? m : "4M") }')
 # shellcheck disable=SC2086  # ALSO is a list of assignments
+# With --shm the settings come on top of NCCL_P2P_DISABLE=1, so that the comparison stays on SHM.
+[ -n "$ALSO" ] && [ $SHM = 1 ] && ALSO="NCCL_P2P_DISABLE=1 $ALSO"
 [ -n "$ALSO" ] && MAX=$ALSO_MAX run ours_also.1 "$OUTDIR/ours" $ALSO
 
 CEIL=$ROOT/target/release/examples/net_ceiling

@@ -316,12 +316,12 @@ const SHM_COST: HostLinkCost = HostLinkCost {
 /// channels 8.2 GB/s. LL128 carried 1 MB in 1970 µs on one channel against Simple's 2 MB in 905 µs
 /// (0.23 of Simple's rate: each 60 KB slot is a round through both proxies); LL's rate is taken
 /// at half of that (16 KB slots, and half of every line is flags). LL's hop, measured on one H200
-/// (BENCHMARKS.md, "NET, every collective, each call timed", NCCL_PROTO=LL): the ring collectives
-/// took 42–63 µs a call up to 8 KB where Simple took 26–35 (send/recv, all-to-all, gather and
-/// scatter 2–3 µs more than Simple), as every thread polls across PCIe (as over SHM): 15 µs more,
-/// so that LL is never picked over NET.
+/// (BENCHMARKS.md, "NET, every collective, each call timed", NCCL_PROTO=LL), untailed (docs/NET.md):
+/// the ring collectives took 35–49 µs a call up to 8 KB where Simple took 25–31 (send/recv,
+/// all-to-all, gather and scatter the same with either): 10 µs more, so that LL is never picked
+/// over NET.
 const NET_COST: HostLinkCost = HostLinkCost {
-    hop_us: [51.0, 36.0, 36.0],
+    hop_us: [46.0, 36.0, 36.0],
     channel_us: [15.0; 3],
     channel_gbps: [2.3 * 0.11, 2.3 * 0.23, 2.3],
     gbps: [8.2 * 0.11, 8.2 * 0.23, 8.2],

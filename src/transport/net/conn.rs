@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::proxy::{self, Entry, FaultHook, HostBlock, Layout, Proxy, TraceInfo};
 use super::{Connecting, Handle, MemHandle, Net, PtrKind, RecvBuf, RecvComm, Request, SendComm};
-use crate::abi::{fnConn, fnConnRecv, fnConnSend, FN_CONN_TAIL_ALL, FN_NUM_PROTOS};
+use crate::abi::{fnConn, fnConnRecv, fnConnSend, FN_CONN_TAIL_LL128, FN_NUM_PROTOS};
 use crate::bootstrap::Bootstrap;
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
@@ -539,14 +539,14 @@ impl NetTransport {
                 tail: b.dev(proxy::SEND_TAIL) as *mut _,
                 head: b.dev(proxy::SEND_HEAD) as *mut _,
                 sizes: b.dev(proxy::SEND_SIZES) as *mut _,
-                flags: FN_CONN_TAIL_ALL,
+                flags: FN_CONN_TAIL_LL128,
                 ..Default::default()
             },
             recv: fnConnRecv {
                 buffs: fifos(&|p| l.recv_fifo(p)),
                 tail: b.dev(proxy::RECV_TAIL) as *mut _,
                 head: b.dev(proxy::RECV_HEAD) as *mut _,
-                flags: FN_CONN_TAIL_ALL,
+                flags: FN_CONN_TAIL_LL128,
                 ..Default::default()
             },
         })

@@ -39,7 +39,7 @@ use parking_lot::Mutex;
 mod block;
 
 use super::{MemHandle, RecvBuf, RecvComm, Request, SendComm};
-use crate::abi::FN_NSTEPS;
+use crate::abi::{FN_NSTEPS, FN_PROTO_LL};
 use crate::error::{Error, Result};
 use crate::plugin::abi::{
     ncclProfileProxyOp, ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerProxyStepRecvWait,
@@ -47,7 +47,8 @@ use crate::plugin::abi::{
 };
 use crate::plugin::profiler::{Descr, Event, Profiler};
 use block::GOODBYE_AT;
-pub use block::{HostBlock, Layout, RECV_HEAD, RECV_SIZES, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL};
+use block::SEND_WORDS;
+pub use block::{HostBlock, Layout, RECV_HEAD, RECV_SIZES, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SIZE_EMPTY};
 
 const NSTEPS: u64 = FN_NSTEPS as u64;
 /// Tags of the two messages of a step: its size word, then its bytes.
@@ -154,6 +155,8 @@ struct SendSide {
     done: u64,
     /// The size word of step `posted` went out, its data has not.
     size_sent: bool,
+    /// Lines of the untailed LL step `posted` already seen carrying its flag.
+    ll_seen: usize,
     /// Requests in posting order, with the step a data send completes.
     inflight: VecDeque<(Request, Option<u64>)>,
     trace: Option<Trace>,
@@ -164,31 +167,46 @@ impl SendSide {
         let mr = self.mr.as_ref().expect("registered while in the proxy");
         let mut moved = false;
         let tail = blk.load_u64(SEND_TAIL);
-        // The kernel stores the size word and the slot before the tail (after a system fence).
+        // Simple and LL128 steps: the kernel stores the size word and the slot before the tail
+        // (after a system fence). LL steps publish no tail: the size word, then every line's flag.
         fence(Ordering::Acquire);
-        while self.posted < tail && self.posted < self.done + NSTEPS {
+        while self.posted < self.done + NSTEPS {
             let slot = (self.posted % NSTEPS) as usize;
             let size_at = SEND_SIZES + 4 * slot;
+            let word = blk.load_u32(size_at);
+            if word == SIZE_EMPTY {
+                break;
+            }
             let (proto, bytes) = layout
-                .decode(blk.load_u32(size_at))
+                .decode(word)
                 .map_err(|e| Error::Internal(format!("the kernel's step {} carries a bad {e}", self.posted)))?;
+            let at = layout.send_fifo(proto) + slot * layout.stride(proto);
+            let flag = (self.posted + 1) as u32;
+            if self.posted >= tail && !(proto == FN_PROTO_LL && ll_complete(&mut self.ll_seen, flag, blk, at, bytes)) {
+                break;
+            }
+            fence(Ordering::Acquire);
             if !self.size_sent {
-                // SAFETY: the word stays put until head passes this step, which waits for the
-                // data send posted after this one.
-                let Some(r) = (unsafe { self.comm.isend(blk.ptr(size_at, 4), 4, TAG_SIZE, mr)? }) else { break };
+                let out = SEND_WORDS + 4 * slot;
+                blk.store_u32(out, word);
+                // SAFETY: our copy of the word stays put until head passes this step, which
+                // waits for the data send posted after this one.
+                let Some(r) = (unsafe { self.comm.isend(blk.ptr(out, 4), 4, TAG_SIZE, mr)? }) else { break };
                 self.inflight.push_back((r, None));
                 self.size_sent = true;
                 moved = true;
             }
-            let data = blk.ptr(layout.send_fifo(proto) + slot * layout.stride(proto), bytes);
             // SAFETY: the kernel does not write this slot again before head passes the step,
             // which happens only once this send has completed.
-            let Some(r) = (unsafe { self.comm.isend(data, bytes, TAG_DATA, mr)? }) else { break };
+            let Some(r) = (unsafe { self.comm.isend(blk.ptr(at, bytes), bytes, TAG_DATA, mr)? }) else { break };
+            // Taken: the kernel fills the entry again only once head has passed this step.
+            blk.store_u32(size_at, SIZE_EMPTY);
             self.inflight.push_back((r, Some(self.posted)));
             if let Some(t) = &mut self.trace {
-                t.step(self.posted, bytes, tail - self.posted);
+                t.step(self.posted, bytes, tail.saturating_sub(self.posted).max(1));
             }
             self.size_sent = false;
+            self.ll_seen = 0;
             self.posted += 1;
             moved = true;
         }
@@ -211,8 +229,22 @@ impl SendSide {
     }
 
     fn busy(&self, blk: &HostBlock) -> bool {
-        !self.inflight.is_empty() || self.posted < blk.load_u64(SEND_TAIL)
+        let waiting = blk.load_u32(SEND_SIZES + 4 * (self.posted % NSTEPS) as usize) != SIZE_EMPTY;
+        !self.inflight.is_empty() || self.posted < blk.load_u64(SEND_TAIL) || waiting
     }
+}
+
+/// Whether every line of an untailed LL step, `bytes` at `at`, carries its `flag` (step + 1 in
+/// both halves, kernels/README.md); `seen` counts the lines already found so, not read again.
+fn ll_complete(seen: &mut usize, flag: u32, blk: &HostBlock, at: usize, bytes: usize) -> bool {
+    while *seen < bytes / 16 {
+        let line = at + 16 * *seen;
+        if blk.load_u32(line + 4) != flag || blk.load_u32(line + 12) != flag {
+            return false;
+        }
+        *seen += 1;
+    }
+    true
 }
 
 impl Drop for SendSide {
@@ -367,6 +399,10 @@ impl Entry {
         trace: Option<&TraceInfo>,
     ) -> Result<Entry> {
         let len = block.len();
+        // No step has filled a size word yet.
+        for slot in 0..FN_NSTEPS as usize {
+            block.store_u32(SEND_SIZES + 4 * slot, SIZE_EMPTY);
+        }
         let smr = send.reg_mr(block.ptr(0, len), len, super::PtrKind::Host)?;
         let send = SendSide {
             comm: send,
@@ -374,6 +410,7 @@ impl Entry {
             posted: 0,
             done: 0,
             size_sent: false,
+            ll_seen: 0,
             inflight: VecDeque::new(),
             trace: Trace::new(trace, true, &layout),
         };
@@ -484,7 +521,7 @@ impl Entry {
     /// After the peer's goodbye: ours in answer once nothing of ours is in flight, and its
     /// request tested; whether anything moved.
     fn answer_goodbye(&mut self) -> bool {
-        if !self.said_goodbye && self.send.inflight.is_empty() && self.send.posted >= self.block.load_u64(SEND_TAIL) {
+        if !self.said_goodbye && !self.send.busy(&self.block) {
             self.say_goodbye();
             return self.said_goodbye;
         }

@@ -151,11 +151,11 @@ fn steps_cross_byte_for_byte_in_every_protocol() {
         }
     });
     assert!(f0.lock().is_empty() && f1.lock().is_empty(), "faults: {:?} {:?}", f0.lock(), f1.lock());
-    // The kernels' view: host FIFOs, tails for every protocol, sizes on the send side.
+    // The kernels' view: host FIFOs, tails for Simple and LL128 (LL is untailed), sizes on the send side.
     let c = t0.conn(1, 1).unwrap();
     let b = t0.block(1, 1).unwrap();
-    assert_eq!(c.send.flags, FN_CONN_TAIL_ALL);
-    assert_eq!(c.recv.flags, FN_CONN_TAIL_ALL);
+    assert_eq!(c.send.flags, FN_CONN_TAIL_LL128);
+    assert_eq!(c.recv.flags, FN_CONN_TAIL_LL128);
     assert_eq!(c.send.sizes as u64, b.dev(proxy::SEND_SIZES));
     assert_eq!(c.recv.buffs[FN_PROTO_LL as usize] as u64, b.dev(l.recv_fifo(FN_PROTO_LL)));
     assert!(t0.conn(1, 2).is_none() && t0.conn(0, 0).is_none());
@@ -163,6 +163,53 @@ fn steps_cross_byte_for_byte_in_every_protocol() {
     drop(t0);
     wait_for("rank 1 to see both goodbyes", || t1.closed_by_peer() == 2);
     assert!(f1.lock().is_empty(), "{:?}", f1.lock());
+}
+
+/// An LL step publishes no tail over NET (kernels/README.md): the proxy sends it once its size word
+/// is there and every line carries the step's flag, not before, and empties the word; the
+/// receiving kernel, which polls the lines' flags, finds every line whole. Three rounds of the
+/// slots, the last line of each step stored late.
+#[test]
+fn untailed_ll_steps_go_out_once_every_line_carries_its_flag() {
+    let [(t0, f0), (t1, f1)] = connect_pair(1);
+    let l = t0.layout();
+    let (sb, rb) = (t0.block(1, 0).unwrap(), t1.block(0, 0).unwrap());
+    let stride = l.stride(FN_PROTO_LL);
+    let word = |s: u64, i: usize| mix(s << 32 | i as u64);
+    for s in 0..3 * FN_NSTEPS as u64 {
+        let lines = 1 + (mix(s) % (stride as u64 / 16)) as usize;
+        wait_for("a free send slot (head)", || sb.load_u64(proxy::SEND_HEAD) + FN_NSTEPS as u64 > s);
+        let slot = (s % FN_NSTEPS as u64) as usize;
+        assert_eq!(sb.load_u32(proxy::SEND_SIZES + 4 * slot), proxy::SIZE_EMPTY, "step {s}: the word was taken");
+        let (send_at, recv_at) = (l.send_fifo(FN_PROTO_LL) + slot * stride, l.recv_fifo(FN_PROTO_LL) + slot * stride);
+        let flag = (s + 1) as u32;
+        let store = |b: &HostBlock, at: usize, i: usize| {
+            let v = word(s, i);
+            for (off, x) in [(0, v as u32), (4, flag), (8, (v >> 32) as u32), (12, flag)] {
+                b.store_u32(at + 16 * i + off, x);
+            }
+        };
+        // The size word may come first: the kernel's thread 0 stores it after a barrier, but the
+        // lines of other threads can still be on their way across PCIe.
+        sb.store_u32(proxy::SEND_SIZES + 4 * slot, (16 * lines) as u32 | FN_PROTO_LL << FN_SIZE_PROTO_SHIFT);
+        for i in 0..lines - 1 {
+            store(sb, send_at, i);
+        }
+        let arrived =
+            |i: usize| rb.load_u32(recv_at + 16 * i + 4) == flag && rb.load_u32(recv_at + 16 * i + 12) == flag;
+        if s % 4 == 0 {
+            thread::sleep(Duration::from_millis(20));
+            assert!(!arrived(0), "step {s} went out before its last line carried the flag");
+        }
+        store(sb, send_at, lines - 1);
+        for i in 0..lines {
+            wait_for(&format!("step {s}, line {i}"), || arrived(i));
+            let v = rb.load_u32(recv_at + 16 * i) as u64 | (rb.load_u32(recv_at + 16 * i + 8) as u64) << 32;
+            assert_eq!(v, word(s, i), "step {s}, line {i}");
+        }
+        rb.store_u64(proxy::RECV_HEAD, s + 1);
+    }
+    assert!(f0.lock().is_empty() && f1.lock().is_empty(), "faults: {:?} {:?}", f0.lock(), f1.lock());
 }
 
 /// A rank whose kernel has handed its last steps to the proxy and which then ends (destroy, or a

@@ -16,7 +16,13 @@ pub const RECV_HEAD: usize = 512;
 pub const RECV_SIZES: usize = 640;
 /// The goodbye word we send from when the communicator closes.
 pub(super) const GOODBYE_AT: usize = 768;
+/// Where the proxy copies each slot's size word to send it from, as it empties the kernel's
+/// entry at once (see [`SIZE_EMPTY`]).
+pub(super) const SEND_WORDS: usize = 896;
 pub(super) const FIFOS: usize = 1024;
+/// A size word entry no step has filled since the proxy took the last: an untailed LL step has
+/// only its word to say it is there, so the proxy empties each entry once it has taken the step.
+pub const SIZE_EMPTY: u32 = crate::abi::FN_SIZE_EMPTY;
 
 /// The bytes of a size word; the rest of its 32 bits is the protocol.
 const SIZE_MASK: u32 = (1 << FN_SIZE_PROTO_SHIFT) - 1;
@@ -184,8 +190,10 @@ mod tests {
         ends.sort();
         assert!(ends[0].0 >= FIFOS && ends.windows(2).all(|w| w[0].1 <= w[1].0), "FIFOs overlap: {ends:?}");
         assert_eq!(ends.last().unwrap().1, l.block_bytes());
-        assert!(RECV_SIZES + 4 * FN_NSTEPS as usize <= GOODBYE_AT && GOODBYE_AT + 4 <= FIFOS);
+        assert!(RECV_SIZES + 4 * FN_NSTEPS as usize <= GOODBYE_AT && GOODBYE_AT + 4 <= SEND_WORDS);
+        assert!(SEND_WORDS + 4 * FN_NSTEPS as usize <= FIFOS);
         assert!(l.decode(GOODBYE).is_err(), "a goodbye is never a step");
+        assert!(l.decode(SIZE_EMPTY).is_err(), "an empty entry is never a step");
     }
 
     #[test]
