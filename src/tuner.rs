@@ -317,9 +317,8 @@ const SHM_COST: HostLinkCost = HostLinkCost {
 /// (0.23 of Simple's rate: each 60 KB slot is a round through both proxies); LL's rate is taken
 /// at half of that (16 KB slots, and half of every line is flags). LL's hop, measured on one H200
 /// (BENCHMARKS.md, "NET, every collective, each call timed", NCCL_PROTO=LL), untailed (docs/NET.md):
-/// the ring collectives took 35–49 µs a call up to 8 KB where Simple took 25–31 (send/recv,
-/// all-to-all, gather and scatter the same with either): 10 µs more, so that LL is never picked
-/// over NET.
+/// the ring collectives took 35–49 µs a call up to 8 KB where Simple took 25–31: 10 µs more, so
+/// that LL is never picked over NET (send/recv and the collectives made of it run Simple always).
 const NET_COST: HostLinkCost = HostLinkCost {
     hop_us: [46.0, 36.0, 36.0],
     channel_us: [15.0; 3],
