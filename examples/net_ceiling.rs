@@ -7,9 +7,9 @@
 //! touching no data: what is measured is proxy + net + sockets, not the kernels' copies in and
 //! out of the host FIFOs.
 //!
-//! Then the one-way latency of a step: 16-byte LL steps, and Simple steps from 16 KiB to the
-//! slot's size, ping-ponged on channel 0 (what the proxies and the net add to a message, without a
-//! GPU's launch or PCIe polls).
+//! Then the one-way latency of a step: 16-byte LL steps (untailed, as the kernels send them over
+//! NET), and Simple steps from 16 KiB to the slot's size, ping-ponged on channel 0 (what the
+//! proxies and the net add to a message, without a GPU's launch or PCIe polls).
 //!
 //! usage: cargo run --release --example net_ceiling [channels (8)] [seconds (3)] [slot KiB (512)]
 //! Prints one line per direction and rank with GB/s, then the latency lines; `scripts/net_bench.sh`
@@ -123,19 +123,41 @@ fn main() {
 }
 
 /// One-way latency of a step of `proto` and `bytes` on channel 0, from ping-pongs between the two
-/// ranks' threads (the connections are idle and drained when this starts).
+/// ranks' threads (the connections are idle and drained when this starts). LL steps go as the
+/// kernels send them over NET: lines carrying the step's flag and the size word, no tail; the
+/// receiver polls the lines' flags. Other protocols publish a tail.
 fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32) -> Duration {
     let conn = |r: usize| ranks[r].1.block(1 - r, 0).expect("channel 0").clone();
     let (b0, b1) = (conn(0), conn(1));
+    let l = ranks[0].1.layout();
+    let lines = bytes as usize / 16;
+    let slot_at = |fifo: usize, s: u64| fifo + (s % NSTEPS) as usize * l.stride(proto);
+    // Every step so far published a tail: the step counts go on from there.
     let (base0, base1) = (b0.load_u64(SEND_TAIL), b1.load_u64(SEND_TAIL));
     let post = |b: &HostBlock, s: u64| {
+        if proto == LL {
+            let at = slot_at(l.send_fifo(LL), s);
+            for i in 0..lines {
+                for (off, v) in [(0, i as u32), (4, s as u32 + 1), (8, 0), (12, s as u32 + 1)] {
+                    b.store_u32(at + 16 * i + off, v);
+                }
+            }
+        }
         b.store_u32(SEND_SIZES + 4 * (s % NSTEPS) as usize, bytes | proto << PROTO_SHIFT);
-        fence(Ordering::SeqCst);
-        b.store_u64(SEND_TAIL, s + 1);
+        if proto != LL {
+            fence(Ordering::SeqCst);
+            b.store_u64(SEND_TAIL, s + 1);
+        }
     };
     let take = |b: &HostBlock, s: u64| {
+        let at = slot_at(l.recv_fifo(LL), s);
+        let arrived = || match proto {
+            LL => (0..lines)
+                .all(|i| b.load_u32(at + 16 * i + 4) == s as u32 + 1 && b.load_u32(at + 16 * i + 12) == s as u32 + 1),
+            _ => b.load_u64(RECV_TAIL) > s,
+        };
         let end = Instant::now() + Duration::from_secs(10);
-        while b.load_u64(RECV_TAIL) <= s {
+        while !arrived() {
             assert!(Instant::now() < end, "net_ceiling: a ping was lost");
             thread::yield_now();
         }
@@ -154,7 +176,11 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32) -> Durat
             take(&b0, base1 + k);
         }
     });
-    start.elapsed() / (2 * PINGS as u32)
+    let one_way = start.elapsed() / (2 * PINGS as u32);
+    // The next phase counts its steps from the tails (a tail only ever says how many steps there are).
+    b0.store_u64(SEND_TAIL, base0 + PINGS);
+    b1.store_u64(SEND_TAIL, base1 + PINGS);
+    one_way
 }
 
 /// Posts full Simple slots on every connection as fast as the proxy frees them; returns the
