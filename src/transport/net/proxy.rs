@@ -65,7 +65,7 @@ const LONG_IDLE: Duration = Duration::from_millis(200);
 /// only every [`COLD_EVERY`]th round, since testing a receive with nothing in flight costs a
 /// syscall (the Socket net's) that lengthens the round every hot step waits through. Its send
 /// side, loads from host memory only, is looked at every round.
-const HOT: Duration = Duration::from_millis(100);
+pub(crate) const HOT: Duration = Duration::from_millis(100);
 const COLD_EVERY: u32 = 8;
 /// The size word that says "closing": its protocol bits name no protocol, so no step has it.
 const GOODBYE: u32 = u32::MAX;

@@ -231,6 +231,26 @@ fn closing_right_after_the_last_steps_still_delivers_them() {
     assert!(f0.lock().is_empty() && f1.lock().is_empty(), "faults: {:?} {:?}", f0.lock(), f1.lock());
 }
 
+/// Connections that have been quiet past the proxy's hot window (a quiet receive is tested only
+/// every few rounds) still carry their steps, byte for byte, both ways, one channel after the other.
+#[test]
+fn connections_gone_quiet_still_carry_their_steps() {
+    let [(t0, f0), (t1, f1)] = connect_pair(2);
+    let l = t0.layout();
+    thread::sleep(proxy::HOT * 3);
+    for ch in [1, 0] {
+        thread::scope(|sc| {
+            for (a, b, peer_of_a) in [(&t0, &t1, 1), (&t1, &t0, 0)] {
+                let (sb, rb) = (a.block(peer_of_a, ch).unwrap().clone(), b.block(1 - peer_of_a, ch).unwrap().clone());
+                let (seed, steps) = (40 + 2 * ch as u64 + peer_of_a as u64, 3 * FN_NSTEPS as u64);
+                sc.spawn(move || fake_receiver(&rb, l, seed, steps));
+                sc.spawn(move || fake_sender(&sb, l, seed, steps));
+            }
+        });
+    }
+    assert!(f0.lock().is_empty() && f1.lock().is_empty(), "faults: {:?} {:?}", f0.lock(), f1.lock());
+}
+
 /// `n` ranks in threads, each with a NET transport that connected nothing at init, each then
 /// running `connect(rank, bootstrap, transport, setup)`; returned after a barrier.
 fn runtime_ranks(n: usize, connect: fn(usize, &Bootstrap, &mut NetTransport, &Setup)) -> Vec<(NetTransport, Faults)> {
