@@ -174,7 +174,7 @@ pub fn recv_fd(stream: &UnixStream, deadline: Instant, name: &str) -> Result<Own
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Seek, Write};
+    use std::io::Write;
     use std::os::fd::AsFd;
 
     /// A file with known contents, as an owned descriptor.
@@ -193,12 +193,12 @@ mod tests {
         unsafe { std::fs::File::from_raw_fd(fd) }
     }
 
+    /// With pread: copies of one descriptor share its offset.
     fn contents(fd: OwnedFd) -> Vec<u8> {
-        let mut f = std::fs::File::from(fd);
-        f.rewind().unwrap();
-        let mut v = Vec::new();
-        f.read_to_end(&mut v).unwrap();
-        v
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 64];
+        let n = std::fs::File::from(fd).read_at(&mut buf, 0).unwrap();
+        buf[..n].to_vec()
     }
 
     #[test]
