@@ -6,13 +6,17 @@
 //! NCCL; connections join it at init ([`Proxy::add`]) and leave at destroy or abort
 //! ([`Proxy::remove`]). Per connection it drives one send comm and one receive comm:
 //!
-//! - **send**: while the kernel's `tail` is ahead of what was posted and fewer than `FN_NSTEPS`
-//!   steps are in flight, it sends the step's size word (bytes and protocol, stored by the kernel
-//!   before the tail) and then the bytes of that protocol's slot; when the data send completes
-//!   it moves `head`, which frees the slot for the kernel.
-//! - **receive**: it posts a receive for the next step's size word once the kernel has freed that
-//!   slot (`head`), then a receive of exactly that many bytes into that protocol's slot; when the
-//!   data lands it moves `tail` (after a release fence), which the kernel waits for.
+//! - **send** (`side::SendSide`): once the kernel has handed over the next step (its `tail` is
+//!   past it, or, for an LL step, which publishes no tail, its size word is there and every line
+//!   carries the step's flag) and fewer than `FN_NSTEPS` steps are in flight, it sends the step's
+//!   size word (bytes and protocol) and then the bytes of that protocol's slot, and empties the
+//!   word; when the data send completes it moves `head`, which frees the slot for the kernel.
+//! - **receive** (`side::RecvSide`): it posts a receive for the next step's size word once the
+//!   kernel has freed that slot (`head`), then a receive of exactly that many bytes into that
+//!   protocol's slot; when the data lands it moves `tail` (after a release fence), which the
+//!   kernel waits for (Simple, LL128; LL's receiver polls the lines' flags).
+//!
+//! The block's layout is `block`'s.
 //!
 //! With a profiler plugin (docs/PLUGINS.md, "Profiler"), each direction of a connection reports
 //! its steps (`ncclProfileProxyStep`: a send from the kernel's tail to the send's completion, a
@@ -29,7 +33,7 @@
 //! its fault hook, which stops the communicator's kernels, and is not touched again.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -37,9 +41,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 mod block;
+mod side;
 
-use super::{MemHandle, RecvBuf, RecvComm, Request, SendComm};
-use crate::abi::{FN_NSTEPS, FN_PROTO_LL};
+use super::{RecvComm, Request, SendComm};
+use crate::abi::FN_NSTEPS;
 use crate::error::{Error, Result};
 use crate::plugin::abi::{
     ncclProfileProxyOp, ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerProxyStepRecvWait,
@@ -47,8 +52,8 @@ use crate::plugin::abi::{
 };
 use crate::plugin::profiler::{Descr, Event, Profiler};
 use block::GOODBYE_AT;
-use block::SEND_WORDS;
 pub use block::{HostBlock, Layout, RECV_HEAD, RECV_SIZES, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SIZE_EMPTY};
+use side::{Expect, RecvSide, SendSide};
 
 const NSTEPS: u64 = FN_NSTEPS as u64;
 /// Tags of the two messages of a step: its size word, then its bytes.
@@ -146,227 +151,6 @@ impl Trace {
     }
 }
 
-/// The sending half of a connection, as the proxy drives it.
-struct SendSide {
-    comm: Box<dyn SendComm>,
-    mr: Option<MemHandle>,
-    /// Steps whose data send was posted / completed.
-    posted: u64,
-    done: u64,
-    /// The size word of step `posted` went out, its data has not.
-    size_sent: bool,
-    /// Lines of the untailed LL step `posted` already seen carrying its flag.
-    ll_seen: usize,
-    /// Requests in posting order, with the step a data send completes.
-    inflight: VecDeque<(Request, Option<u64>)>,
-    trace: Option<Trace>,
-}
-
-impl SendSide {
-    fn progress(&mut self, blk: &HostBlock, layout: &Layout) -> Result<bool> {
-        let mr = self.mr.as_ref().expect("registered while in the proxy");
-        let mut moved = false;
-        let tail = blk.load_u64(SEND_TAIL);
-        // Simple and LL128 steps: the kernel stores the size word and the slot before the tail
-        // (after a system fence). LL steps publish no tail: the size word, then every line's flag.
-        fence(Ordering::Acquire);
-        while self.posted < self.done + NSTEPS {
-            let slot = (self.posted % NSTEPS) as usize;
-            let size_at = SEND_SIZES + 4 * slot;
-            let word = blk.load_u32(size_at);
-            if word == SIZE_EMPTY {
-                break;
-            }
-            let (proto, bytes) = layout
-                .decode(word)
-                .map_err(|e| Error::Internal(format!("the kernel's step {} carries a bad {e}", self.posted)))?;
-            let at = layout.send_fifo(proto) + slot * layout.stride(proto);
-            let flag = (self.posted + 1) as u32;
-            if self.posted >= tail && !(proto == FN_PROTO_LL && ll_complete(&mut self.ll_seen, flag, blk, at, bytes)) {
-                break;
-            }
-            fence(Ordering::Acquire);
-            if !self.size_sent {
-                let out = SEND_WORDS + 4 * slot;
-                blk.store_u32(out, word);
-                // SAFETY: our copy of the word stays put until head passes this step, which
-                // waits for the data send posted after this one.
-                let Some(r) = (unsafe { self.comm.isend(blk.ptr(out, 4), 4, TAG_SIZE, mr)? }) else { break };
-                self.inflight.push_back((r, None));
-                self.size_sent = true;
-                moved = true;
-            }
-            // SAFETY: the kernel does not write this slot again before head passes the step,
-            // which happens only once this send has completed.
-            let Some(r) = (unsafe { self.comm.isend(blk.ptr(at, bytes), bytes, TAG_DATA, mr)? }) else { break };
-            // Taken: the kernel fills the entry again only once head has passed this step.
-            blk.store_u32(size_at, SIZE_EMPTY);
-            self.inflight.push_back((r, Some(self.posted)));
-            if let Some(t) = &mut self.trace {
-                t.step(self.posted, bytes, tail.saturating_sub(self.posted).max(1));
-            }
-            self.size_sent = false;
-            self.ll_seen = 0;
-            self.posted += 1;
-            moved = true;
-        }
-        while let Some((req, step)) = self.inflight.front() {
-            if self.comm.test(req)?.is_none() {
-                break;
-            }
-            if let Some(s) = *step {
-                self.done = s + 1;
-                fence(Ordering::Release);
-                blk.store_u64(SEND_HEAD, self.done);
-                if let Some(t) = &mut self.trace {
-                    t.done(self.done);
-                }
-            }
-            self.inflight.pop_front();
-            moved = true;
-        }
-        Ok(moved)
-    }
-
-    fn busy(&self, blk: &HostBlock) -> bool {
-        let waiting = blk.load_u32(SEND_SIZES + 4 * (self.posted % NSTEPS) as usize) != SIZE_EMPTY;
-        !self.inflight.is_empty() || self.posted < blk.load_u64(SEND_TAIL) || waiting
-    }
-}
-
-/// Whether every line of an untailed LL step, `bytes` at `at`, carries its `flag` (step + 1 in
-/// both halves, kernels/README.md); `seen` counts the lines already found so, not read again.
-fn ll_complete(seen: &mut usize, flag: u32, blk: &HostBlock, at: usize, bytes: usize) -> bool {
-    while *seen < bytes / 16 {
-        let line = at + 16 * *seen;
-        if blk.load_u32(line + 4) != flag || blk.load_u32(line + 12) != flag {
-            return false;
-        }
-        *seen += 1;
-    }
-    true
-}
-
-impl Drop for SendSide {
-    fn drop(&mut self) {
-        if let Some(mr) = self.mr.take() {
-            if let Err(e) = self.comm.dereg_mr(mr) {
-                crate::nccl_warn!("NET: deregistering a send FIFO failed: {e}");
-            }
-        }
-    }
-}
-
-/// What a receive in flight is for.
-enum Expect {
-    /// The size word of this step.
-    Size(u64),
-    /// The bytes of this step: (step, bytes).
-    Data(u64, usize),
-}
-
-/// The receiving half of a connection, as the proxy drives it.
-struct RecvSide {
-    comm: Box<dyn RecvComm>,
-    mr: Option<MemHandle>,
-    /// Steps whose size word has been asked for.
-    sized: u64,
-    /// A size word's receive is in flight (its data's receive is posted after it lands).
-    size_pending: bool,
-    /// A step whose size word arrived but whose data receive could not be posted yet:
-    /// (step, protocol, bytes).
-    data_next: Option<(u64, u32, usize)>,
-    inflight: VecDeque<(Request, Expect)>,
-    /// The peer said goodbye: its communicator is closing, and its comm will close next.
-    peer_closed: bool,
-    trace: Option<Trace>,
-}
-
-impl RecvSide {
-    fn post(&mut self, buf: *mut u8, size: usize, tag: i32) -> Result<Option<Request>> {
-        let mr = self.mr.as_ref().expect("registered while in the proxy");
-        // SAFETY: buf..buf+size is a slot of the host block, which outlives the comm (the proxy
-        // entry drops the comm first), and the kernel leaves it alone until tail passes it.
-        unsafe { self.comm.irecv(&[RecvBuf { data: buf, size, tag }], &[mr]) }
-    }
-
-    fn progress(&mut self, blk: &HostBlock, layout: &Layout) -> Result<bool> {
-        let mut moved = false;
-        loop {
-            if let Some((step, proto, bytes)) = self.data_next {
-                let slot = (step % NSTEPS) as usize;
-                let at = blk.ptr(layout.recv_fifo(proto) + slot * layout.stride(proto), bytes);
-                let Some(r) = self.post(at, bytes, TAG_DATA)? else { return Ok(moved) };
-                self.inflight.push_back((r, Expect::Data(step, bytes)));
-                self.data_next = None;
-                moved = true;
-            }
-            // The next step's slot is free once the kernel has consumed the step FN_NSTEPS before.
-            if !self.size_pending && self.sized < blk.load_u64(RECV_HEAD) + NSTEPS {
-                let at = blk.ptr(RECV_SIZES + 4 * (self.sized % NSTEPS) as usize, 4);
-                if let Some(r) = self.post(at, 4, TAG_SIZE)? {
-                    self.inflight.push_back((r, Expect::Size(self.sized)));
-                    self.size_pending = true;
-                    moved = true;
-                }
-            }
-            let Some((req, what)) = self.inflight.front() else { return Ok(moved) };
-            let Some(got) = self.comm.test(req)? else { return Ok(moved) };
-            let got = got.first().copied().unwrap_or(0);
-            match *what {
-                Expect::Size(step) => {
-                    let word = blk.load_u32(RECV_SIZES + 4 * (step % NSTEPS) as usize);
-                    if got != 4 {
-                        return Err(Error::Remote(format!("step {step}: a size message of {got} bytes, expected 4")));
-                    }
-                    if word == GOODBYE {
-                        self.inflight.pop_front();
-                        self.peer_closed = true;
-                        return Ok(true);
-                    }
-                    let (proto, bytes) =
-                        layout.decode(word).map_err(|e| Error::Remote(format!("step {step}: garbage: {e}")))?;
-                    self.data_next = Some((step, proto, bytes));
-                    if let Some(t) = &mut self.trace {
-                        t.step(step, bytes, 1);
-                    }
-                    self.size_pending = false;
-                    self.sized += 1;
-                }
-                Expect::Data(step, bytes) => {
-                    if got != bytes {
-                        return Err(Error::Remote(format!(
-                            "step {step}: {got} bytes arrived where the size word announced {bytes}"
-                        )));
-                    }
-                    // The data is in place before the kernel sees the tail.
-                    fence(Ordering::Release);
-                    blk.store_u64(RECV_TAIL, step + 1);
-                    if let Some(t) = &mut self.trace {
-                        t.done(step + 1);
-                    }
-                }
-            }
-            self.inflight.pop_front();
-            moved = true;
-        }
-    }
-
-    fn busy(&self) -> bool {
-        self.data_next.is_some() || self.inflight.iter().any(|(_, e)| matches!(e, Expect::Data(..)))
-    }
-}
-
-impl Drop for RecvSide {
-    fn drop(&mut self) {
-        if let Some(mr) = self.mr.take() {
-            if let Err(e) = self.comm.dereg_mr(mr) {
-                crate::nccl_warn!("NET: deregistering a receive FIFO failed: {e}");
-            }
-        }
-    }
-}
-
 /// One connection (a peer on a channel) in the proxy: its two comms and their host block.
 pub struct Entry {
     // Dropped in this order: the comms (which stop their threads) before the memory they use.
@@ -404,27 +188,9 @@ impl Entry {
             block.store_u32(SEND_SIZES + 4 * slot, SIZE_EMPTY);
         }
         let smr = send.reg_mr(block.ptr(0, len), len, super::PtrKind::Host)?;
-        let send = SendSide {
-            comm: send,
-            mr: Some(smr),
-            posted: 0,
-            done: 0,
-            size_sent: false,
-            ll_seen: 0,
-            inflight: VecDeque::new(),
-            trace: Trace::new(trace, true, &layout),
-        };
+        let send = SendSide::new(send, smr, Trace::new(trace, true, &layout));
         let rmr = recv.reg_mr(block.ptr(0, len), len, super::PtrKind::Host)?;
-        let recv = RecvSide {
-            comm: recv,
-            mr: Some(rmr),
-            sized: 0,
-            size_pending: false,
-            data_next: None,
-            inflight: VecDeque::new(),
-            peer_closed: false,
-            trace: Trace::new(trace, false, &layout),
-        };
+        let recv = RecvSide::new(recv, rmr, Trace::new(trace, false, &layout));
         Ok(Entry {
             send,
             recv,

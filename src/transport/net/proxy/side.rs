@@ -1,0 +1,263 @@
+//! The two halves of a NET connection as the proxy thread drives them: the sending half hands
+//! the kernel's steps from the host block to the send comm, the receiving half lands the peer's
+//! steps in the block (docs/NET.md, "The NET transport").
+
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, Ordering};
+
+use super::block::{
+    HostBlock, Layout, RECV_HEAD, RECV_SIZES, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS, SIZE_EMPTY,
+};
+use super::{Trace, GOODBYE, NSTEPS, TAG_DATA, TAG_SIZE};
+use crate::abi::FN_PROTO_LL;
+use crate::error::{Error, Result};
+use crate::transport::net::{MemHandle, RecvBuf, RecvComm, Request, SendComm};
+
+/// The sending half of a connection, as the proxy drives it.
+pub(super) struct SendSide {
+    pub(super) comm: Box<dyn SendComm>,
+    pub(super) mr: Option<MemHandle>,
+    /// Steps whose data send was posted / completed.
+    posted: u64,
+    done: u64,
+    /// The size word of step `posted` went out, its data has not.
+    pub(super) size_sent: bool,
+    /// Lines of the untailed LL step `posted` already seen carrying its flag.
+    ll_seen: usize,
+    /// Requests in posting order, with the step a data send completes.
+    pub(super) inflight: VecDeque<(Request, Option<u64>)>,
+    pub(super) trace: Option<Trace>,
+}
+
+impl SendSide {
+    /// A send comm whose host block is registered as `mr`, nothing sent yet.
+    pub(super) fn new(comm: Box<dyn SendComm>, mr: MemHandle, trace: Option<Trace>) -> SendSide {
+        SendSide {
+            comm,
+            mr: Some(mr),
+            posted: 0,
+            done: 0,
+            size_sent: false,
+            ll_seen: 0,
+            inflight: VecDeque::new(),
+            trace,
+        }
+    }
+
+    pub(super) fn progress(&mut self, blk: &HostBlock, layout: &Layout) -> Result<bool> {
+        let mr = self.mr.as_ref().expect("registered while in the proxy");
+        let mut moved = false;
+        let tail = blk.load_u64(SEND_TAIL);
+        // Simple and LL128 steps: the kernel stores the size word and the slot before the tail
+        // (after a system fence). LL steps publish no tail: the size word, then every line's flag.
+        fence(Ordering::Acquire);
+        while self.posted < self.done + NSTEPS {
+            let slot = (self.posted % NSTEPS) as usize;
+            let size_at = SEND_SIZES + 4 * slot;
+            let word = blk.load_u32(size_at);
+            if word == SIZE_EMPTY {
+                break;
+            }
+            let (proto, bytes) = layout
+                .decode(word)
+                .map_err(|e| Error::Internal(format!("the kernel's step {} carries a bad {e}", self.posted)))?;
+            let at = layout.send_fifo(proto) + slot * layout.stride(proto);
+            let flag = (self.posted + 1) as u32;
+            if self.posted >= tail && !(proto == FN_PROTO_LL && ll_complete(&mut self.ll_seen, flag, blk, at, bytes)) {
+                break;
+            }
+            fence(Ordering::Acquire);
+            if !self.size_sent {
+                let out = SEND_WORDS + 4 * slot;
+                blk.store_u32(out, word);
+                // SAFETY: our copy of the word stays put until head passes this step, which
+                // waits for the data send posted after this one.
+                let Some(r) = (unsafe { self.comm.isend(blk.ptr(out, 4), 4, TAG_SIZE, mr)? }) else { break };
+                self.inflight.push_back((r, None));
+                self.size_sent = true;
+                moved = true;
+            }
+            // SAFETY: the kernel does not write this slot again before head passes the step,
+            // which happens only once this send has completed.
+            let Some(r) = (unsafe { self.comm.isend(blk.ptr(at, bytes), bytes, TAG_DATA, mr)? }) else { break };
+            // Taken: the kernel fills the entry again only once head has passed this step.
+            blk.store_u32(size_at, SIZE_EMPTY);
+            self.inflight.push_back((r, Some(self.posted)));
+            if let Some(t) = &mut self.trace {
+                t.step(self.posted, bytes, tail.saturating_sub(self.posted).max(1));
+            }
+            self.size_sent = false;
+            self.ll_seen = 0;
+            self.posted += 1;
+            moved = true;
+        }
+        while let Some((req, step)) = self.inflight.front() {
+            if self.comm.test(req)?.is_none() {
+                break;
+            }
+            if let Some(s) = *step {
+                self.done = s + 1;
+                fence(Ordering::Release);
+                blk.store_u64(SEND_HEAD, self.done);
+                if let Some(t) = &mut self.trace {
+                    t.done(self.done);
+                }
+            }
+            self.inflight.pop_front();
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    pub(super) fn busy(&self, blk: &HostBlock) -> bool {
+        let waiting = blk.load_u32(SEND_SIZES + 4 * (self.posted % NSTEPS) as usize) != SIZE_EMPTY;
+        !self.inflight.is_empty() || self.posted < blk.load_u64(SEND_TAIL) || waiting
+    }
+}
+
+/// Whether every line of an untailed LL step, `bytes` at `at`, carries its `flag` (step + 1 in
+/// both halves, kernels/README.md); `seen` counts the lines already found so, not read again.
+fn ll_complete(seen: &mut usize, flag: u32, blk: &HostBlock, at: usize, bytes: usize) -> bool {
+    while *seen < bytes / 16 {
+        let line = at + 16 * *seen;
+        if blk.load_u32(line + 4) != flag || blk.load_u32(line + 12) != flag {
+            return false;
+        }
+        *seen += 1;
+    }
+    true
+}
+
+impl Drop for SendSide {
+    fn drop(&mut self) {
+        if let Some(mr) = self.mr.take() {
+            if let Err(e) = self.comm.dereg_mr(mr) {
+                crate::nccl_warn!("NET: deregistering a send FIFO failed: {e}");
+            }
+        }
+    }
+}
+
+/// What a receive in flight is for.
+pub(super) enum Expect {
+    /// The size word of this step.
+    Size(u64),
+    /// The bytes of this step: (step, bytes).
+    Data(u64, usize),
+}
+
+/// The receiving half of a connection, as the proxy drives it.
+pub(super) struct RecvSide {
+    pub(super) comm: Box<dyn RecvComm>,
+    pub(super) mr: Option<MemHandle>,
+    /// Steps whose size word has been asked for.
+    sized: u64,
+    /// A size word's receive is in flight (its data's receive is posted after it lands).
+    size_pending: bool,
+    /// A step whose size word arrived but whose data receive could not be posted yet:
+    /// (step, protocol, bytes).
+    data_next: Option<(u64, u32, usize)>,
+    pub(super) inflight: VecDeque<(Request, Expect)>,
+    /// The peer said goodbye: its communicator is closing, and its comm will close next.
+    pub(super) peer_closed: bool,
+    pub(super) trace: Option<Trace>,
+}
+
+impl RecvSide {
+    /// A receive comm whose host block is registered as `mr`, nothing received yet.
+    pub(super) fn new(comm: Box<dyn RecvComm>, mr: MemHandle, trace: Option<Trace>) -> RecvSide {
+        RecvSide {
+            comm,
+            mr: Some(mr),
+            sized: 0,
+            size_pending: false,
+            data_next: None,
+            inflight: VecDeque::new(),
+            peer_closed: false,
+            trace,
+        }
+    }
+
+    fn post(&mut self, buf: *mut u8, size: usize, tag: i32) -> Result<Option<Request>> {
+        let mr = self.mr.as_ref().expect("registered while in the proxy");
+        // SAFETY: buf..buf+size is a slot of the host block, which outlives the comm (the proxy
+        // entry drops the comm first), and the kernel leaves it alone until tail passes it.
+        unsafe { self.comm.irecv(&[RecvBuf { data: buf, size, tag }], &[mr]) }
+    }
+
+    pub(super) fn progress(&mut self, blk: &HostBlock, layout: &Layout) -> Result<bool> {
+        let mut moved = false;
+        loop {
+            if let Some((step, proto, bytes)) = self.data_next {
+                let slot = (step % NSTEPS) as usize;
+                let at = blk.ptr(layout.recv_fifo(proto) + slot * layout.stride(proto), bytes);
+                let Some(r) = self.post(at, bytes, TAG_DATA)? else { return Ok(moved) };
+                self.inflight.push_back((r, Expect::Data(step, bytes)));
+                self.data_next = None;
+                moved = true;
+            }
+            // The next step's slot is free once the kernel has consumed the step FN_NSTEPS before.
+            if !self.size_pending && self.sized < blk.load_u64(RECV_HEAD) + NSTEPS {
+                let at = blk.ptr(RECV_SIZES + 4 * (self.sized % NSTEPS) as usize, 4);
+                if let Some(r) = self.post(at, 4, TAG_SIZE)? {
+                    self.inflight.push_back((r, Expect::Size(self.sized)));
+                    self.size_pending = true;
+                    moved = true;
+                }
+            }
+            let Some((req, what)) = self.inflight.front() else { return Ok(moved) };
+            let Some(got) = self.comm.test(req)? else { return Ok(moved) };
+            let got = got.first().copied().unwrap_or(0);
+            match *what {
+                Expect::Size(step) => {
+                    let word = blk.load_u32(RECV_SIZES + 4 * (step % NSTEPS) as usize);
+                    if got != 4 {
+                        return Err(Error::Remote(format!("step {step}: a size message of {got} bytes, expected 4")));
+                    }
+                    if word == GOODBYE {
+                        self.inflight.pop_front();
+                        self.peer_closed = true;
+                        return Ok(true);
+                    }
+                    let (proto, bytes) =
+                        layout.decode(word).map_err(|e| Error::Remote(format!("step {step}: garbage: {e}")))?;
+                    self.data_next = Some((step, proto, bytes));
+                    if let Some(t) = &mut self.trace {
+                        t.step(step, bytes, 1);
+                    }
+                    self.size_pending = false;
+                    self.sized += 1;
+                }
+                Expect::Data(step, bytes) => {
+                    if got != bytes {
+                        return Err(Error::Remote(format!(
+                            "step {step}: {got} bytes arrived where the size word announced {bytes}"
+                        )));
+                    }
+                    // The data is in place before the kernel sees the tail.
+                    fence(Ordering::Release);
+                    blk.store_u64(RECV_TAIL, step + 1);
+                    if let Some(t) = &mut self.trace {
+                        t.done(step + 1);
+                    }
+                }
+            }
+            self.inflight.pop_front();
+            moved = true;
+        }
+    }
+
+    pub(super) fn busy(&self) -> bool {
+        self.data_next.is_some() || self.inflight.iter().any(|(_, e)| matches!(e, Expect::Data(..)))
+    }
+}
+
+impl Drop for RecvSide {
+    fn drop(&mut self) {
+        if let Some(mr) = self.mr.take() {
+            if let Err(e) = self.comm.dereg_mr(mr) {
+                crate::nccl_warn!("NET: deregistering a receive FIFO failed: {e}");
+            }
+        }
+    }
+}
