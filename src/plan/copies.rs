@@ -190,9 +190,11 @@ fn plan_clique(
 
 /// Whether a group is worth planning as copies at all: the cheap tests, which run at every group
 /// end (one rank per process, reductions), before any matching.
-pub fn candidate(members: &[Member], mode: Mode) -> bool {
-    // A collective on symmetric buffers runs in a kernel: the symmetric one where the tuner picks it.
-    let movement = |t: &Task| !matches!(t, Task::Coll(c) if c.sym.is_some() || !matches!(c.kind, CollKind::Broadcast | CollKind::AllGather));
+pub fn candidate(members: &[Member], mode: Mode, allowed: &Allowed) -> bool {
+    // A collective on symmetric buffers stays a kernel where the symmetric kernels are forced
+    // (FERRONICKEL_SYMMETRIC=1); the tuner never picks them over copies.
+    let forced = allowed.symmetric == tuner::Symmetric::Always;
+    let movement = |t: &Task| !matches!(t, Task::Coll(c) if (forced && c.sym.is_some()) || !matches!(c.kind, CollKind::Broadcast | CollKind::AllGather));
     mode != Mode::Never
         && !members.iter().any(|m| m.shape.nranks > members.len() || !m.ops.iter().all(|(_, t)| movement(t)))
 }
@@ -236,6 +238,25 @@ mod tests {
 
     fn one(kind: CollKind, n: usize, count: usize, root: usize) -> Vec<Vec<(CUstream, Task)>> {
         (0..n).map(|r| vec![(std::ptr::null_mut(), coll(kind, r, count, root))]).collect()
+    }
+
+    /// Buffers in symmetric windows keep a group off the copy engines only where the symmetric
+    /// kernels are forced: the tuner itself never picks them.
+    #[test]
+    fn symmetric_buffers_leave_copies_to_the_tuner_unless_symmetric_kernels_are_forced() {
+        use crate::task::{SymBuf, SymBufs};
+        let mut ops = one(CollKind::AllGather, 2, 1 << 26, 0);
+        let sym = SymBufs { send: SymBuf { flat: 1 << 40, stride4g: 1 }, recv: SymBuf { flat: 1 << 41, stride4g: 1 } };
+        for o in &mut ops {
+            if let Task::Coll(c) = &mut o[0].1 {
+                c.sym = Some(sym);
+            }
+        }
+        let m = members(7, &ops);
+        let forced = Allowed { symmetric: tuner::Symmetric::Always, ..Allowed::ALL };
+        assert!(candidate(&m, Mode::Tuned, &Allowed::ALL));
+        assert!(!candidate(&m, Mode::Tuned, &forced));
+        assert!(!candidate(&m, Mode::Never, &Allowed::ALL));
     }
 
     #[test]

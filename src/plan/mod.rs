@@ -42,7 +42,7 @@ pub enum Plan {
 /// Plans a whole group: copies where they can and (per `mode` and the tuner) should carry it,
 /// kernel launches otherwise. A planning error means nothing of the group may run.
 pub fn group(members: &[Member], allowed: &Allowed, mode: Mode) -> Result<Plan> {
-    if copies::candidate(members, mode) {
+    if copies::candidate(members, mode, allowed) {
         match copies::plan(members, mode, allowed) {
             Ok(c) => return Ok(Plan::Copies(c)),
             Err(why) => crate::nccl_trace!(crate::debug::Subsys::TUNING, "copy engines not used: {why}"),

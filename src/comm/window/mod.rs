@@ -200,14 +200,16 @@ impl Comm {
         let window = self.map_window(buff, size, seq)?;
         let handle = window.vidmem.ptr;
         windows.windows.insert(handle, window);
-        self.write_table(&mut windows)?;
+        let written = self.write_table(&mut windows);
+        // Collective like the rest: every rank takes part whatever its table did.
         self.ensure_sync(&mut windows, res);
         drop(windows);
         // No rank returns, and launches, while a peer still allocates: an allocation in the
         // context of ranks that share a GPU would hold back the peer's next kernel behind ours,
-        // which waits for it (docs/ARCHITECTURE.md, "Windows and the device communicator").
+        // which waits for it (docs/ARCHITECTURE.md, "Windows and the device communicator"). A
+        // rank whose table failed still comes, so that its peers do not wait for it in vain.
         self.bootstrap.barrier()?;
-        Ok(handle)
+        written.map(|()| handle)
     }
 
     /// Whether `handle` is one of our symmetric windows.
@@ -233,11 +235,12 @@ impl Comm {
         let mut windows = res.windows.lock();
         windows.windows.remove(&handle);
         also(&mut windows);
-        self.write_table(&mut windows)?;
+        let written = self.write_table(&mut windows);
         drop(windows);
         // Unmapping and freeing hold back kernels of ranks sharing the GPU, as allocating does:
-        // no rank returns before every rank has freed.
-        self.bootstrap.barrier()
+        // no rank returns before every rank has freed (one whose table failed included).
+        self.bootstrap.barrier()?;
+        written
     }
 
     /// The collective steps of a registration: offers, hand-over of descriptors, mapping, and
