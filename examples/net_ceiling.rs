@@ -107,18 +107,11 @@ fn main() {
             );
         }
     }
-    println!(
-        "net_ceiling: one-way latency of a 16-byte LL step: {:.1} us (mean of {PINGS} round trips)",
-        one_way.as_secs_f64() * 1e6
-    );
+    println!("net_ceiling: one-way latency of a 16-byte LL step: {one_way}");
     let simple_max = ranks[0].1.layout().stride(SIMPLE);
     for bytes in (14..).map(|b| 1usize << b).take_while(|&b| b <= simple_max) {
         let one_way = latency(&ranks, SIMPLE, bytes as u32);
-        println!(
-            "net_ceiling: one-way latency of a {} KiB Simple step: {:.1} us (mean of {PINGS} round trips)",
-            bytes >> 10,
-            one_way.as_secs_f64() * 1e6
-        );
+        println!("net_ceiling: one-way latency of a {} KiB Simple step: {one_way}", bytes >> 10);
     }
 }
 
@@ -126,7 +119,7 @@ fn main() {
 /// ranks' threads (the connections are idle and drained when this starts). LL steps go as the
 /// kernels send them over NET: lines carrying the step's flag and the size word, no tail; the
 /// receiver polls the lines' flags. Other protocols publish a tail.
-fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32) -> Duration {
+fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32) -> Spread {
     let conn = |r: usize| ranks[r].1.block(1 - r, 0).expect("channel 0").clone();
     let (b0, b1) = (conn(0), conn(1));
     let l = ranks[0].1.layout();
@@ -163,7 +156,7 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32) -> Durat
         }
         b.store_u64(RECV_HEAD, s + 1);
     };
-    let start = Instant::now();
+    let mut trips = Vec::with_capacity(PINGS as usize);
     thread::scope(|sc| {
         sc.spawn(|| {
             for k in 0..PINGS {
@@ -172,15 +165,40 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32) -> Durat
             }
         });
         for k in 0..PINGS {
+            let t = Instant::now();
             post(&b0, base0 + k);
             take(&b0, base1 + k);
+            trips.push(t.elapsed() / 2);
         }
     });
-    let one_way = start.elapsed() / (2 * PINGS as u32);
+    trips.sort();
+    let at = |q: f64| trips[((trips.len() - 1) as f64 * q).round() as usize];
+    let one_way = Spread { p50: at(0.5), p99: at(0.99), max: at(1.0) };
     // The next phase counts its steps from the tails (a tail only ever says how many steps there are).
     b0.store_u64(SEND_TAIL, base0 + PINGS);
     b1.store_u64(SEND_TAIL, base1 + PINGS);
     one_way
+}
+
+/// Half round trips of the pings: what one way takes, at the median, the 99th percentile and
+/// the worst.
+struct Spread {
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        write!(
+            f,
+            "p50 {:.1} us, p99 {:.1} us, worst {:.1} us ({PINGS} round trips)",
+            us(self.p50),
+            us(self.p99),
+            us(self.max)
+        )
+    }
 }
 
 /// Posts full Simple slots on every connection as fast as the proxy frees them; returns the

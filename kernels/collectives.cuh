@@ -120,11 +120,17 @@ __device__ __noinline__ bool allReduceOneShot(const Group g, const fnDevComm* co
   for (int j = 1; j < n && stop == FN_DEV_OK; j++) {
     fnConnSend& s = conns[ringMod(me + j, n) * FN_MAX_CHANNELS].send;
     const uint64_t step = stepOf(&s.step);
-    stop = waitCounter(comm, s.head, FN_NSTEPS, step);
-    if (stop == FN_DEV_OK) {
-      stop = llMove<T, Op, F_SEND | F_USRC | F_PRE>(g, comm, op, nullptr, 0, slot(s.buffs[FN_PROTO_LL], step),
-                                                     uint32_t(step + 1), src, nullptr, pt.len);
+    // The slot is free by the head last read, or thread 0 polls head for the group (Prims'
+    // groupWaitSendSlot says why one poller).
+    if (stepOf(&s.headSeen) + FN_NSTEPS <= step) {
+      uint64_t seen = 0;
+      if (g.tid == 0) stop = waitCounter(comm, s.head, FN_NSTEPS, step, &seen);
+      if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
+      // After the barrier: every thread has read the old value.
+      if (g.tid == 0) *reinterpret_cast<volatile uint64_t*>(&s.headSeen) = seen;
     }
+    stop = llMove<T, Op, F_SEND | F_USRC | F_PRE>(g, comm, op, nullptr, 0, slot(s.buffs[FN_PROTO_LL], step),
+                                                   uint32_t(step + 1), src, nullptr, pt.len);
   }
   for (size_t i = g.tid; i < nWords && stop == FN_DEV_OK; i += g.nthreads) {
     uint64_t acc = 0;

@@ -116,6 +116,9 @@ typedef struct fnConnSend {
   uint32_t flags;            /* fnConnFlags */
   uint32_t pad;
   uint64_t step;             /* steps we have posted; persists across launches */
+  uint64_t headSeen;         /* *head as this connection's sender last read it (head only grows):
+                                persists across launches, so a launch reads head (across PCIe when
+                                it is in host memory) only once the FIFO looks full */
 } fnConnSend;
 
 /* Receiver half: the sender fills our FIFO and tail; we report consumption in its head. */

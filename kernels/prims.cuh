@@ -20,6 +20,11 @@ __device__ __forceinline__ uint32_t slotStride(const fnDevComm* comm) {
   else return uint32_t(comm->slotBytes);
 }
 
+// Where thread 0 of a group hands the head it read to the rest (groupWaitSendSlot), by the
+// group's barrier id: a CTA runs at most three groups, and each has at most one send half waiting
+// at a time.
+static __shared__ uint64_t fnSharedHead[3];
+
 // The send half towards one peer and the receive half from another (either may be absent). Step
 // counters live in registers (every thread keeps the same copy) for the duration of a work and
 // are written back by save().
@@ -38,9 +43,10 @@ struct Prims {
   // instead of every step.
   bool sendTailed = false, recvTailed = false;
   volatile uint32_t* sendSizes = nullptr;
-  // The receiver's head as this thread last read it: slots up to headSeen + FN_NSTEPS - 1 are
-  // known free, so a step reads head again (across PCIe when the FIFO is in host memory) only
-  // when the FIFO looks full. 0 until the first read.
+  // The receiver's head as last read (fnConnSend.headSeen, kept across launches): slots up to
+  // headSeen + FN_NSTEPS - 1 are known free, so a step reads head again (across PCIe when the
+  // FIFO is in host memory) only when the FIFO looks full. Simple: thread 0's is the one that
+  // counts; LL and LL128: the same in every thread of the group.
   uint64_t headSeen = 0;
   const uint32_t stride;
   // Elements one step carries.
@@ -55,6 +61,7 @@ struct Prims {
       sendStep = *reinterpret_cast<volatile uint64_t*>(&s->step);
       sendTailed = tailed(s->flags);
       sendSizes = s->sizes;
+      headSeen = *reinterpret_cast<volatile uint64_t*>(&s->headSeen);
     }
     if (r) {
       recvBuff = r->buffs[P];
@@ -83,21 +90,19 @@ struct Prims {
       groupBarrier(g);
       if (g.tid == 0 && S) publish(n * sizeof(T));
     } else {
-      // The data carries its own flag (step + 1): no tail. Every thread checks for itself that the
-      // receiver has freed the slot, and the receiver frees it once the whole group has read it.
-      // Over host memory LL128 adds Simple's tail in both directions (fnConnFlags).
+      // The data carries its own flag (step + 1): no tail. The receiver frees the slot once the
+      // whole group has read it. Over host memory LL128 adds Simple's tail in both directions
+      // (fnConnFlags).
       if (R && recvTailed) {
         if (g.tid == 0) stop = waitCounter(comm, recvConn->tail, 0, recvStep);
         if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
       }
-      if (S) stop = waitSendSlot();
-      if (stop == FN_DEV_OK) {
-        if constexpr (P == FN_PROTO_LL) {
-          stop = llMove<T, Op, F>(g, comm, op, rslot, uint32_t(recvStep + 1), sslot, uint32_t(sendStep + 1), usrc,
-                                  udst, n);
-        } else {
-          stop = ll128Move<T, Op, F>(g, comm, op, rslot, recvStep + 1, sslot, sendStep + 1, usrc, udst, n);
-        }
+      if (S && !groupWaitSendSlot()) return false;
+      if constexpr (P == FN_PROTO_LL) {
+        stop = llMove<T, Op, F>(g, comm, op, rslot, uint32_t(recvStep + 1), sslot, uint32_t(sendStep + 1), usrc, udst,
+                                n);
+      } else {
+        stop = ll128Move<T, Op, F>(g, comm, op, rslot, recvStep + 1, sslot, sendStep + 1, usrc, udst, n);
       }
       if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
       if (g.tid == 0 && S && (sendTailed || sendSizes)) {
@@ -118,10 +123,26 @@ struct Prims {
   // (Simple always does).
   __device__ static bool tailed(uint32_t flags) { return P == FN_PROTO_LL128 && (flags & FN_CONN_TAIL_LL128); }
 
-  // Waits until the receiver has freed the slot of sendStep (see headSeen).
+  // Thread 0 (Simple): waits until the receiver has freed the slot of sendStep (see headSeen).
   __device__ __forceinline__ int waitSendSlot() {
     if (headSeen + FN_NSTEPS > sendStep) return FN_DEV_OK;
     return waitCounter(comm, sendConn->head, FN_NSTEPS, sendStep, &headSeen);
+  }
+
+  // The whole group (LL, LL128): as waitSendSlot, thread 0 polling while the others wait at a
+  // barrier, then the head it read shared through shared memory. One poller matters: when 512
+  // threads each poll a head in host memory with system-scope acquires, a small NET step took
+  // 16 us longer (docs/NET.md, "Small steps"). False when the group must stop.
+  __device__ __forceinline__ bool groupWaitSendSlot() {
+    if (headSeen + FN_NSTEPS > sendStep) return true;  // the same in every thread
+    int stop = FN_DEV_OK;
+    if (g.tid == 0) {
+      stop = waitSendSlot();
+      fnSharedHead[g.barId] = headSeen;
+    }
+    if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
+    headSeen = fnSharedHead[g.barId];
+    return true;
   }
 
   __device__ static uint32_t sizeWord(uint64_t bytes) { return uint32_t(bytes) | uint32_t(P) << FN_SIZE_PROTO_SHIFT; }
@@ -155,7 +176,10 @@ struct Prims {
   // Persist the counters for the next work / launch, then let the group re-read them.
   __device__ void save() {
     if (g.tid == 0) {
-      if (sendConn) *reinterpret_cast<volatile uint64_t*>(&sendConn->step) = sendStep;
+      if (sendConn) {
+        *reinterpret_cast<volatile uint64_t*>(&sendConn->step) = sendStep;
+        *reinterpret_cast<volatile uint64_t*>(&sendConn->headSeen) = headSeen;
+      }
       if (recvConn) *reinterpret_cast<volatile uint64_t*>(&recvConn->step) = recvStep;
     }
     groupBarrier(g);
