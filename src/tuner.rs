@@ -267,8 +267,8 @@ fn model_us(proto: u32, hops: f64, wire: f64, bw_scale: f64) -> f64 {
 
 /// What a hop costs over a link whose FIFOs sit in host memory, by fnProto: a hop on one channel,
 /// what each further channel adds to it, the bandwidth of one channel and the most that every
-/// channel together reaches. Over host memory no protocol saves a hop: all publish a tail
-/// (docs/ARCHITECTURE.md, "Transports").
+/// channel together reaches. Over host memory LL has the cheapest hop (no tail, no fence: its
+/// receiver polls the data) and carries the fewest bytes (docs/ARCHITECTURE.md, "Transports").
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct HostLinkCost {
     hop_us: [f64; 3],
@@ -294,17 +294,22 @@ impl HostLinkCost {
 ///   carry the bytes as fast win). It carried 12.6–14.4 GB/s on one channel, 28.7 on four, 30.3
 ///   on eight and 34 on all of them (256 MB): modelled as 10 per channel up to 34, so that four
 ///   channels carry large messages.
-/// - LL took 22 µs on one channel (every line is polled across PCIe) and each further channel
-///   added about 0.5 µs to a hop; one channel carried 1.76 GB/s, eight 4.1.
 /// - LL128, which also waits for a tail (FN_CONN_TAIL_LL128), took 24–25 µs on one channel, each
 ///   further channel adding about 7.5 µs to a hop; one channel carried 1.85–2.8 GB/s, eight 5.6.
+/// - LL, since its sender polls head with one thread and keeps the head it read across launches
+///   (kernels/README.md; 2 processes on one H200, `net_bench.sh --shm --also NCCL_PROTO=LL`,
+///   docs/results/net-shm-2026-11-26-h200-ll.txt): 13–14 µs a call up to 8 KB where Simple took
+///   15–17, so its hop is priced 2.4 µs under Simple's; from 16 to 64 KB (all-gather 17.6 µs at
+///   64 KB against Simple's 18.2, all-reduce 25.6 against 20.4) it carries about 5 GB/s, 4 on one
+///   channel, each further channel adding about 0.5 µs to a hop. Before (every thread polling
+///   head): 22 µs at 8 B.
 ///
-/// So Simple wins at every size, as the tuner picks it.
+/// So LL wins up to about 16 KB of wire a hop, Simple above.
 const SHM_COST: HostLinkCost = HostLinkCost {
-    hop_us: [8.0, 9.7, 3.0],
+    hop_us: [0.6, 9.7, 3.0],
     channel_us: [0.5, 7.5, 0.1],
-    channel_gbps: [1.76, 1.85, 10.0],
-    gbps: [4.1, 5.6, 34.0],
+    channel_gbps: [4.0, 1.85, 10.0],
+    gbps: [5.0, 5.6, 34.0],
 };
 
 /// NET (docs/ARCHITECTURE.md, "Transports") moves every step of every protocol through the
@@ -314,16 +319,20 @@ const SHM_COST: HostLinkCost = HostLinkCost {
 /// 15 µs to a hop (8 KB: 50 µs on one channel, 159 on eight), as the one proxy thread serves the
 /// channels in turn; one channel carried 2 MB of Simple in 905 µs (2.3 GB/s of wire) and eight
 /// channels 8.2 GB/s. LL128 carried 1 MB in 1970 µs on one channel against Simple's 2 MB in 905 µs
-/// (0.23 of Simple's rate: each 60 KB slot is a round through both proxies); LL's rate is taken
-/// at half of that (16 KB slots, and half of every line is flags). LL's hop, measured on one H200
-/// (BENCHMARKS.md, "NET, every collective, each call timed", NCCL_PROTO=LL), untailed (docs/NET.md):
-/// the ring collectives took 35–49 µs a call up to 8 KB where Simple took 25–31: 10 µs more, so
-/// that LL is never picked over NET (send/recv and the collectives made of it run Simple always).
+/// (0.23 of Simple's rate: each 60 KB slot is a round through both proxies). LL, untailed and
+/// with one thread polling head (docs/NET.md, "Small steps"), measured on one H200 with two and
+/// four processes as hosts (`net_bench.sh --uts --also NCCL_PROTO=LL`,
+/// docs/results/net-bench-2026-11-26-h200-ll.txt): with two hosts the ring collectives took
+/// 19–22 µs a call up to 8 KB where Simple took 25–28, so its hop is priced 6 µs under Simple's;
+/// Simple overtakes it between 4 and 16 KB (broadcast and reduce from 8 KB, all-gather and
+/// reduce-scatter from 16 KB, two ranks; from 16–32 KB with four), which a rate of 0.3 of
+/// Simple's gives (LL's slots hold 16 KB, half of every line is flags). Send/recv and the
+/// collectives made of it run Simple always.
 const NET_COST: HostLinkCost = HostLinkCost {
-    hop_us: [46.0, 36.0, 36.0],
+    hop_us: [30.0, 36.0, 36.0],
     channel_us: [15.0; 3],
-    channel_gbps: [2.3 * 0.11, 2.3 * 0.23, 2.3],
-    gbps: [8.2 * 0.11, 8.2 * 0.23, 8.2],
+    channel_gbps: [2.3 * 0.3, 2.3 * 0.23, 2.3],
+    gbps: [8.2 * 0.3, 8.2 * 0.23, 8.2],
 };
 
 /// NET through a net plugin (docs/NET.md, "What a net plugin's properties change"): the proxies'

@@ -192,13 +192,34 @@ fn protocol_follows_size() {
     assert_eq!(choose(CollKind::AllReduce, 2, 4, &one, &Allowed::ALL).proto, FN_PROTO_SIMPLE);
 }
 
+/// Over host memory (NET, SHM) LL up to a few KB, Simple above, and once Simple, Simple at every
+/// larger size.
+fn ll_then_simple(kind: CollKind, shape: &CommShape, allowed: &Allowed) -> usize {
+    let mut switch = None;
+    for count in (0..28).map(|b| 1usize << b) {
+        let c = choose(kind, count, 1, shape, allowed);
+        match (c.proto, switch) {
+            (FN_PROTO_LL, None) => {}
+            (FN_PROTO_SIMPLE, None) => switch = Some(count),
+            (FN_PROTO_SIMPLE, Some(_)) => {}
+            _ => panic!("{kind:?} of {count} B: {c:?} after Simple from {switch:?}"),
+        }
+    }
+    switch.expect("Simple for large messages")
+}
+
 #[test]
-fn net_communicators_use_simple_and_few_channels_for_small_messages() {
+fn net_communicators_use_ll_for_small_messages_and_few_channels() {
     let net = |n| CommShape { link: Link::Net, ..shape(n, 8, 4) };
     let shm4 = Allowed::for_connections(4, true, false);
     for (n, allowed) in [(2, Allowed::for_connections(2, true, false)), (4, shm4)] {
         let small = choose(CollKind::AllReduce, 2, 4, &net(n), &allowed);
-        assert_eq!((small.proto, small.nchannels), (FN_PROTO_SIMPLE, 1), "n={n}");
+        assert_eq!((small.proto, small.nchannels), (FN_PROTO_LL, 1), "n={n}");
+        // LL up to a few KB (measured: up to 4-8 KB with two ranks, 8-16 KB with four).
+        for kind in [CollKind::AllGather, CollKind::Broadcast, CollKind::AllReduce] {
+            let switch = ll_then_simple(kind, &net(n), &allowed);
+            assert!((2 << 10..=32 << 10).contains(&switch), "n={n} {kind:?}: Simple from {switch} B");
+        }
         let large = choose(CollKind::AllReduce, 64 << 20, 4, &net(n), &allowed);
         assert_eq!(large.proto, FN_PROTO_SIMPLE, "n={n}");
         assert!(large.nchannels >= 4, "n={n}: {large:?}");
@@ -255,19 +276,20 @@ fn a_net_plugins_properties_price_net_and_size_its_channels() {
 }
 
 #[test]
-fn shm_communicators_use_simple_and_few_channels_for_small_messages() {
+fn shm_communicators_use_ll_for_small_messages_and_few_channels() {
     let shm = |n| CommShape { link: Link::Shm, ..shape(n, 32, 4) };
     for n in [2, 4] {
         let allowed = Allowed::for_connections(n, true, false);
-        // LL and LL128 poll every line across PCIe: Simple at every size, on one channel
-        // while more would not carry the bytes faster.
+        // LL on one channel for small messages; Simple, on the channels that carry the bytes
+        // faster, from some KB (measured: 16-32 KB).
         let small = choose(CollKind::AllReduce, 2, 4, &shm(n), &allowed);
-        assert_eq!((small.proto, small.nchannels), (FN_PROTO_SIMPLE, 1), "n={n}");
+        assert_eq!((small.proto, small.nchannels), (FN_PROTO_LL, 1), "n={n}");
         let large = choose(CollKind::AllReduce, 64 << 20, 4, &shm(n), &allowed);
         assert_eq!(large.proto, FN_PROTO_SIMPLE, "n={n}");
         assert!((3..=32).contains(&large.nchannels), "n={n}: {large:?}");
-        for count in (0..28).map(|b| 1usize << b) {
-            assert_eq!(choose(CollKind::AllGather, count, 1, &shm(n), &allowed).proto, FN_PROTO_SIMPLE);
+        for kind in [CollKind::AllGather, CollKind::Broadcast, CollKind::AllReduce] {
+            let switch = ll_then_simple(kind, &shm(n), &allowed);
+            assert!((4 << 10..=128 << 10).contains(&switch), "n={n} {kind:?}: Simple from {switch} B");
         }
     }
     // Forcing a protocol still runs it, on the channels that suit it.
