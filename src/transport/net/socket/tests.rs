@@ -338,3 +338,73 @@ fn cuda_memory_and_bad_arguments_are_refused() {
     assert!(unsafe { r.irecv(&[empty], &[&mr]) }.unwrap().is_none());
     drop(reqs);
 }
+
+/// Polls `fd` without waiting: whether bytes wait on it.
+fn readable(fd: std::os::fd::RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd; the call does not wait.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+/// Tests `req` until it completes (10 s at most).
+fn completion(r: &mut dyn RecvComm, req: &Request) -> Vec<usize> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(got) = r.test(req).unwrap() {
+            return got;
+        }
+        assert!(Instant::now() < until, "the receive did not complete in 10 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_receive_names_its_socket_only_while_nothing_but_new_bytes_can_move_it() {
+    let net = lo_net();
+    let (handle, mut l) = net.listen(0).unwrap();
+    let mut socks = fake_sender(&handle, 1);
+    let mut r = accept_within(&mut *l, Duration::from_secs(10));
+    let mut buf = vec![0u8; 256];
+    let mr = r.reg_mr(buf.as_mut_ptr(), buf.len(), PtrKind::Host).unwrap();
+    let base = buf.as_mut_ptr();
+    let at = |k: usize| [RecvBuf { data: base.wrapping_add(64 * k), size: 64, tag: 1 }];
+    // SAFETY: buf outlives r, and each receive has its own 64 bytes of it.
+    let first = unsafe { r.irecv(&at(0), &[&mr]) }.unwrap().unwrap();
+    let fd = r.idle_fd().expect("a posted receive with nothing come is idle");
+    assert!(!readable(fd));
+
+    // Half a header, then the rest and half the payload: half done, not idle, though the
+    // socket has nothing more to read.
+    let mut msg = msg_header(1, 8).to_vec();
+    msg.extend_from_slice(b"abcdefgh");
+    socks[0].write_all(&msg[..10]).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !readable(fd) {
+        assert!(Instant::now() < until, "the bytes never came");
+    }
+    assert!(r.test(&first).unwrap().is_none());
+    assert_eq!(r.idle_fd(), None, "a half-read header");
+    socks[0].write_all(&msg[10..20]).unwrap();
+    while r.test(&first).unwrap().is_none() && r.idle_fd().is_some() {
+        assert!(Instant::now() < until, "the bytes never came");
+    }
+    socks[0].write_all(&msg[20..]).unwrap();
+    assert_eq!(completion(&mut *r, &first), [8]);
+    assert_eq!(r.idle_fd(), Some(fd), "nothing posted, nothing buffered");
+
+    // Two messages in one write: the first test reads both ahead, so the second receive is not
+    // idle although its socket is drained.
+    // SAFETY: as for the first receive.
+    let second = unsafe { r.irecv(&at(1), &[&mr]) }.unwrap().unwrap();
+    // SAFETY: as for the first receive.
+    let third = unsafe { r.irecv(&at(2), &[&mr]) }.unwrap().unwrap();
+    let both: Vec<u8> = [msg.clone(), msg].concat();
+    socks[0].write_all(&both).unwrap();
+    assert_eq!(completion(&mut *r, &second), [8]);
+    assert!(!readable(fd));
+    assert_eq!(r.idle_fd(), None, "the next message is read ahead, or already in its buffer untested");
+    assert_eq!(completion(&mut *r, &third), [8]);
+    assert_eq!(r.idle_fd(), Some(fd));
+    assert_eq!(&buf[..8], b"abcdefgh");
+    assert_eq!(&buf[128..136], b"abcdefgh");
+}
