@@ -5,6 +5,9 @@
 // or, under NCCL_P2P_DISABLE=1, SHM; --gpus G puts rank r on GPU dev + r % G (NCCL needs a GPU per
 // rank). With --uts a host is told apart as production does, by host name: each rank process takes
 // a UTS namespace of its own with its own host name, and no NCCL_HOSTID (needs CAP_SYS_ADMIN).
+// --per-host R puts R consecutive ranks on each host (the same NCCL_HOSTID, or the same host name
+// in their own namespaces), so that NET between hosts and P2P or SHM inside one mix; NCCL then
+// needs --gpus R or more.
 //
 // Public NCCL API only: the same binary runs against either library (LD_LIBRARY_PATH). One process
 // per rank, forked after ncclGetUniqueId and before any CUDA call; the processes share a page of
@@ -244,7 +247,7 @@ static size_t outElems(int coll, const Shape& s, int rank) {
 }
 
 struct Opts {
-  int n = 2, dev = 0, gpus = 1, iters = 200, warmup = 3;
+  int n = 2, dev = 0, gpus = 1, perHost = 1, iters = 200, warmup = 3;
   bool oneHost = false, uts = false;
   size_t minB = 8, maxB = 512 << 20;
   double budget = 0.25, timeoutS = 60;
@@ -259,7 +262,7 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
   gStage = "init";
   if (!o.oneHost) {
     char host[32];
-    snprintf(host, sizeof host, "fnbench%d", rank);
+    snprintf(host, sizeof host, "fnbench%d", rank / o.perHost);
     if (!o.uts) {
       setenv("NCCL_HOSTID", host, 1);
     } else if (unshare(CLONE_NEWUTS) != 0 || sethostname(host, strlen(host)) != 0) {
@@ -359,7 +362,7 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
 }
 
 static const char* kUsage =
-    "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--colls all|a,b,c]\n"
+    "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--per-host 1] [--colls all|a,b,c]\n"
     "                 [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]\n"
     "collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter\n";
 
@@ -403,6 +406,7 @@ int main(int argc, char** argv) {
     else if (a == "--gpus") o.gpus = atoi(need());
     else if (a == "--one-host") o.oneHost = true;
     else if (a == "--uts") o.uts = true;
+    else if (a == "--per-host") o.perHost = atoi(need());
     else if (a == "--colls") colls = need();
     else if (a == "--min") o.minB = parseSize(need());
     else if (a == "--max") o.maxB = parseSize(need());
@@ -416,9 +420,10 @@ int main(int argc, char** argv) {
     }
   }
   if (o.n < 2 || o.n > kMaxRanks || o.gpus < 1 || o.minB < 8 || o.maxB < o.minB || (o.uts && o.oneHost) ||
+      o.perHost < 1 || o.n % o.perHost != 0 || (o.oneHost && o.perHost > 1) ||
       o.iters < kMinIters || o.iters > kMaxIters || o.warmup < 0 || !(o.budget >= 0) || !(o.timeoutS >= 1) ||
       !parseColls(colls, &o.colls)) {
-    fprintf(stderr, "net_bench: bad arguments (--nranks 2..%d, --iters %d..%d, --min >= 8)\n%s", kMaxRanks,
+    fprintf(stderr, "net_bench: bad arguments (--nranks 2..%d, --iters %d..%d, --min >= 8, --per-host divides --nranks)\n%s", kMaxRanks,
             kMinIters, kMaxIters, kUsage);
     return 2;
   }
@@ -434,9 +439,9 @@ int main(int argc, char** argv) {
   Shared* sh = new (m) Shared();
   int version = 0;
   ncclGetVersion(&version);
-  printf("# net_bench: %d processes on GPU %d-%d, %s; NCCL version %d\n", o.n, o.dev, o.dev + o.gpus - 1,
-         o.oneHost ? "one host" : o.uts ? "each its own host name (UTS namespace)" : "each its own NCCL_HOSTID",
-         version);
+  printf("# net_bench: %d processes on GPU %d-%d, %s, %d a host; NCCL version %d\n", o.n, o.dev, o.dev + o.gpus - 1,
+         o.oneHost ? "one host" : o.uts ? "hosts by host name (UTS namespaces)" : "hosts by NCCL_HOSTID",
+         o.oneHost ? o.n : o.perHost, version);
   printf("# float, sum, root 0, out of place; per size 1 checked call, %d warm-up, then up to %d timed calls "
          "(at least %d, %.3g s), each alone; a call's time is the slowest rank's (CUDA events)\n",
          o.warmup, o.iters, kMinIters, o.budget);

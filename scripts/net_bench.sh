@@ -12,11 +12,13 @@
 # worst is the smallest of the runs' ratios (run k of ours against run k of ref).
 # --uts: each process is a host by its host name (a UTS namespace of its own, no NCCL_HOSTID), as
 # production tells hosts apart; both libraries then run NET/Socket. Needs `unshare -u`.
+# --per-host R: R consecutive ranks share each host (NET between hosts, P2P or SHM inside one);
+# NCCL needs a GPU per rank of a host, so its runs want --gpus R or more (they are skipped below).
 # --shm: the processes share one host identity and NCCL_P2P_DISABLE=1, so both libraries use SHM;
 # ours is also run once without it (P2P) for comparison. NCCL refuses two ranks on one GPU, so its
 # SHM run needs --gpus >= --nranks (a machine with that many GPUs); no ceiling is run.
 #
-# usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm | --uts] [--runs 1] [--colls all|a,b,c]
+# usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm | --uts] [--per-host 1] [--runs 1] [--colls all|a,b,c]
 #            [--max 512M] [--iters 200] [--budget-s 0.25] [--no-mps] [--run-timeout 300]
 #            [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8]
 #            [--also "VAR=VALUE ..."]   (ours once more with these settings, up to 4M, e.g. NCCL_MAX_NCHANNELS=1)
@@ -29,7 +31,7 @@
 set -u
 export NCCL_NVLS_ENABLE=0
 
-NRANKS=2; GPUS=1; SHM=0; UTS=0; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
+NRANKS=2; GPUS=1; PERHOST=1; SHM=0; UTS=0; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
 RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
     --gpus) GPUS=$2; shift ;;
     --shm) SHM=1 ;;
     --uts) UTS=1 ;;
+    --per-host) PERHOST=$2; shift ;;
     --runs) RUNS=$2; shift ;;
     --colls) COLLS=$2; shift ;;
     --max) MAX=$2; shift ;;
@@ -79,6 +82,7 @@ fi
 LAYOUT=(--gpus "$GPUS"); WHAT="each its own NCCL_HOSTID"
 [ $SHM = 1 ] && LAYOUT+=(--one-host) && WHAT="one host, SHM (NCCL_P2P_DISABLE=1)"
 [ $UTS = 1 ] && LAYOUT+=(--uts) && WHAT="each its own host name (UTS namespace)"
+[ "$PERHOST" != 1 ] && LAYOUT+=(--per-host "$PERHOST") && WHAT="$PERHOST a host, hosts by ${WHAT#each its own }"
 FAILS=0
 run() {  # run NAME.K LIBDIR [VAR=VALUE...]
   echo "net_bench: $1 ${*:3}"
@@ -90,13 +94,14 @@ run() {  # run NAME.K LIBDIR [VAR=VALUE...]
   [ $rc = 0 ] || FAILS=$((FAILS + 1))
 }
 REF_RUNS=1; [ $SHM = 1 ] && [ "$GPUS" -lt "$NRANKS" ] && REF_RUNS=0
+[ "$GPUS" -lt "$PERHOST" ] && REF_RUNS=0
 for k in $(seq 1 "$RUNS"); do
   if [ $SHM = 1 ]; then
     run "ours.$k" "$OUTDIR/ours" NCCL_P2P_DISABLE=1
     [ $REF_RUNS = 1 ] && run "ref.$k" "$REF_DIR/lib" NCCL_P2P_DISABLE=1
   else
     run "ours.$k" "$OUTDIR/ours"
-    run "ref.$k" "$REF_DIR/lib"
+    [ $REF_RUNS = 1 ] && run "ref.$k" "$REF_DIR/lib"
   fi
 done
 [ $SHM = 1 ] && run ours_p2p.1 "$OUTDIR/ours"
@@ -167,7 +172,7 @@ table() {
 {
   echo "# $NRANKS processes on $GPUS GPU(s), $WHAT, MPS=$MPS, $RUNS run(s) each, budget ${BUDGET}s/size, up to $ITERS calls"
   echo "# p50/p99 in us (with several runs: medians over the runs); ratio = ref_p50/ours_p50, >1 = ours faster"
-  [ $REF_RUNS = 0 ] && echo "# no reference run: NCCL refuses two ranks on one GPU (--gpus $GPUS < --nranks $NRANKS)"
+  [ $REF_RUNS = 0 ] && echo "# no reference run: NCCL refuses two ranks of one host on one GPU (--gpus $GPUS)"
   table ours ref "$OUTDIR/summary.tsv"
   if [ $SHM = 1 ]; then
     echo "# ours over SHM against ours over P2P (ratio = p2p_p50/ours_p50):"
