@@ -135,14 +135,6 @@ pub trait RecvComm: Send {
     fn iflush(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>>;
     /// `Some(bytes received per buffer)` once done; `None` while in flight.
     fn test(&mut self, req: &Request) -> Result<Option<Vec<usize>>>;
-    /// A descriptor that turns readable once this comm has something to do: while it returns
-    /// `Some`, nothing is buffered or half received, so a `test` would only find that nothing
-    /// came. The proxy thread asks the kernel about all such descriptors in one `poll` a round
-    /// instead of testing each receive (docs/NET.md, "The NET transport"). `None` (the default,
-    /// and what plugins give): test every round.
-    fn idle_fd(&self) -> Option<std::os::fd::RawFd> {
-        None
-    }
 }
 
 /// Checks the shape of a grouped receive against the device's `max_recvs`, before any plugin

@@ -67,10 +67,9 @@ const NAP: Duration = Duration::from_micros(20);
 const LONG_NAP: Duration = Duration::from_millis(1);
 const LONG_IDLE: Duration = Duration::from_millis(200);
 /// A connection that moved this recently is hot: its receive is tested every round. A cold one's
-/// only every [`COLD_EVERY`]th round, since testing a receive with nothing in flight may cost a
-/// syscall that lengthens the round every hot step waits through. Receives [`Idle`] speaks for
-/// (the Socket net's) are tested when their socket has bytes, hot or cold. A send side, loads
-/// from host memory only, is looked at every round.
+/// only every [`COLD_EVERY`]th round, since testing a receive with nothing in flight costs a
+/// syscall (the Socket net's) that lengthens the round every hot step waits through. Its send
+/// side, loads from host memory only, is looked at every round.
 pub(crate) const HOT: Duration = Duration::from_millis(100);
 const COLD_EVERY: u32 = 8;
 /// The size word that says "closing": its protocol bits name no protocol, so no step has it.
@@ -205,15 +204,6 @@ impl Entry {
             id: 0,
             active: Instant::now(),
         })
-    }
-
-    /// The descriptor its receiving half waits on, when that half waits for the peer's next
-    /// bytes and nothing else (see [`serve`]).
-    fn idle_fd(&self) -> Option<std::os::fd::RawFd> {
-        if self.failed || self.recv.peer_closed {
-            return None;
-        }
-        self.recv.idle_fd()
     }
 
     /// One round over both halves, the receiving one only if `recv` (see [`HOT`]): (anything
@@ -461,7 +451,6 @@ fn serve(inner: &Inner) {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
     let mut last_move = Instant::now();
     let (mut round, mut napped) = (0u32, false);
-    let mut idle = Idle::new();
     while !inner.stop.load(Ordering::Acquire) {
         if inner.woken.swap(false, Ordering::AcqRel) {
             last_move = Instant::now();
@@ -472,21 +461,14 @@ fn serve(inner: &Inner) {
         round = if napped { 0 } else { round.wrapping_add(1) };
         let sweep = round % COLD_EVERY == 0;
         let start = Instant::now();
-        let mut entries = inner.entries.lock();
-        // Receives that only wait for the peer's next bytes are tested when it came, hot or cold
-        // ([`Idle`]); a sweep tests everything, as a net's helpers may have failed behind an
-        // idle socket.
-        idle.ask(&entries, sweep);
-        for e in entries.iter_mut() {
-            let recv = if sweep { true } else { idle.ready(e).unwrap_or(start - e.active < HOT) };
-            let (m, b) = e.progress(recv);
+        for e in inner.entries.lock().iter_mut() {
+            let (m, b) = e.progress(sweep || start - e.active < HOT);
             if m || b {
                 e.active = start;
             }
             moved |= m;
             busy |= b;
         }
-        drop(entries);
         drop(alive);
         let now = Instant::now();
         if moved {
@@ -499,77 +481,6 @@ fn serve(inner: &Inner) {
         } else {
             // A wake-up ends the nap early.
             std::thread::park_timeout(if idle < LONG_IDLE { NAP } else { LONG_NAP });
-        }
-    }
-}
-
-/// Which receives that only wait for their peer's bytes have some: the nets' descriptors of
-/// every connection (`RecvComm::idle_fd`) in one epoll set, asked once a round without waiting,
-/// so that a round costs one syscall however many receives wait (testing each cost one apiece:
-/// eight idle receives made a 16-byte step about 2 us slower one way, `net_ceiling 8`).
-struct Idle {
-    /// The epoll set; -1 when none could be made (every receive is then tested as before).
-    epfd: libc::c_int,
-    /// Ids of the entries whose descriptor is in the set.
-    watched: Vec<u64>,
-    /// Ids of the entries whose descriptor was readable at the last ask.
-    readable: Vec<u64>,
-    events: Vec<libc::epoll_event>,
-}
-
-impl Idle {
-    fn new() -> Idle {
-        // SAFETY: plain syscall; the descriptor is closed on drop.
-        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        Idle { epfd, watched: Vec::new(), readable: Vec::new(), events: Vec::new() }
-    }
-
-    /// Adds the descriptors of entries not seen before (a connection's descriptor leaves the set
-    /// by itself when its comm closes it), then asks which are readable; asks nothing on a
-    /// sweep, which tests every receive.
-    fn ask(&mut self, entries: &[Entry], sweep: bool) {
-        self.readable.clear();
-        if self.epfd < 0 {
-            return;
-        }
-        self.watched.retain(|id| entries.iter().any(|e| e.id == *id));
-        for e in entries {
-            if self.watched.contains(&e.id) {
-                continue;
-            }
-            let Some(fd) = e.recv.comm.idle_fd() else { continue };
-            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: e.id };
-            // SAFETY: `epfd` is our epoll set and `fd` a descriptor the entry's comm owns.
-            if unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } == 0 {
-                self.watched.push(e.id);
-            }
-        }
-        if sweep || self.watched.is_empty() {
-            return;
-        }
-        self.events.resize(self.watched.len(), libc::epoll_event { events: 0, u64: 0 });
-        // SAFETY: `events` has room for `events.len()` entries; the call does not wait.
-        let n = unsafe { libc::epoll_wait(self.epfd, self.events.as_mut_ptr(), self.events.len() as libc::c_int, 0) };
-        // A failed wait (EINTR) says nothing: the receives asked about are tested this round.
-        if n < 0 {
-            self.readable.extend_from_slice(&self.watched);
-        }
-        self.readable.extend(self.events.iter().take(n.max(0) as usize).map(|ev| ev.u64));
-    }
-
-    /// Whether `e`'s receive must be tested this round: `Some(readable)` when it only waits for
-    /// bytes on a watched descriptor, `None` when readiness says nothing of it.
-    fn ready(&self, e: &Entry) -> Option<bool> {
-        let asked = self.epfd >= 0 && self.watched.contains(&e.id) && e.idle_fd().is_some();
-        asked.then(|| self.readable.contains(&e.id))
-    }
-}
-
-impl Drop for Idle {
-    fn drop(&mut self) {
-        if self.epfd >= 0 {
-            // SAFETY: our descriptor, closed once.
-            unsafe { libc::close(self.epfd) };
         }
     }
 }

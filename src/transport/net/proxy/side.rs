@@ -250,13 +250,6 @@ impl RecvSide {
     pub(super) fn busy(&self) -> bool {
         self.data_next.is_some() || self.inflight.iter().any(|(_, e)| matches!(e, Expect::Data(..)))
     }
-
-    /// The net's descriptor to wait on (`RecvComm::idle_fd`) while this half waits for the
-    /// peer's next size word and nothing else: no data receive to post, the size word's posted.
-    pub(super) fn idle_fd(&self) -> Option<std::os::fd::RawFd> {
-        let waiting = self.data_next.is_none() && self.size_pending && self.inflight.len() == 1;
-        waiting.then(|| self.comm.idle_fd()).flatten()
-    }
 }
 
 impl Drop for RecvSide {

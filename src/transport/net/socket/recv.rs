@@ -198,14 +198,6 @@ impl RecvComm for SocketRecv {
         Ok(None)
     }
 
-    fn idle_fd(&self) -> Option<RawFd> {
-        // Nothing read ahead or half read, and no posted receive matched a message yet (one that
-        // did may wait for the helpers' chunks or for its test).
-        let unmatched = || self.reqs.slots.iter().flatten().all(|(_, r)| r.got.iter().all(Option::is_none));
-        let idle = self.inline.is_none() && self.hdr_got == 0 && self.ahead.lo == self.ahead.hi && unmatched();
-        idle.then(|| self.conn.ctrl.as_raw_fd())
-    }
-
     fn test(&mut self, req: &Request) -> Result<Option<Vec<usize>>> {
         let i = self.reqs.index(req)?;
         if let Err(e) = self.progress() {
