@@ -110,7 +110,7 @@ typedef struct fnConnSend {
   volatile uint64_t* head;   /* our memory: receiver's count of consumed steps */
   volatile uint32_t* sizes;  /* NULL, or FN_NSTEPS entries: for the step at that slot, the bytes of
                                 its FIFO slot it filled (LL / LL128: whole lines) | its fnProto <<
-                                FN_SIZE_PROTO_SHIFT, stored before the tail (Simple, LL128) or after
+                                FN_SIZE_PROTO_SHIFT, stored before the tail (Simple, LL128) or before
                                 the step's lines (LL, untailed: the proxy checks their flags). The
                                 proxy empties an entry (FN_SIZE_EMPTY) before it frees the slot */
   uint32_t flags;            /* fnConnFlags */

@@ -98,6 +98,11 @@ struct Prims {
         if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
       }
       if (S && !groupWaitSendSlot()) return false;
+      const uint64_t words = divUp(n * sizeof(T), 8);
+      const uint64_t bytes = P == FN_PROTO_LL ? words * 16 : divUp(words, FN_LL128_LINE_WORDS) * 128;
+      // Untailed LL over NET: the size word alone, before the lines, so that the proxy already
+      // checks their flags while they land.
+      if (g.tid == 0 && S && !sendTailed && sendSizes) sendSizes[sendStep % FN_NSTEPS] = sizeWord(bytes);
       if constexpr (P == FN_PROTO_LL) {
         stop = llMove<T, Op, F>(g, comm, op, rslot, uint32_t(recvStep + 1), sslot, uint32_t(sendStep + 1), usrc, udst,
                                 n);
@@ -105,13 +110,7 @@ struct Prims {
         stop = ll128Move<T, Op, F>(g, comm, op, rslot, recvStep + 1, sslot, sendStep + 1, usrc, udst, n);
       }
       if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
-      if (g.tid == 0 && S && (sendTailed || sendSizes)) {
-        const uint64_t words = divUp(n * sizeof(T), 8);
-        const uint64_t bytes = P == FN_PROTO_LL ? words * 16 : divUp(words, FN_LL128_LINE_WORDS) * 128;
-        // Untailed LL over NET: the size word alone; the proxy waits for the lines' flags.
-        if (sendTailed) publish(bytes);
-        else sendSizes[sendStep % FN_NSTEPS] = sizeWord(bytes);
-      }
+      if (g.tid == 0 && S && sendTailed) publish(bytes);
     }
     if (g.tid == 0 && R) *recvConn->head = recvStep + 1;
     if (S) sendStep++;
