@@ -589,8 +589,12 @@ fn detected(procs: &mut Procs, key: &str, since: u64, bound: Duration, words: &[
             assert!(text.contains(w), "rank {r}'s text lacks {w:?}: {text}");
         }
         assert!(!out.contains("FNH_MOVED") && !out.contains("FNH_CORRUPT"), "rank {r}:\n{out}");
+        // Closing waits at most 1.5 s for steps and goodbyes that cannot go out on a dead
+        // network (proxy::close), then joins the helpers; CI's 2 cores, busy with the other
+        // host tests' namespaces, once stretched that to 5.3 s. What is checked is that nothing
+        // hangs until a TCP timeout (20 s and more).
         let released: u64 = field(out, "FNH_RELEASED").trim_end_matches(" ms").parse().unwrap();
-        assert!(released < 3000, "rank {r} took {released} ms to release its connections");
+        assert!(released < 10_000, "rank {r} took {released} ms to release its connections");
         eprintln!("rank {r}: {key} after {after} ms: {text}");
         texts.push(text.to_string());
     }
