@@ -19,6 +19,7 @@ use nccl::bootstrap::{new_unique_id, Bootstrap};
 use nccl::transport::net::conn::{NetTransport, Setup};
 use nccl::transport::net::proxy::{HostBlock, Layout, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL};
 use nccl::transport::net::NetConfig;
+use std::io::{ErrorKind, Read, Write};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -108,6 +109,7 @@ fn main() {
         }
     }
     println!("net_ceiling: one-way latency of a 16-byte LL step: {one_way}");
+    println!("net_ceiling: one-way latency of its {BARE_BYTES} bytes over a bare TCP socket: {}", bare_tcp());
     let simple_max = ranks[0].1.layout().stride(SIMPLE);
     for bytes in (14..).map(|b| 1usize << b).take_while(|&b| b <= simple_max) {
         let one_way = latency(&ranks, SIMPLE, bytes as u32);
@@ -171,9 +173,7 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32) -> Sprea
             trips.push(t.elapsed() / 2);
         }
     });
-    trips.sort();
-    let at = |q: f64| trips[((trips.len() - 1) as f64 * q).round() as usize];
-    let one_way = Spread { p50: at(0.5), p99: at(0.99), max: at(1.0) };
+    let one_way = Spread::of(trips);
     // The next phase counts its steps from the tails (a tail only ever says how many steps there are).
     b0.store_u64(SEND_TAIL, base0 + PINGS);
     b1.store_u64(SEND_TAIL, base1 + PINGS);
@@ -186,6 +186,68 @@ struct Spread {
     p50: Duration,
     p99: Duration,
     max: Duration,
+}
+
+impl Spread {
+    fn of(mut trips: Vec<Duration>) -> Spread {
+        trips.sort();
+        let at = |q: f64| trips[((trips.len() - 1) as f64 * q).round() as usize];
+        Spread { p50: at(0.5), p99: at(0.99), max: at(1.0) }
+    }
+}
+
+/// What a 16-byte LL step puts on the Socket net's control socket: the size word's 16-byte
+/// header and 4 bytes, the lines' header and 16 bytes.
+const BARE_BYTES: usize = 52;
+
+/// The floor under the LL step's latency on this machine: its bytes ping-ponged between two
+/// threads over a bare TCP connection on loopback, each spinning on non-blocking reads (yielding
+/// between them, as the proxy thread does), with no proxy, net or host block in between.
+fn bare_tcp() -> Spread {
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
+    let addr = listener.local_addr().expect("its address");
+    let open = |s: TcpStream| {
+        s.set_nodelay(true).expect("TCP_NODELAY");
+        s.set_nonblocking(true).expect("non-blocking");
+        s
+    };
+    let mut a = open(TcpStream::connect(addr).expect("connect"));
+    let mut b = open(listener.accept().expect("accept").0);
+    let mut trips = Vec::with_capacity(PINGS as usize);
+    thread::scope(|sc| {
+        sc.spawn(move || {
+            let mut buf = [0u8; BARE_BYTES];
+            for _ in 0..PINGS {
+                spin_read(&mut b, &mut buf);
+                b.write_all(&buf).expect("a bare answer");
+            }
+        });
+        let mut buf = [1u8; BARE_BYTES];
+        for _ in 0..PINGS {
+            let t = Instant::now();
+            a.write_all(&buf).expect("a bare ping");
+            spin_read(&mut a, &mut buf);
+            trips.push(t.elapsed() / 2);
+        }
+    });
+    Spread::of(trips)
+}
+
+/// Fills `buf` from a non-blocking socket, yielding between empty reads.
+fn spin_read(s: &mut std::net::TcpStream, buf: &mut [u8]) {
+    let (mut got, end) = (0, Instant::now() + Duration::from_secs(10));
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => panic!("net_ceiling: the bare socket closed"),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                assert!(Instant::now() < end, "net_ceiling: a bare ping was lost");
+                thread::yield_now();
+            }
+            Err(e) => panic!("net_ceiling: a bare read failed: {e}"),
+        }
+    }
 }
 
 impl std::fmt::Display for Spread {
