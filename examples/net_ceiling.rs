@@ -18,7 +18,7 @@
 use nccl::bootstrap::{new_unique_id, Bootstrap};
 use nccl::transport::net::conn::{NetTransport, Setup};
 use nccl::transport::net::proxy::{HostBlock, Layout, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL};
-use nccl::transport::net::NetConfig;
+use nccl::transport::net::{MemHandle, Net, NetConfig, PtrKind, RecvBuf, RecvComm, SendComm};
 use std::io::{ErrorKind, Read, Write};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
@@ -38,8 +38,10 @@ fn main() {
     let secs = args.get(1).copied().unwrap_or(3) as u64;
     let slot = args.get(2).copied().unwrap_or(512) << 10;
     let id = new_unique_id().expect("unique id");
+    let net = nccl::transport::net::init(&NetConfig::default()).expect("the net");
     let ranks: Vec<_> = (0..2)
         .map(|r| {
+            let net = net.clone();
             thread::spawn(move || {
                 let bs = Bootstrap::init(&id, r, 2, Duration::from_secs(30)).expect("bootstrap");
                 let setup = Setup {
@@ -48,7 +50,7 @@ fn main() {
                     names: vec!["rank 0".into(), "rank 1".into()],
                     fault: Arc::new(|m| eprintln!("net_ceiling: {m}")),
                     timeout: Duration::from_secs(30),
-                    net: nccl::transport::net::init(&NetConfig::default()).expect("the net"),
+                    net,
                     profiler: None,
                 };
                 let conns: Vec<_> = (0..channels).map(|ch| (1 - r, ch)).collect();
@@ -109,7 +111,9 @@ fn main() {
         }
     }
     println!("net_ceiling: one-way latency of a 16-byte LL step: {one_way}");
-    println!("net_ceiling: one-way latency of its {BARE_BYTES} bytes over a bare TCP socket: {}", bare_tcp());
+    println!("net_ceiling: one-way latency of its messages over the net, no proxy: {}", net_direct(&*net));
+    println!("net_ceiling: one-way latency of its {BARE_BYTES} bytes over bare TCP, a socket each way: {}", bare_tcp(true));
+    println!("net_ceiling: one-way latency of its {BARE_BYTES} bytes over bare TCP, one socket: {}", bare_tcp(false));
     let simple_max = ranks[0].1.layout().stride(SIMPLE);
     for bytes in (14..).map(|b| 1usize << b).take_while(|&b| b <= simple_max) {
         let one_way = latency(&ranks, SIMPLE, bytes as u32);
@@ -201,9 +205,10 @@ impl Spread {
 const BARE_BYTES: usize = 52;
 
 /// The floor under the LL step's latency on this machine: its bytes ping-ponged between two
-/// threads over a bare TCP connection on loopback, each spinning on non-blocking reads (yielding
-/// between them, as the proxy thread does), with no proxy, net or host block in between.
-fn bare_tcp() -> Spread {
+/// threads over bare TCP on loopback, each spinning on non-blocking reads (yielding between them,
+/// as the proxy thread does), with no proxy, net or host block in between. On one connection both
+/// ways (`separate` false), or on one per direction, as a NET connection's two comms are.
+fn bare_tcp(separate: bool) -> Spread {
     use std::net::{TcpListener, TcpStream};
     let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
     let addr = listener.local_addr().expect("its address");
@@ -212,26 +217,121 @@ fn bare_tcp() -> Spread {
         s.set_nonblocking(true).expect("non-blocking");
         s
     };
-    let mut a = open(TcpStream::connect(addr).expect("connect"));
-    let mut b = open(listener.accept().expect("accept").0);
+    let pair = || (open(TcpStream::connect(addr).expect("connect")), open(listener.accept().expect("accept").0));
+    let (mut a_out, mut b_in) = pair();
+    let (mut b_out, mut a_in) = match separate {
+        true => pair(),
+        false => (b_in.try_clone().expect("a second handle"), a_out.try_clone().expect("a second handle")),
+    };
     let mut trips = Vec::with_capacity(PINGS as usize);
     thread::scope(|sc| {
         sc.spawn(move || {
             let mut buf = [0u8; BARE_BYTES];
             for _ in 0..PINGS {
-                spin_read(&mut b, &mut buf);
-                b.write_all(&buf).expect("a bare answer");
+                spin_read(&mut b_in, &mut buf);
+                b_out.write_all(&buf).expect("a bare answer");
             }
         });
         let mut buf = [1u8; BARE_BYTES];
         for _ in 0..PINGS {
             let t = Instant::now();
-            a.write_all(&buf).expect("a bare ping");
-            spin_read(&mut a, &mut buf);
+            a_out.write_all(&buf).expect("a bare ping");
+            spin_read(&mut a_in, &mut buf);
             trips.push(t.elapsed() / 2);
         }
     });
     Spread::of(trips)
+}
+
+/// The LL step's messages over the net's comms, driven by the two threads themselves as the
+/// proxy drives them (the size word, then the 16 bytes; the receiver posts the data's receive
+/// once the word has landed), without a proxy thread or a host block: what the net adds to the
+/// bare socket, and what the proxy adds to the net.
+fn net_direct(net: &dyn Net) -> Spread {
+    let listen = || net.listen(0).expect("listen");
+    let ((ha, mut la), (hb, mut lb)) = (listen(), listen());
+    let (mut ca, mut cb) = (net.connect(0, &hb).expect("connect"), net.connect(0, &ha).expect("connect"));
+    let end = Instant::now() + Duration::from_secs(30);
+    let (mut ends_a, mut ends_b) = ((None, None), (None, None));
+    while ends_a.0.is_none() || ends_a.1.is_none() || ends_b.0.is_none() || ends_b.1.is_none() {
+        assert!(Instant::now() < end, "net_ceiling: the direct comms never connected");
+        for (c, slot) in [(&mut ca, &mut ends_a.0), (&mut cb, &mut ends_b.0)] {
+            if slot.is_none() {
+                *slot = c.poll().expect("connecting");
+            }
+        }
+        for (l, slot) in [(&mut la, &mut ends_a.1), (&mut lb, &mut ends_b.1)] {
+            if slot.is_none() {
+                *slot = l.accept().expect("accepting");
+            }
+        }
+    }
+    let side = |e: (Option<Box<dyn SendComm>>, Option<Box<dyn RecvComm>>)| Direct::new(e.0.unwrap(), e.1.unwrap());
+    let (mut a, mut b) = (side(ends_a), side(ends_b));
+    let mut trips = Vec::with_capacity(PINGS as usize);
+    thread::scope(|sc| {
+        sc.spawn(move || {
+            for _ in 0..PINGS {
+                b.take();
+                b.post();
+            }
+        });
+        for _ in 0..PINGS {
+            let t = Instant::now();
+            a.post();
+            a.take();
+            trips.push(t.elapsed() / 2);
+        }
+    });
+    Spread::of(trips)
+}
+
+/// One thread's end of [`net_direct`]: its comms and the step's size word and bytes.
+struct Direct {
+    send: Box<dyn SendComm>,
+    recv: Box<dyn RecvComm>,
+    /// The size word and 16 bytes of data, sent from and received into.
+    buf: Box<[u8; 20]>,
+    smr: MemHandle,
+    rmr: MemHandle,
+}
+
+impl Direct {
+    fn new(mut send: Box<dyn SendComm>, mut recv: Box<dyn RecvComm>) -> Direct {
+        let mut buf = Box::new([0u8; 20]);
+        let smr = send.reg_mr(buf.as_mut_ptr(), 20, PtrKind::Host).expect("reg_mr");
+        let rmr = recv.reg_mr(buf.as_mut_ptr(), 20, PtrKind::Host).expect("reg_mr");
+        Direct { send, recv, buf, smr, rmr }
+    }
+
+    fn post(&mut self) {
+        let p = self.buf.as_ptr();
+        // SAFETY: `buf` stays put and unchanged until both sends complete below.
+        let reqs = [(p, 4, 1), (p.wrapping_add(4), 16, 2)]
+            .map(|(at, n, tag)| unsafe { self.send.isend(at, n, tag, &self.smr) }.expect("isend").expect("a request"));
+        for r in reqs {
+            spin(|| self.send.test(&r).expect("send test").is_some());
+        }
+    }
+
+    fn take(&mut self) {
+        let p = self.buf.as_mut_ptr();
+        for (at, size, tag) in [(p, 4, 1), (p.wrapping_add(4), 16, 2)] {
+            let b = [RecvBuf { data: at, size, tag }];
+            // SAFETY: `buf` stays put and untouched until the receive completes below.
+            let r = unsafe { self.recv.irecv(&b, &[&self.rmr]) }.expect("irecv").expect("a request");
+            spin(|| self.recv.test(&r).expect("recv test").is_some());
+        }
+    }
+}
+
+/// Calls `done` until it says so, yielding between calls.
+fn spin(mut done: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < end, "net_ceiling: a direct ping was lost");
+        thread::yield_now();
+    }
 }
 
 /// Fills `buf` from a non-blocking socket, yielding between empty reads.

@@ -83,7 +83,11 @@ pub(super) struct SocketRecv {
 }
 
 impl SocketRecv {
-    pub(super) fn progress(&mut self) -> Result<()> {
+    /// Reads the control socket and matches its messages to the posted receives, in order,
+    /// until request `until` has all its messages (or no byte is left to read): the bytes of a
+    /// later step then stay in the socket or the read-ahead, and a test of a completed receive
+    /// costs no `recv` call, so the proxy publishes a landed step before it looks for the next.
+    pub(super) fn progress(&mut self, until: usize) -> Result<()> {
         self.conn.shared.check()?;
         let peer = self.conn.shared.peer;
         let fd = self.conn.ctrl.as_raw_fd();
@@ -117,6 +121,9 @@ impl SocketRecv {
                 continue;
             }
             let Some(&i) = self.order.front() else { return Ok(()) };
+            if self.matched(until) {
+                return Ok(());
+            }
             while self.hdr_got < HDR_BYTES {
                 match self.ahead.read(fd, &mut self.hdr[self.hdr_got..]) {
                     Ok(Some(0)) => {
@@ -163,6 +170,11 @@ impl SocketRecv {
         }
     }
 
+    /// Whether every buffer of request `until` has its message and none is still being read.
+    fn matched(&mut self, until: usize) -> bool {
+        self.inline.as_ref().is_none_or(|x| x.req != until) && self.reqs.get(until).got.iter().all(Option::is_some)
+    }
+
     /// After a message of request `i` is matched: retire the request from `order` once all of
     /// its buffers have one.
     pub(super) fn finish_message(&mut self, i: usize) {
@@ -187,8 +199,8 @@ impl RecvComm for SocketRecv {
         let posted = bufs.iter().map(|b| Posted { ptr: b.data as usize, size: b.size, tag: b.tag }).collect();
         let req = RecvReq { bufs: posted, got: vec![None; bufs.len()], pending: Arc::new(AtomicUsize::new(0)) };
         let Some(r) = self.reqs.insert(req) else { return Ok(None) };
+        // Its bytes are read by `test`.
         self.order.push_back(r.0 & 0xff);
-        self.progress()?;
         Ok(Some(r))
     }
 
@@ -200,13 +212,11 @@ impl RecvComm for SocketRecv {
 
     fn test(&mut self, req: &Request) -> Result<Option<Vec<usize>>> {
         let i = self.reqs.index(req)?;
-        if let Err(e) = self.progress() {
+        if let Err(e) = self.progress(i) {
             self.reqs.remove(i);
             return Err(e);
         }
-        let inline_here = self.inline.as_ref().is_some_and(|x| x.req == i);
-        let r = self.reqs.get(i);
-        if !inline_here && r.got.iter().all(Option::is_some) && r.pending.load(Ordering::Acquire) == 0 {
+        if self.matched(i) && self.reqs.get(i).pending.load(Ordering::Acquire) == 0 {
             let r = self.reqs.remove(i);
             return Ok(Some(r.got.into_iter().map(|g| g.expect("all matched")).collect()));
         }
