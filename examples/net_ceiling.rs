@@ -112,7 +112,10 @@ fn main() {
     }
     println!("net_ceiling: one-way latency of a 16-byte LL step: {one_way}");
     println!("net_ceiling: one-way latency of its messages over the net, no proxy: {}", net_direct(&*net));
-    println!("net_ceiling: one-way latency of its {BARE_BYTES} bytes over bare TCP, a socket each way: {}", bare_tcp(true));
+    println!(
+        "net_ceiling: one-way latency of its {BARE_BYTES} bytes over bare TCP, a socket each way: {}",
+        bare_tcp(true)
+    );
     println!("net_ceiling: one-way latency of its {BARE_BYTES} bytes over bare TCP, one socket: {}", bare_tcp(false));
     let simple_max = ranks[0].1.layout().stride(SIMPLE);
     for bytes in (14..).map(|b| 1usize << b).take_while(|&b| b <= simple_max) {
@@ -252,7 +255,7 @@ fn net_direct(net: &dyn Net) -> Spread {
     let ((ha, mut la), (hb, mut lb)) = (listen(), listen());
     let (mut ca, mut cb) = (net.connect(0, &hb).expect("connect"), net.connect(0, &ha).expect("connect"));
     let end = Instant::now() + Duration::from_secs(30);
-    let (mut ends_a, mut ends_b) = ((None, None), (None, None));
+    let (mut ends_a, mut ends_b): (Ends, Ends) = ((None, None), (None, None));
     while ends_a.0.is_none() || ends_a.1.is_none() || ends_b.0.is_none() || ends_b.1.is_none() {
         assert!(Instant::now() < end, "net_ceiling: the direct comms never connected");
         for (c, slot) in [(&mut ca, &mut ends_a.0), (&mut cb, &mut ends_b.0)] {
@@ -266,8 +269,7 @@ fn net_direct(net: &dyn Net) -> Spread {
             }
         }
     }
-    let side = |e: (Option<Box<dyn SendComm>>, Option<Box<dyn RecvComm>>)| Direct::new(e.0.unwrap(), e.1.unwrap());
-    let (mut a, mut b) = (side(ends_a), side(ends_b));
+    let (mut a, mut b) = (Direct::new(ends_a), Direct::new(ends_b));
     let mut trips = Vec::with_capacity(PINGS as usize);
     thread::scope(|sc| {
         sc.spawn(move || {
@@ -296,8 +298,12 @@ struct Direct {
     rmr: MemHandle,
 }
 
+/// A thread's two comms as they connect: the send comm, the receive comm.
+type Ends = (Option<Box<dyn SendComm>>, Option<Box<dyn RecvComm>>);
+
 impl Direct {
-    fn new(mut send: Box<dyn SendComm>, mut recv: Box<dyn RecvComm>) -> Direct {
+    fn new(ends: Ends) -> Direct {
+        let (mut send, mut recv) = (ends.0.expect("connected"), ends.1.expect("accepted"));
         let mut buf = Box::new([0u8; 20]);
         let smr = send.reg_mr(buf.as_mut_ptr(), 20, PtrKind::Host).expect("reg_mr");
         let rmr = recv.reg_mr(buf.as_mut_ptr(), 20, PtrKind::Host).expect("reg_mr");

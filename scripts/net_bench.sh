@@ -59,6 +59,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+# Absolute, as the library is linked through a symlink elsewhere and found through LD_LIBRARY_PATH.
+OURS=$(cd "$(dirname "$OURS")" && pwd)/$(basename "$OURS")
+REF_DIR=$(cd "$REF_DIR" && pwd)
 case "$RUNS" in ''|*[!0-9]*|0) echo "net_bench: --runs wants a count >= 1" >&2; exit 2 ;; esac
 OUTDIR=${OUT:-$ROOT/net-out}/net
 mkdir -p "$OUTDIR"

@@ -8,14 +8,14 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use super::super::{MemHandle, PtrKind, Request, MAX_REQUESTS};
 use super::nonblock::{poll_fds, recv_some, send_some};
 use super::wire::{chunk_header, chunks};
-use super::{tcp_timeout_ms, HDR_BYTES, HELPER_NAP, HELPER_SLICE};
+use super::{helper_spin, tcp_timeout_ms, HDR_BYTES, HELPER_NAP, HELPER_SLICE};
 use crate::error::{Error, Result};
 
 /// A chunk for a helper thread: header first, then the payload, to or from the caller's memory.
@@ -192,6 +192,7 @@ pub(super) fn explain(e: &io::Error) -> String {
 /// A helper thread: moves the chunks queued on its sockets until the comm closes or fails.
 pub(super) fn helper(sh: Arc<Shared>, me: usize, socks: Vec<(usize, TcpStream)>) {
     let mut fds: Vec<libc::pollfd> = Vec::with_capacity(socks.len());
+    let mut last_move = Instant::now();
     while !sh.stop.load(Ordering::Acquire) && sh.error.lock().is_none() {
         fds.clear();
         let mut moved = false;
@@ -217,6 +218,11 @@ pub(super) fn helper(sh: Arc<Shared>, me: usize, socks: Vec<(usize, TcpStream)>)
             }
         }
         if moved {
+            last_move = Instant::now();
+            continue;
+        }
+        if last_move.elapsed() < helper_spin() {
+            std::thread::yield_now();
             continue;
         }
         if fds.is_empty() {

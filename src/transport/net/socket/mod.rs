@@ -70,6 +70,16 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_PENDING: usize = 128;
 /// Connections a listener gathers sockets for at once; hellos for more are dropped.
 const MAX_GROUPS: usize = 64;
+crate::int_param!(
+    /// FERRONICKEL_NET_HELPER_SPIN_US: how long a helper thread keeps polling its sockets and
+    /// queue after it last moved a byte, before it sleeps until woken.
+    helper_spin_us, "FERRONICKEL_NET_HELPER_SPIN_US", 200
+);
+
+fn helper_spin() -> Duration {
+    Duration::from_micros(helper_spin_us().max(0) as u64)
+}
+
 /// How long a helper thread sleeps in `poll` before it checks whether its comm closed.
 const HELPER_NAP: Duration = Duration::from_millis(50);
 /// Bytes a helper moves on one socket before it turns to its next one.
