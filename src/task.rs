@@ -4,7 +4,7 @@
 //! planner, the communicator and the group code all import it and none of them imports another
 //! sideways or upwards.
 
-use crate::abi::fnWork;
+use crate::abi::{fnWork, FN_WORK_SEND};
 use crate::cuda::module::KernelId;
 use crate::cuda::CUstream;
 use crate::plugin::tuner::Session as TunerSession;
@@ -194,4 +194,49 @@ pub struct Launch {
     /// Other streams whose operations joined this launch: ordered before and after it.
     pub joined: Vec<CUstream>,
     pub works: Vec<fnWork>,
+}
+
+impl Launch {
+    /// The connections' channels its works use, a bit each: a collective runs on channels
+    /// 0..nChannels, a send or receive on `chan`.. for its parts.
+    pub fn channels(&self) -> u64 {
+        let range = |from: usize, n: usize| (from..from + n).filter(|&c| c < 64).fold(0u64, |m, c| m | 1 << c);
+        self.works.iter().fold(0, |m, w| {
+            m | if (w.type_ as u32) < FN_WORK_SEND {
+                range(0, usize::from(w.nChannels))
+            } else {
+                range(w.chan.max(0) as usize, usize::from(w.nParts).max(1))
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::{FN_WORK_ALLREDUCE, FN_WORK_RECV};
+
+    /// A launch names channels 0..nChannels for a collective and a p2p work's channels from its
+    /// first for its parts; nothing past channel 63.
+    #[test]
+    fn a_launch_names_the_channels_its_works_use() {
+        let work = |ty: u32, nch: u16, chan: i32, parts: u8| fnWork {
+            type_: ty as i32,
+            nChannels: nch,
+            chan,
+            nParts: parts,
+            ..Default::default()
+        };
+        let launch = |works: Vec<fnWork>| Launch {
+            kernel: KernelId::COPY,
+            grid: 1,
+            stream: std::ptr::null_mut(),
+            joined: vec![],
+            works,
+        };
+        assert_eq!(launch(vec![work(FN_WORK_ALLREDUCE, 3, 0, 0)]).channels(), 0b111);
+        assert_eq!(launch(vec![work(FN_WORK_RECV, 0, 2, 0)]).channels(), 0b100);
+        assert_eq!(launch(vec![work(FN_WORK_SEND, 0, 0, 4), work(FN_WORK_ALLREDUCE, 1, 0, 0)]).channels(), 0b1111);
+        assert_eq!(launch(vec![work(FN_WORK_ALLREDUCE, 80, 0, 0)]).channels(), u64::MAX);
+    }
 }

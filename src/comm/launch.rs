@@ -202,7 +202,7 @@ impl Comm {
         let (gpu, res) = self.gpu()?;
         let _g = gpu.ctx.enter()?;
         if let Some(w) = &self.proxy_waker {
-            w.wake();
+            w.wake(launches.iter().fold(0, |m, l| m | l.channels()));
         }
         let mut st = gpu.launch_state.lock();
         for (l, kernel) in launches.iter().zip(kernels) {

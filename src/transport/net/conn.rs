@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::proxy::{self, Entry, FaultHook, HostBlock, Layout, Proxy, TraceInfo};
+use super::proxy::{self, Entry, FaultHook, HostBlock, Launches, Layout, Proxy, TraceInfo};
 use super::{Connecting, Handle, MemHandle, Net, PtrKind, RecvBuf, RecvComm, Request, SendComm};
 use crate::abi::{fnConn, fnConnRecv, fnConnSend, FN_CONN_TAIL_LL128, FN_NUM_PROTOS};
 use crate::bootstrap::Bootstrap;
@@ -396,6 +396,8 @@ pub struct NetTransport {
     /// The net's name ("Socket" or the plugin's), for logs.
     pub net_name: String,
     profiler: Option<Arc<Profiler>>,
+    /// The channels our launches name, shared with our connections in the proxy.
+    launches: Arc<Launches>,
 }
 
 impl NetTransport {
@@ -488,6 +490,7 @@ impl NetTransport {
             fault,
             net_name: net_name.to_string(),
             profiler: setup.profiler.clone(),
+            launches: Arc::default(),
         };
         t.add(links, who, alloc)?;
         crate::nccl_info!(
@@ -515,7 +518,8 @@ impl NetTransport {
             }
             let what = format!("{}, channel {ch}", who.name(peer));
             let trace = t.profiler.clone().map(|profiler| TraceInfo { profiler, peer, channel: ch });
-            let entry = Entry::new(send, recv, block.clone(), layout, what, t.fault.clone(), trace.as_ref())?;
+            let entry = Entry::new(send, recv, block.clone(), layout, what, t.fault.clone(), trace.as_ref())?
+                .launched_by(t.launches.clone(), ch);
             t.ids.push(t.proxy.add(entry));
             t.blocks.insert((peer, ch), block);
         }
@@ -563,7 +567,7 @@ impl NetTransport {
 
     /// What wakes the proxy thread of these connections.
     pub fn proxy_waker(&self) -> proxy::Waker {
-        self.proxy.waker()
+        self.proxy.waker(self.launches.clone())
     }
 
     /// How many connections' peers have closed them (their communicator was destroyed).

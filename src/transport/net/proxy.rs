@@ -27,7 +27,10 @@
 //! The thread busy-polls while any connection has a step in flight and backs off to short sleeps
 //! when every connection is idle. A communicator wakes it when it launches kernels ([`Waker`]),
 //! as NCCL posts its proxy ops at enqueue: the thread is then polling by the time the kernel
-//! hands over its first step, however long everything was idle before.
+//! hands over its first step, however long everything was idle before. The wake-up names the
+//! channels the kernels use, so that a round asks only those connections (and ones that moved
+//! in the last millisecond) for bytes, as NCCL's proxy progresses only the ops posted to it: a
+//! round is then shorter, and each step is noticed sooner (docs/NET.md, "Small steps").
 //!
 //! A connection whose net fails (a peer gone, garbage in a size word) is reported once through
 //! its fault hook, which stops the communicator's kernels, and is not touched again.
@@ -44,7 +47,7 @@ mod block;
 mod side;
 
 use super::{RecvComm, Request, SendComm};
-use crate::abi::FN_NSTEPS;
+use crate::abi::{FN_MAX_CHANNELS, FN_NSTEPS};
 use crate::error::{Error, Result};
 use crate::plugin::abi::{
     ncclProfileProxyOp, ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerProxyStepRecvWait,
@@ -66,12 +69,17 @@ const SPIN: Duration = Duration::from_millis(2);
 const NAP: Duration = Duration::from_micros(20);
 const LONG_NAP: Duration = Duration::from_millis(1);
 const LONG_IDLE: Duration = Duration::from_millis(200);
-/// A connection that moved this recently is hot: its receive is tested every round. A cold one's
-/// only every [`COLD_EVERY`]th round, since testing a receive with nothing in flight costs a
-/// syscall (the Socket net's) that lengthens the round every hot step waits through. Its send
-/// side, loads from host memory only, is looked at every round.
-pub(crate) const HOT: Duration = Duration::from_millis(100);
-const COLD_EVERY: u32 = 8;
+/// A connection that moved this recently is hot: its receive is tested every round. So is one on
+/// a channel that a launch of its communicator named less than [`LAUNCHED`] ago ([`Waker::wake`]).
+/// Any other one's only every [`COLD_EVERY`]th round, since testing a receive with nothing in
+/// flight costs a syscall (the Socket net's) that lengthens the round every hot step waits
+/// through. Its send side, loads from host memory only, is looked at every round.
+pub(crate) const HOT: Duration = Duration::from_millis(1);
+/// How long after a launch its channels' connections stay hot while nothing arrives: longer than
+/// the skew between ranks that a cold connection's later look (a round in [`COLD_EVERY`]) would
+/// add noticeably to.
+const LAUNCHED: Duration = Duration::from_millis(10);
+const COLD_EVERY: u32 = 64;
 /// The size word that says "closing": its protocol bits name no protocol, so no step has it.
 const GOODBYE: u32 = u32::MAX;
 /// How long closing connections waits for their goodbyes to go out, in all.
@@ -169,6 +177,9 @@ pub struct Entry {
     id: u64,
     /// When either half last moved or had a step in flight (see [`HOT`]).
     active: Instant,
+    /// The communicator's launches ([`Launches`]), and this connection's channel.
+    launches: Arc<Launches>,
+    channel: usize,
 }
 
 impl Entry {
@@ -203,7 +214,21 @@ impl Entry {
             goodbye: None,
             id: 0,
             active: Instant::now(),
+            launches: Arc::default(),
+            channel: 0,
         })
+    }
+
+    /// Makes the connection hot whenever a launch of `launches`' communicator names `channel`.
+    pub fn launched_by(mut self, launches: Arc<Launches>, channel: usize) -> Entry {
+        (self.launches, self.channel) = (launches, channel);
+        self
+    }
+
+    /// Whether this round tests the receive: a sweep, a recent move, or a recent launch on its
+    /// channel.
+    fn hot(&self, now: Instant, sweep: bool) -> bool {
+        sweep || now - self.active < HOT || self.launches.named(self.channel, now)
     }
 
     /// One round over both halves, the receiving one only if `recv` (see [`HOT`]): (anything
@@ -334,6 +359,40 @@ impl Entry {
     }
 }
 
+/// When a communicator's launches last named each channel, in microseconds since the struct was
+/// made (0: never).
+pub struct Launches {
+    epoch: Instant,
+    at: [AtomicU64; FN_MAX_CHANNELS as usize],
+}
+
+impl Default for Launches {
+    fn default() -> Launches {
+        Launches { epoch: Instant::now(), at: [const { AtomicU64::new(0) }; FN_MAX_CHANNELS as usize] }
+    }
+}
+
+impl Launches {
+    fn stamp(&self, t: Instant) -> u64 {
+        // 1 at least: 0 means never.
+        (t.saturating_duration_since(self.epoch).as_micros() as u64).max(1)
+    }
+
+    fn name(&self, channels: u64) {
+        let now = self.stamp(Instant::now());
+        for (c, at) in self.at.iter().enumerate() {
+            if channels >> c & 1 == 1 {
+                at.store(now, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn named(&self, channel: usize, now: Instant) -> bool {
+        let at = self.at.get(channel).map_or(0, |a| a.load(Ordering::Relaxed));
+        at != 0 && self.stamp(now).saturating_sub(at) < LAUNCHED.as_micros() as u64
+    }
+}
+
 struct Inner {
     entries: Mutex<Vec<Entry>>,
     stop: AtomicBool,
@@ -342,16 +401,20 @@ struct Inner {
     woken: Arc<AtomicBool>,
 }
 
-/// Wakes a proxy thread ahead of the steps of kernels being launched (see the module docs).
+/// Wakes a proxy thread ahead of the steps of kernels being launched, and tells it which of
+/// the communicator's channels they use (see the module docs).
 #[derive(Clone)]
 pub struct Waker {
     woken: Arc<AtomicBool>,
     thread: std::thread::Thread,
+    launches: Arc<Launches>,
 }
 
 impl Waker {
-    /// Cheap when the thread is polling already: one store, and a futex wake only if it sleeps.
-    pub fn wake(&self) {
+    /// `channels`: a bit per channel the launch's kernels use. Cheap when the thread is polling
+    /// already: a store per channel and one more, and a futex wake only if it sleeps.
+    pub fn wake(&self, channels: u64) {
+        self.launches.name(channels);
         self.woken.store(true, Ordering::Release);
         self.thread.unpark();
     }
@@ -392,10 +455,11 @@ impl Proxy {
         Ok(p)
     }
 
-    /// What wakes this proxy's thread.
-    pub fn waker(&self) -> Waker {
+    /// What wakes this proxy's thread for the communicator whose entries were made
+    /// [`Entry::launched_by`] `launches`.
+    pub fn waker(&self, launches: Arc<Launches>) -> Waker {
         let thread = self.thread.as_ref().expect("the thread runs until drop").thread().clone();
-        Waker { woken: self.inner.woken.clone(), thread }
+        Waker { woken: self.inner.woken.clone(), thread, launches }
     }
 
     /// Hands a connection to the thread; the id removes it.
@@ -462,7 +526,7 @@ fn serve(inner: &Inner) {
         let sweep = round % COLD_EVERY == 0;
         let start = Instant::now();
         for e in inner.entries.lock().iter_mut() {
-            let (m, b) = e.progress(sweep || start - e.active < HOT);
+            let (m, b) = e.progress(e.hot(start, sweep));
             if m || b {
                 e.active = start;
             }
@@ -489,14 +553,28 @@ fn serve(inner: &Inner) {
 mod tests {
     use super::*;
 
+    /// A launch makes the connections of the channels it names hot for a while, no others.
+    #[test]
+    fn launches_name_their_channels_for_a_while() {
+        let l = Launches::default();
+        let now = Instant::now();
+        assert!(!(0..64).any(|c| l.named(c, now)), "nothing is named before a launch");
+        l.name(1 << 0 | 1 << 5 | 1 << 63);
+        let now = Instant::now();
+        let named: Vec<usize> = (0..64).filter(|&c| l.named(c, now)).collect();
+        assert_eq!(named, [0, 5, 63]);
+        assert!(!l.named(64, now), "no channel 64");
+        assert!(!l.named(5, now + LAUNCHED + Duration::from_millis(1)), "a launch's mark wears off");
+    }
+
     /// A wake-up reaches the thread while it naps (a fresh proxy naps at once: nothing moves).
     #[test]
     fn a_wake_up_reaches_a_napping_thread() {
         let proxy = Proxy::for_device(-1000).unwrap();
-        let waker = proxy.waker();
+        let waker = proxy.waker(Arc::default());
         for _ in 0..3 {
             std::thread::sleep(SPIN * 2);
-            waker.wake();
+            waker.wake(1);
             let end = Instant::now() + Duration::from_secs(10);
             while proxy.inner.woken.load(Ordering::Acquire) {
                 assert!(Instant::now() < end, "the proxy thread never took the wake-up");
