@@ -47,6 +47,24 @@ pub(super) fn recv_some(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> 
     nonblocking(|| unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) })
 }
 
+/// Puts a TCP socket's receiving side in delayed-ACK mode (Linux's "pingpong" mode, which its
+/// delayed-ACK timer ends): a read that empties the socket then acknowledges a small segment only
+/// every second time, instead of sending an ACK of its own each time (docs/NET.md, "Delayed
+/// ACKs"). Failure changes nothing we rely on, so it is ignored.
+pub(super) fn delay_acks(fd: RawFd) {
+    let zero: libc::c_int = 0;
+    // SAFETY: the option value points to an int of the length given, valid for the call.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            (&zero as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
 pub(super) fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) {
     // SAFETY: fds is a valid array of fds.len() pollfd structs for the duration of the call.
     unsafe {

@@ -6,10 +6,11 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::super::{check_recv, MemHandle, PtrKind, RecvBuf, RecvComm, Request, MAX_RECVS};
 use super::conn::{explain, host_only, Conn, Slots};
-use super::nonblock::recv_some;
+use super::nonblock::{delay_acks, recv_some};
 use super::{HDR_BYTES, INLINE_MAX};
 use crate::error::Result;
 
@@ -39,28 +40,43 @@ pub(super) struct Inline {
 /// payload each) come in with one `recv` instead of two per message.
 pub(super) const READ_AHEAD: usize = 4096;
 
+/// How often a control socket that receives is put back in delayed-ACK mode at most: Linux
+/// leaves the mode only when its delayed-ACK timer fires (tens of ms without an ACK), so once a
+/// millisecond costs a `setsockopt` per thousand steps instead of one per step.
+const REARM_DELAYED_ACKS: Duration = Duration::from_millis(1);
+
 /// The control socket's read-ahead: bytes received but not yet consumed.
 pub(super) struct ReadAhead {
     pub(super) buf: Box<[u8; READ_AHEAD]>,
     pub(super) lo: usize,
     pub(super) hi: usize,
+    /// When the socket was last put in delayed-ACK mode ([`delay_acks`]).
+    acks_delayed: Option<Instant>,
 }
 
 impl ReadAhead {
     pub(super) fn new() -> ReadAhead {
-        ReadAhead { buf: Box::new([0; READ_AHEAD]), lo: 0, hi: 0 }
+        ReadAhead { buf: Box::new([0; READ_AHEAD]), lo: 0, hi: 0, acks_delayed: None }
     }
 
     /// As [`recv_some`] (`Ok(Some(0))` only at the end of the stream), served from the bytes read
-    /// ahead first; a large read into an empty read-ahead goes straight to `dst`.
+    /// ahead first; a large read into an empty read-ahead goes straight to `dst`. A read that got
+    /// bytes keeps the socket in delayed-ACK mode.
     pub(super) fn read(&mut self, fd: RawFd, dst: &mut [u8]) -> io::Result<Option<usize>> {
         if self.lo == self.hi {
             if dst.len() >= READ_AHEAD {
-                return recv_some(fd, dst);
+                let got = recv_some(fd, dst)?;
+                if got.is_some_and(|n| n > 0) {
+                    self.keep_acks_delayed(fd);
+                }
+                return Ok(got);
             }
             match recv_some(fd, &mut self.buf[..])? {
                 Some(0) => return Ok(Some(0)),
-                Some(n) => (self.lo, self.hi) = (0, n),
+                Some(n) => {
+                    self.keep_acks_delayed(fd);
+                    (self.lo, self.hi) = (0, n)
+                }
                 None => return Ok(None),
             }
         }
@@ -68,6 +84,15 @@ impl ReadAhead {
         dst[..n].copy_from_slice(&self.buf[self.lo..self.lo + n]);
         self.lo += n;
         Ok(Some(n))
+    }
+
+    /// Delayed-ACK mode again, unless it was set less than [`REARM_DELAYED_ACKS`] ago.
+    fn keep_acks_delayed(&mut self, fd: RawFd) {
+        let now = Instant::now();
+        if self.acks_delayed.is_none_or(|t| now - t >= REARM_DELAYED_ACKS) {
+            delay_acks(fd);
+            self.acks_delayed = Some(now);
+        }
     }
 }
 

@@ -338,3 +338,44 @@ fn cuda_memory_and_bad_arguments_are_refused() {
     assert!(unsafe { r.irecv(&[empty], &[&mr]) }.unwrap().is_none());
     drop(reqs);
 }
+
+/// Whether Linux would acknowledge the next small segment on `fd` at once (quick-ACK mode)
+/// rather than with a later one (delayed-ACK mode).
+fn quick_acks(fd: std::os::fd::RawFd) -> bool {
+    let mut v: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v and len are valid for writes of the sizes given, for the call.
+    let rc = unsafe {
+        libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, (&mut v as *mut libc::c_int).cast(), &mut len)
+    };
+    assert_eq!(rc, 0, "getsockopt(TCP_QUICKACK): {}", std::io::Error::last_os_error());
+    v != 0
+}
+
+/// The control socket's reader keeps the socket in delayed-ACK mode once bytes came in, so a
+/// read that empties it does not also send an ACK of its own for each small message.
+#[test]
+fn reading_the_control_socket_delays_its_acks() {
+    use std::os::fd::AsRawFd;
+    let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (rx, _) = l.accept().unwrap();
+    rx.set_nonblocking(true).unwrap();
+    let fd = rx.as_raw_fd();
+    assert!(quick_acks(fd), "a fresh connection acknowledges at once");
+    let mut ahead = super::recv::ReadAhead::new();
+    let mut got = [0u8; 8];
+    assert_eq!(ahead.read(fd, &mut got).unwrap(), None, "nothing sent yet");
+    assert!(quick_acks(fd), "a read that got nothing changes nothing");
+    tx.write_all(b"12345678").unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    let n = loop {
+        if let Some(n) = ahead.read(fd, &mut got).unwrap() {
+            break n;
+        }
+        assert!(Instant::now() < end, "8 bytes on loopback never arrived");
+        std::thread::yield_now();
+    };
+    assert_eq!(&got[..n], &b"12345678"[..n]);
+    assert!(!quick_acks(fd), "after bytes came in, ACKs are delayed");
+}
