@@ -47,10 +47,29 @@ pub(super) fn recv_some(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> 
     nonblocking(|| unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) })
 }
 
+/// As [`recv_some`], into several buffers in order (`recvmsg`).
+///
+/// # Safety
+/// Every iovec must describe memory valid for writes during the call.
+pub(super) unsafe fn recv_iov(fd: RawFd, iov: &mut [libc::iovec]) -> io::Result<Option<usize>> {
+    // SAFETY: a zeroed msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: the caller vouches for the iovecs.
+    nonblocking(|| unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) })
+}
+
+/// Copies what is there now without taking it off the socket (`MSG_PEEK`): as [`recv_some`].
+pub(super) fn peek_some(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: buf is valid for writes of buf.len() bytes.
+    nonblocking(|| unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_PEEK) })
+}
+
 /// Puts a TCP socket's receiving side in delayed-ACK mode (Linux's "pingpong" mode, which its
 /// delayed-ACK timer ends): a read that empties the socket then acknowledges a small segment only
-/// every second time, instead of sending an ACK of its own each time (docs/NET.md, "Delayed
-/// ACKs"). Failure changes nothing we rely on, so it is ignored.
+/// every second time, instead of sending an ACK of its own each time (docs/NET.md, "ACKs off the
+/// step's path"). Failure changes nothing we rely on, so it is ignored.
 pub(super) fn delay_acks(fd: RawFd) {
     let zero: libc::c_int = 0;
     // SAFETY: the option value points to an int of the length given, valid for the call.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::super::{check_recv, MemHandle, PtrKind, RecvBuf, RecvComm, Request, MAX_RECVS};
 use super::conn::{explain, host_only, Conn, Slots};
-use super::nonblock::{delay_acks, recv_some};
+use super::nonblock::{delay_acks, peek_some, recv_iov, recv_some};
 use super::{HDR_BYTES, INLINE_MAX};
 use crate::error::Result;
 
@@ -45,37 +45,44 @@ pub(super) const READ_AHEAD: usize = 4096;
 /// millisecond costs a `setsockopt` per thousand steps instead of one per step.
 const REARM_DELAYED_ACKS: Duration = Duration::from_millis(1);
 
-/// The control socket's read-ahead: bytes received but not yet consumed.
+/// The control socket's read-ahead: bytes read but not yet consumed.
+///
+/// It looks at the socket with `MSG_PEEK` and takes the bytes off only at its next look: a `recv`
+/// that empties the socket may send an ACK (and on `lo` process it for the sender's socket too,
+/// 3-4 us), and so a step's bytes reach the slot the GPU polls before that cost, not after
+/// (docs/NET.md, "ACKs off the step's path").
 pub(super) struct ReadAhead {
-    pub(super) buf: Box<[u8; READ_AHEAD]>,
-    pub(super) lo: usize,
-    pub(super) hi: usize,
+    buf: Box<[u8; READ_AHEAD]>,
+    lo: usize,
+    hi: usize,
+    /// Bytes at the front of the socket's queue that `buf` already holds: received before the
+    /// next look.
+    peeked: usize,
     /// When the socket was last put in delayed-ACK mode ([`delay_acks`]).
     acks_delayed: Option<Instant>,
 }
 
 impl ReadAhead {
     pub(super) fn new() -> ReadAhead {
-        ReadAhead { buf: Box::new([0; READ_AHEAD]), lo: 0, hi: 0, acks_delayed: None }
+        ReadAhead { buf: Box::new([0; READ_AHEAD]), lo: 0, hi: 0, peeked: 0, acks_delayed: None }
     }
 
     /// As [`recv_some`] (`Ok(Some(0))` only at the end of the stream), served from the bytes read
-    /// ahead first; a large read into an empty read-ahead goes straight to `dst`. A read that got
+    /// ahead first; a large read into an empty read-ahead goes straight to `dst`. A look that got
     /// bytes keeps the socket in delayed-ACK mode.
     pub(super) fn read(&mut self, fd: RawFd, dst: &mut [u8]) -> io::Result<Option<usize>> {
         if self.lo == self.hi {
             if dst.len() >= READ_AHEAD {
-                let got = recv_some(fd, dst)?;
-                if got.is_some_and(|n| n > 0) {
-                    self.keep_acks_delayed(fd);
-                }
-                return Ok(got);
+                return self.read_large(fd, dst);
             }
-            match recv_some(fd, &mut self.buf[..])? {
+            if !self.settle(fd)? {
+                return Ok(None);
+            }
+            match peek_some(fd, &mut self.buf[..])? {
                 Some(0) => return Ok(Some(0)),
                 Some(n) => {
                     self.keep_acks_delayed(fd);
-                    (self.lo, self.hi) = (0, n)
+                    (self.lo, self.hi, self.peeked) = (0, n, n)
                 }
                 None => return Ok(None),
             }
@@ -84,6 +91,40 @@ impl ReadAhead {
         dst[..n].copy_from_slice(&self.buf[self.lo..self.lo + n]);
         self.lo += n;
         Ok(Some(n))
+    }
+
+    /// A large read (the rest of an inline payload) straight into `dst`, with the bytes last
+    /// peeked taken off the socket in the same call.
+    fn read_large(&mut self, fd: RawFd, dst: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            let mut iov = [
+                libc::iovec { iov_base: self.buf.as_mut_ptr().cast(), iov_len: self.peeked },
+                libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: dst.len() },
+            ];
+            // SAFETY: both iovecs describe memory we hold &mut to for the call.
+            let got = match unsafe { recv_iov(fd, &mut iov)? } {
+                Some(0) if self.peeked == 0 => return Ok(Some(0)),
+                Some(n) if n > 0 => n,
+                _ => return Ok(None),
+            };
+            let taken = got.min(self.peeked);
+            self.peeked -= taken;
+            if got > taken {
+                self.keep_acks_delayed(fd);
+                return Ok(Some(got - taken));
+            }
+        }
+    }
+
+    /// Takes the bytes last peeked off the socket (into the spent buffer); whether all are.
+    fn settle(&mut self, fd: RawFd) -> io::Result<bool> {
+        while self.peeked > 0 {
+            match recv_some(fd, &mut self.buf[..self.peeked])? {
+                Some(n) if n > 0 => self.peeked -= n,
+                _ => return Ok(false),
+            }
+        }
+        Ok(true)
     }
 
     /// Delayed-ACK mode again, unless it was set less than [`REARM_DELAYED_ACKS`] ago.

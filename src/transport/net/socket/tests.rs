@@ -379,3 +379,62 @@ fn reading_the_control_socket_delays_its_acks() {
     assert_eq!(&got[..n], &b"12345678"[..n]);
     assert!(!quick_acks(fd), "after bytes came in, ACKs are delayed");
 }
+
+/// Bytes in `fd`'s receive queue, read or peeked alike.
+fn queued(fd: std::os::fd::RawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int to the pointer given.
+    assert_eq!(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) }, 0);
+    n as usize
+}
+
+/// Reads `want` bytes through the read-ahead, waiting for them up to 10 s.
+fn read_all(ahead: &mut super::recv::ReadAhead, fd: std::os::fd::RawFd, want: usize) -> Vec<u8> {
+    let mut out = vec![0u8; want];
+    let (mut got, end) = (0, Instant::now() + Duration::from_secs(10));
+    while got < want {
+        match ahead.read(fd, &mut out[got..]).unwrap() {
+            Some(0) => panic!("end of stream after {got} of {want} bytes"),
+            Some(n) => got += n,
+            None => assert!(Instant::now() < end, "{got} of {want} bytes arrived"),
+        }
+    }
+    out
+}
+
+/// The read-ahead peeks: what it hands out stays in the socket until its next look, which takes
+/// it off first; a large read takes the peeked bytes off in the same call. Every byte comes out
+/// once, in order.
+#[test]
+fn the_control_socket_is_peeked_and_each_byte_read_once() {
+    use std::os::fd::AsRawFd;
+    let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (rx, _) = l.accept().unwrap();
+    rx.set_nonblocking(true).unwrap();
+    let fd = rx.as_raw_fd();
+    let mut ahead = super::recv::ReadAhead::new();
+    let bytes: Vec<u8> = (0..30_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+
+    tx.write_all(&bytes[..52]).unwrap();
+    assert_eq!(read_all(&mut ahead, fd, 20), bytes[..20]);
+    assert_eq!(queued(fd), 52, "handed out but still in the socket (peeked)");
+    assert_eq!(read_all(&mut ahead, fd, 32), bytes[20..52]);
+    assert_eq!(queued(fd), 52, "the look that takes them off is the next one");
+    let mut none = [0u8; 4];
+    assert_eq!(ahead.read(fd, &mut none).unwrap(), None, "nothing new");
+    assert_eq!(queued(fd), 0, "the next look took the peeked bytes off");
+
+    // A small header, then an inline payload larger than the read-ahead: its first part comes
+    // from the peek, the rest straight from the socket together with the peeked bytes.
+    tx.write_all(&bytes[52..30_000]).unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while queued(fd) < 30_000 - 52 {
+        assert!(Instant::now() < end, "the payload never arrived whole");
+        std::thread::yield_now();
+    }
+    assert_eq!(read_all(&mut ahead, fd, 16), bytes[52..68]);
+    assert_eq!(read_all(&mut ahead, fd, 30_000 - 68), bytes[68..30_000]);
+    assert_eq!(queued(fd), 0, "nothing left behind in the socket");
+    assert_eq!(ahead.read(fd, &mut none).unwrap(), None);
+}
