@@ -45,26 +45,47 @@ pub(super) const READ_AHEAD: usize = 4096;
 /// millisecond costs a `setsockopt` per thousand steps instead of one per step.
 const REARM_DELAYED_ACKS: Duration = Duration::from_millis(1);
 
+/// Peeked bytes stay in the socket at most this long, or over this many looks that found new
+/// bytes, or up to this many bytes ([`ReadAhead`]): long enough that taking them off (a `recv`
+/// that may send and, on `lo`, process an ACK: 1-4 us of the proxy thread) comes after the proxy
+/// has handed on the step that a kernel forwards from them, and short enough that the sender
+/// gets an ACK for every few small segments.
+const SETTLE_AFTER: Duration = Duration::from_micros(8);
+const SETTLE_ARRIVALS: u32 = 2;
+const SETTLE_BYTES: usize = READ_AHEAD / 2;
+
 /// The control socket's read-ahead: bytes read but not yet consumed.
 ///
-/// It looks at the socket with `MSG_PEEK` and takes the bytes off only at its next look: a `recv`
-/// that empties the socket may send an ACK (and on `lo` process it for the sender's socket too,
-/// 3-4 us), and so a step's bytes reach the slot the GPU polls before that cost, not after
-/// (docs/NET.md, "ACKs off the step's path").
+/// It looks at the socket with `MSG_PEEK`, hands out what is new at once, and takes the peeked
+/// bytes off the socket later ([`SETTLE_AFTER`]): a `recv` that empties the socket may send an
+/// ACK (and on `lo` process it for the sender's socket too, 3-4 us), which would otherwise stand
+/// between a step's bytes and the slot the GPU polls, and then between the GPU's forwarded step
+/// and the proxy noticing it (docs/NET.md, "ACKs off the step's path").
 pub(super) struct ReadAhead {
     buf: Box<[u8; READ_AHEAD]>,
     lo: usize,
     hi: usize,
-    /// Bytes at the front of the socket's queue that `buf` already holds: received before the
-    /// next look.
+    /// Bytes at the front of the socket's queue that `buf` holds or has handed out: a look
+    /// peeks them again and skips them, until they are received for good.
     peeked: usize,
+    /// When the oldest of those was first peeked, and how many looks found new bytes since.
+    peeked_at: Option<Instant>,
+    arrivals: u32,
     /// When the socket was last put in delayed-ACK mode ([`delay_acks`]).
     acks_delayed: Option<Instant>,
 }
 
 impl ReadAhead {
     pub(super) fn new() -> ReadAhead {
-        ReadAhead { buf: Box::new([0; READ_AHEAD]), lo: 0, hi: 0, peeked: 0, acks_delayed: None }
+        ReadAhead {
+            buf: Box::new([0; READ_AHEAD]),
+            lo: 0,
+            hi: 0,
+            peeked: 0,
+            peeked_at: None,
+            arrivals: 0,
+            acks_delayed: None,
+        }
     }
 
     /// As [`recv_some`] (`Ok(Some(0))` only at the end of the stream), served from the bytes read
@@ -75,22 +96,38 @@ impl ReadAhead {
             if dst.len() >= READ_AHEAD {
                 return self.read_large(fd, dst);
             }
-            if !self.settle(fd)? {
+            if self.peeked > 0 && self.settle_due() && !self.settle(fd)? {
                 return Ok(None);
             }
             match peek_some(fd, &mut self.buf[..])? {
                 Some(0) => return Ok(Some(0)),
-                Some(n) => {
+                Some(n) if n > self.peeked => {
                     self.keep_acks_delayed(fd);
-                    (self.lo, self.hi, self.peeked) = (0, n, n)
+                    if self.peeked == 0 {
+                        self.peeked_at = Some(Instant::now());
+                    }
+                    self.arrivals += 1;
+                    (self.lo, self.hi, self.peeked) = (self.peeked, n, n)
                 }
-                None => return Ok(None),
+                _ => return Ok(None),
             }
         }
         let n = dst.len().min(self.hi - self.lo);
         dst[..n].copy_from_slice(&self.buf[self.lo..self.lo + n]);
         self.lo += n;
         Ok(Some(n))
+    }
+
+    /// The peeked bytes are taken off at the next look, however recent.
+    pub(super) fn settle_soon(&mut self) {
+        self.arrivals = self.arrivals.max(SETTLE_ARRIVALS);
+    }
+
+    /// Whether the peeked bytes should be taken off the socket before the next look.
+    fn settle_due(&self) -> bool {
+        self.peeked >= SETTLE_BYTES
+            || self.arrivals >= SETTLE_ARRIVALS
+            || self.peeked_at.is_some_and(|t| t.elapsed() >= SETTLE_AFTER)
     }
 
     /// A large read (the rest of an inline payload) straight into `dst`, with the bytes last
@@ -108,7 +145,7 @@ impl ReadAhead {
                 _ => return Ok(None),
             };
             let taken = got.min(self.peeked);
-            self.peeked -= taken;
+            self.took(taken);
             if got > taken {
                 self.keep_acks_delayed(fd);
                 return Ok(Some(got - taken));
@@ -120,11 +157,19 @@ impl ReadAhead {
     fn settle(&mut self, fd: RawFd) -> io::Result<bool> {
         while self.peeked > 0 {
             match recv_some(fd, &mut self.buf[..self.peeked])? {
-                Some(n) if n > 0 => self.peeked -= n,
+                Some(n) if n > 0 => self.took(n),
                 _ => return Ok(false),
             }
         }
         Ok(true)
+    }
+
+    /// `n` of the peeked bytes were received for good.
+    fn took(&mut self, n: usize) {
+        self.peeked -= n;
+        if self.peeked == 0 {
+            (self.peeked_at, self.arrivals) = (None, 0);
+        }
     }
 
     /// Delayed-ACK mode again, unless it was set less than [`REARM_DELAYED_ACKS`] ago.
@@ -231,6 +276,9 @@ impl SocketRecv {
             } else {
                 let pending = r.pending.clone();
                 self.conn.post_chunks(ptr, size, &pending);
+                // A large message: its header is no step the GPU waits on (its chunks are), so
+                // the control socket's ACKs keep pace with its stream of headers.
+                self.ahead.settle_soon();
                 self.finish_message(i);
             }
         }

@@ -402,9 +402,9 @@ fn read_all(ahead: &mut super::recv::ReadAhead, fd: std::os::fd::RawFd, want: us
     out
 }
 
-/// The read-ahead peeks: what it hands out stays in the socket until its next look, which takes
-/// it off first; a large read takes the peeked bytes off in the same call. Every byte comes out
-/// once, in order.
+/// The read-ahead peeks: what it hands out stays in the socket until a later look takes it off
+/// (a while later, or after a second arrival); a large read takes the peeked bytes off in the same
+/// call. Every byte comes out once, in order.
 #[test]
 fn the_control_socket_is_peeked_and_each_byte_read_once() {
     use std::os::fd::AsRawFd;
@@ -420,10 +420,21 @@ fn the_control_socket_is_peeked_and_each_byte_read_once() {
     assert_eq!(read_all(&mut ahead, fd, 20), bytes[..20]);
     assert_eq!(queued(fd), 52, "handed out but still in the socket (peeked)");
     assert_eq!(read_all(&mut ahead, fd, 32), bytes[20..52]);
-    assert_eq!(queued(fd), 52, "the look that takes them off is the next one");
+    assert_eq!(queued(fd), 52, "the peeked bytes are taken off at a later look");
     let mut none = [0u8; 4];
+    std::thread::sleep(Duration::from_millis(1));
     assert_eq!(ahead.read(fd, &mut none).unwrap(), None, "nothing new");
-    assert_eq!(queued(fd), 0, "the next look took the peeked bytes off");
+    assert_eq!(queued(fd), 0, "a look a while later took the peeked bytes off");
+
+    // Bytes that come in while earlier ones may still be peeked: a look hands out only the new
+    // ones, and a later one takes everything off.
+    tx.write_all(&bytes[..10]).unwrap();
+    assert_eq!(read_all(&mut ahead, fd, 10), bytes[..10]);
+    tx.write_all(&bytes[10..30]).unwrap();
+    assert_eq!(read_all(&mut ahead, fd, 20), bytes[10..30]);
+    std::thread::sleep(Duration::from_millis(1));
+    assert_eq!(ahead.read(fd, &mut none).unwrap(), None, "nothing new");
+    assert_eq!(queued(fd), 0, "a look a while later took the peeked bytes off");
 
     // A small header, then an inline payload larger than the read-ahead: its first part comes
     // from the peek, the rest straight from the socket together with the peeked bytes.
