@@ -352,16 +352,22 @@ fn quick_acks(fd: std::os::fd::RawFd) -> bool {
     v != 0
 }
 
+/// A connected pair on loopback: a blocking sender and a non-blocking receiver, as the control
+/// socket's reader has it.
+fn loopback_pair() -> (TcpStream, TcpStream) {
+    let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (rx, _) = l.accept().unwrap();
+    rx.set_nonblocking(true).unwrap();
+    (tx, rx)
+}
+
 /// The control socket's reader keeps the socket in delayed-ACK mode once bytes came in, so a
 /// read that empties it does not also send an ACK of its own for each small message.
 #[test]
 fn reading_the_control_socket_delays_its_acks() {
-    use std::os::fd::AsRawFd;
-    let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (rx, _) = l.accept().unwrap();
-    rx.set_nonblocking(true).unwrap();
-    let fd = rx.as_raw_fd();
+    let (mut tx, rx) = loopback_pair();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&rx);
     assert!(quick_acks(fd), "a fresh connection acknowledges at once");
     let mut ahead = super::recv::ReadAhead::new();
     let mut got = [0u8; 8];
@@ -407,12 +413,8 @@ fn read_all(ahead: &mut super::recv::ReadAhead, fd: std::os::fd::RawFd, want: us
 /// call. Every byte comes out once, in order.
 #[test]
 fn the_control_socket_is_peeked_and_each_byte_read_once() {
-    use std::os::fd::AsRawFd;
-    let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (rx, _) = l.accept().unwrap();
-    rx.set_nonblocking(true).unwrap();
-    let fd = rx.as_raw_fd();
+    let (mut tx, rx) = loopback_pair();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&rx);
     let mut ahead = super::recv::ReadAhead::new();
     let bytes: Vec<u8> = (0..30_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
 
