@@ -222,16 +222,16 @@ fn watch(
     let mut left = std::collections::BTreeSet::new();
     loop {
         let now = Instant::now();
+        // A peer that refused a heartbeat: lost, unless what it sent before says otherwise (read
+        // below): a peer that said goodbye and then exited refuses heartbeats too.
+        let mut refused = None;
         if now >= next_beat {
             // A full socket buffer means the peer has not read for a very long time.
-            let failed = sides.iter_mut().filter(|s| !s.done).find_map(|s| {
+            refused = sides.iter_mut().filter(|s| !s.done).find_map(|s| {
                 let e = s.link.send_bytes(&heartbeat, now + HEARTBEAT_EVERY).err()?;
                 let text = format!("{} stopped taking heartbeats from rank {me} ({e})", observer.describe(s.peer));
                 Some(Lost { rank: s.peer, text })
             });
-            if let Some(lost) = failed {
-                return report_loss(me, &mut sides, lost, &observer);
-            }
             if let Some((path, seen)) = &mut file {
                 let m = mtime(&*path);
                 if m.is_some() && m != *seen {
@@ -243,7 +243,8 @@ fn watch(
         }
         let mut fds = vec![frame::pollfd(&asleep, libc::POLLIN)];
         fds.extend(sides.iter().map(|s| frame::pollfd(&s.link, if s.done { 0 } else { libc::POLLIN })));
-        if let Err(e) = frame::poll(&mut fds, Some(next_beat.saturating_duration_since(Instant::now()))) {
+        let wait = if refused.is_some() { Duration::ZERO } else { next_beat.saturating_duration_since(Instant::now()) };
+        if let Err(e) = frame::poll(&mut fds, Some(wait)) {
             crate::nccl_warn!("Liveness watcher of rank {me} stops: poll failed: {e}");
             return;
         }
@@ -273,6 +274,9 @@ fn watch(
                 }
                 Seen::Left(_) => {}
             }
+        }
+        if let Some(lost) = refused.filter(|l| sides.iter().any(|s| s.peer == l.rank && !s.done)) {
+            return report_loss(me, &mut sides, lost, &observer);
         }
         if sides.iter().all(|s| s.done) {
             return;
@@ -454,13 +458,14 @@ fn why_silent(link: &FrameStream, timeout: Duration) -> String {
 }
 
 /// The peer at the other end of `s` is gone: its process exited or was killed (its kernel
-/// closed the link: our side waits to close), unless the connection itself was reset or
-/// destroyed (it is closed already: the error that said so was taken by an earlier call).
+/// closed the link: our side waits to close). A link already closed on our side as well was
+/// reset: either after that close (a heartbeat we sent to the dead process drew the reset, which
+/// a busy host makes likely) or by itself (the error that said so was taken by an earlier call).
 fn dead(me: usize, s: &Side, observer: &impl Observer) -> Seen {
     if tcp_info(&s.link).is_some_and(|i| i.tcpi_state == TCP_CLOSE) {
         let text = format!(
-            "{}: its liveness link to rank {me} was reset or aborted without a goodbye (sockets destroyed on either \
-             host, or the connection reset on the way), not closed by an exiting process",
+            "{}: its liveness link to rank {me} closed without a goodbye and is reset now: its process exited or \
+             was killed (a heartbeat sent after that drew the reset), or the connection was reset on the way",
             observer.describe(s.peer)
         );
         return Seen::Lost(Lost { rank: s.peer, text });
