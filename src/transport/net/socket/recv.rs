@@ -37,7 +37,7 @@ pub(super) struct Inline {
 }
 
 /// Bytes the control socket is read ahead by: a few small messages (a header and its inline
-/// payload each) come in with one `recv` instead of two per message.
+/// payload each) come in with one look ([`ReadAhead`]) instead of two `recv`s per message.
 pub(super) const READ_AHEAD: usize = 4096;
 
 /// How often a control socket that receives is put back in delayed-ACK mode at most: Linux
