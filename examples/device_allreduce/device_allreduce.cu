@@ -180,6 +180,12 @@ int main(int argc, char** argv) {
     fprintf(stderr, "device_allreduce: need 1..64 ranks, count > 0, iters >= 1, blocks >= 1\n");
     return 2;
   }
+  // Ranks as threads share the GPU's context, and their kernels wait for each other at the
+  // barrier. With CUDA's lazy module loading, a rank's first copy, memset or launch may load code,
+  // and a load can wait for the device to go idle, which a peer's kernel waiting for this rank
+  // never lets it do: one first iteration in 15 to 25 hung that way on one H200. Eager loading,
+  // set before the first CUDA call, leaves nothing to load later (a value the user set stays).
+  if (threads) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   int rank = -1;  // for NCCLCHECK's message
   NCCLCHECK(ncclGetUniqueId(&job.id));
   int failed = 0;

@@ -62,6 +62,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         Some(n) => agreed_net_link(&bootstrap, &**n)?,
         None => None,
     };
+    warn_lazy_loading(&me, &peers);
     let nchannels = channel_count(&me, &peers, on_net.then_some(net_link.as_ref()), &config);
     let order = topo::ring_order(&peers);
     let ring = Ring::new(&order, rank);
@@ -271,6 +272,28 @@ fn agreed_net_link(bootstrap: &Bootstrap, net: &dyn net::Net) -> Result<Option<N
         agreed = Some(agreed.map_or(theirs, |a| a.weakest(theirs)));
     }
     Ok(agreed)
+}
+
+/// Warns, once a process, where ranks of this process share our GPU while CUDA loads modules
+/// lazily: their kernels wait for each other, and a lazy load (of a kernel, or of the driver's
+/// own code for a copy or memset) can wait for the device to go idle, which a kernel spinning on
+/// a peer never does. Seen as a first iteration hanging now and then with the device API
+/// (docs/ARCHITECTURE.md, "Windows and the device communicator"). NCCL never meets this: it
+/// refuses two ranks on one GPU.
+fn warn_lazy_loading(me: &PeerInfo, peers: &[PeerInfo]) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let sharing = peers.iter().filter(|p| p.rank != me.rank && p.same_process(me) && p.same_gpu(me)).count();
+    if sharing == 0 || std::env::var("CUDA_MODULE_LOADING").is_ok_and(|v| v.eq_ignore_ascii_case("EAGER")) {
+        return;
+    }
+    ONCE.call_once(|| {
+        crate::nccl_warn!(
+            "rank {} shares GPU {} with {sharing} other rank(s) of this process; their kernels wait for each other, \
+             which CUDA's lazy module loading can deadlock: set CUDA_MODULE_LOADING=EAGER before the first CUDA call",
+            me.rank,
+            me.dev
+        )
+    });
 }
 
 /// The communicator's channel count: from the ranks sharing a GPU, sized for the NET link when
