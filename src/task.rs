@@ -197,6 +197,12 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// Whether it carries sends and receives (a group's, or a direct broadcast's), which no
+    /// collective joins.
+    pub fn is_p2p(&self) -> bool {
+        self.works.iter().any(|w| (w.type_ as u32) >= FN_WORK_SEND)
+    }
+
     /// The connections' channels its works use, a bit each: a collective runs on channels
     /// 0..nChannels, a send or receive on `chan`.. for its parts.
     pub fn channels(&self) -> u64 {

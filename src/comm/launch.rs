@@ -68,12 +68,21 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
         }
     }
     let allowed = tuner::restrictions()?;
-    // Peers this group sends to or receives from for the first time connect now, on both sides.
+    // Peers this group sends to or receives from for the first time connect now, on both sides,
+    // those of direct broadcasts included.
     for (c, ops) in &per_comm {
-        c.connect_peers(ops.iter().filter_map(|(_, t)| match t {
-            Task::Send { peer, .. } | Task::Recv { peer, .. } => Some(*peer),
-            _ => None,
-        }))?;
+        let (shape, limits) = (c.shape(), allowed.intersect(&c.limits));
+        c.connect_peers(
+            ops.iter()
+                .flat_map(|(_, t)| match t {
+                    Task::Coll(coll) => plan::kernels::direct_p2p(coll, &shape, &limits).unwrap_or_default(),
+                    t => vec![*t],
+                })
+                .filter_map(|t| match t {
+                    Task::Send { peer, .. } | Task::Recv { peer, .. } => Some(peer),
+                    Task::Coll(_) => None,
+                }),
+        )?;
     }
     let conn_channels: Vec<_> = per_comm.iter().map(|(c, _)| move |peer| c.conn_channels(peer)).collect();
     let members: Vec<Member> = per_comm
@@ -95,8 +104,8 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
         .iter()
         .enumerate()
         .filter_map(|(i, (c, ops))| match &plan {
-            Plan::Kernels(l) => profile::start(c, ops, Some(&l[i])),
-            Plan::Copies(_) => profile::start(c, ops, None),
+            Plan::Kernels(l) => profile::start(c, ops, Some(&l[i]), allowed),
+            Plan::Copies(_) => profile::start(c, ops, None, allowed),
         })
         .collect();
     match plan {

@@ -10,10 +10,11 @@ use std::sync::atomic::Ordering;
 use super::Comm;
 use crate::abi::{self, fnWork, FN_ALGO_ONESHOT, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_NTHREADS};
 use crate::cuda::CUstream;
+use crate::plan::kernels::direct_p2p;
 use crate::plugin::abi::*;
 use crate::plugin::profiler::{Descr, Event};
 use crate::task::{Launch, Task};
-use crate::tuner::nccl_func;
+use crate::tuner::{nccl_func, Allowed};
 
 /// Open events of one communicator's part of a group; the tasks' stop before their group's.
 pub struct GroupEvents {
@@ -41,7 +42,12 @@ fn proto(p: u32) -> (&'static CStr, u8) {
 /// The events of `comm`'s operations `ops` in a group planned as `launches` (`None`: copy-engine
 /// copies, reported as algorithm "CopyEngine", protocol Simple, no channels). Counts each
 /// collective's sequence number, plugin or not, as NCCL does.
-pub(super) fn start(comm: &Comm, ops: &[(CUstream, Task)], launches: Option<&[Launch]>) -> Option<GroupEvents> {
+pub(super) fn start(
+    comm: &Comm,
+    ops: &[(CUstream, Task)],
+    launches: Option<&[Launch]>,
+    allowed: &Allowed,
+) -> Option<GroupEvents> {
     let colls = || ops.iter().filter_map(|(_, t)| if let Task::Coll(c) = t { Some(c) } else { None });
     let Some(prof) = comm.profiler.as_ref() else {
         for c in colls() {
@@ -52,14 +58,18 @@ pub(super) fn start(comm: &Comm, ops: &[(CUstream, Task)], launches: Option<&[La
     let group = prof.start_event(&Descr::Group, None);
     let works: Vec<&fnWork> = launches.unwrap_or_default().iter().flat_map(|l| &l.works).collect();
     let mut coll_works = works.iter().filter(|w| (w.type_ as u32) < abi::FN_WORK_SEND);
+    let (shape, allowed) = (comm.shape(), allowed.intersect(&comm.limits));
     let mut tasks = Vec::new();
     for (_, t) in ops {
         let d = match *t {
             Task::Coll(c) => {
                 let seq = comm.coll_seq[nccl_func(c.kind) as usize].fetch_add(1, Ordering::Relaxed);
-                // Zero-count collectives are not planned; the rest are, in issue order.
-                let w = if c.count == 0 { None } else { coll_works.next() };
+                // Zero-count collectives are not planned; direct broadcasts run as sends and
+                // receives; the rest are collective works, in issue order.
+                let direct = launches.is_some() && c.count > 0 && direct_p2p(&c, &shape, &allowed).is_some();
+                let w = if c.count == 0 || direct { None } else { coll_works.next() };
                 let (a, p, nch) = match (launches, w) {
+                    _ if direct => ((c"Direct", NCCL_ALGO_UNDEF as u8), proto(abi::FN_PROTO_SIMPLE), 1),
                     (Some(_), Some(w)) => (algo(w.algo as u32), proto(w.proto as u32), w.nChannels.min(255) as u8),
                     (Some(_), None) => (algo(abi::FN_ALGO_RING), proto(abi::FN_PROTO_SIMPLE), 0),
                     (None, _) => ((c"CopyEngine", NCCL_ALGO_UNDEF as u8), proto(abi::FN_PROTO_SIMPLE), 0),

@@ -105,9 +105,31 @@ fn p2p_parts(shape: &CommShape, conn_channels: usize, bytes: usize) -> usize {
     bytes.div_ceil(P2P_MIN_PART).clamp(1, cap)
 }
 
+/// A broadcast the tuner runs as direct sends ([`tuner::direct_broadcast`]): the sends and
+/// receives that carry it, the root's copy to its own output included; `None` for any other
+/// collective. Depends only on what every rank knows alike, so all ranks agree.
+pub fn direct_p2p(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Option<Vec<Task>> {
+    let bytes = c.count * types::dtype_size(c.dtype).expect("validated dtype");
+    if c.kind != CollKind::Broadcast || !tuner::direct_broadcast(bytes, shape, allowed) {
+        return None;
+    }
+    let (root, me) = (c.root, shape.rank);
+    if me != root {
+        return Some(vec![Task::Recv { buf: c.recv, bytes, peer: root }]);
+    }
+    let mut tasks: Vec<Task> =
+        (0..shape.nranks).filter(|&p| p != root).map(|peer| Task::Send { buf: c.send, bytes, peer }).collect();
+    if c.send != c.recv {
+        tasks.push(Task::Send { buf: c.send, bytes, peer: root });
+        tasks.push(Task::Recv { buf: c.recv, bytes, peer: root });
+    }
+    Some(tasks)
+}
+
 /// Plans one communicator's share of a group: collectives first, in issue order (every rank
-/// issues them in the same order), each with the tuner's choice, then one launch with every send
-/// and receive.
+/// issues them in the same order), each with the tuner's choice (a direct broadcast as a launch
+/// of its own sends and receives, so that they never match a user's), then one launch with every
+/// send and receive.
 pub fn plan(
     shape: &CommShape,
     allowed: &Allowed,
@@ -120,11 +142,21 @@ pub fn plan(
         if c.count == 0 {
             continue;
         }
+        if let Some(tasks) = direct_p2p(c, shape, allowed) {
+            let ops: Vec<(CUstream, Task)> = tasks.into_iter().map(|t| (*stream, t)).collect();
+            launches.extend(plan_p2p(shape, conn_channels, &ops)?);
+            continue;
+        }
         let kernel = kernel_id(c)?;
         let work = coll_work(c, shape, allowed);
         let grid = u32::from(work.nChannels);
         match launches.last_mut() {
-            Some(l) if l.kernel == kernel && l.stream == *stream && l.works.len() < FN_MAX_WORKS as usize => {
+            Some(l)
+                if l.kernel == kernel
+                    && l.stream == *stream
+                    && l.works.len() < FN_MAX_WORKS as usize
+                    && !l.is_p2p() =>
+            {
                 l.grid = l.grid.max(grid);
                 l.works.push(work)
             }
@@ -248,6 +280,74 @@ mod tests {
             root: 0,
             sym: None,
         })
+    }
+
+    /// Four hosts of one rank each over NET, seen from `rank`.
+    fn four_hosts(rank: usize) -> CommShape {
+        CommShape {
+            rank,
+            link: crate::task::Link::Net,
+            tree: crate::topo::tree::TreeShape { nhosts: 4, depth: 2, max_children: 2 },
+            ..CommShape::one_host(4, 4, 4)
+        }
+    }
+
+    fn bcast(root: usize, send: u64, recv: u64, count: usize) -> CollTask {
+        let Task::Coll(c) = coll(CollKind::Broadcast, types::ncclInt8, abi::FN_OP_SUM, count) else { unreachable!() };
+        CollTask { root, send, recv, ..c }
+    }
+
+    /// A small broadcast across hosts is the root's sends to every rank (and its own copy when
+    /// out of place) and one receive from the root elsewhere; a large one stays a collective.
+    #[test]
+    fn a_direct_broadcast_is_the_roots_sends() {
+        let c = bcast(1, 0x1000, 0x2000, 64);
+        // (is a send, buffer, bytes, peer) of each task.
+        let sends = |rank| -> Vec<(bool, u64, usize, usize)> {
+            let tasks = direct_p2p(&c, &four_hosts(rank), &Allowed::ALL).unwrap();
+            tasks
+                .into_iter()
+                .map(|t| match t {
+                    Task::Send { buf, bytes, peer } => (true, buf, bytes, peer),
+                    Task::Recv { buf, bytes, peer } => (false, buf, bytes, peer),
+                    Task::Coll(_) => panic!("a collective"),
+                })
+                .collect()
+        };
+        let want = [(true, 0x1000, 64, 0), (true, 0x1000, 64, 2), (true, 0x1000, 64, 3)];
+        let copy = [(true, 0x1000, 64, 1), (false, 0x2000, 64, 1)];
+        assert_eq!(sends(1), [&want[..], &copy[..]].concat());
+        assert_eq!(sends(3), vec![(false, 0x2000, 64, 1)]);
+        let in_place = bcast(1, 0x1000, 0x1000, 64);
+        assert_eq!(direct_p2p(&in_place, &four_hosts(1), &Allowed::ALL).unwrap().len(), 3);
+        assert!(direct_p2p(&bcast(1, 0x1000, 0x2000, 4 << 20), &four_hosts(1), &Allowed::ALL).is_none());
+        assert!(direct_p2p(&c, &SHAPE, &Allowed::ALL).is_none(), "one host: the ring");
+    }
+
+    /// A direct broadcast gets a launch of its own between the collectives around it, in issue
+    /// order, and the next collective does not join it.
+    #[test]
+    fn a_direct_broadcast_launches_alone_in_issue_order() {
+        let s = std::ptr::null_mut();
+        let ops = vec![
+            (s, coll(CollKind::AllGather, types::ncclInt8, abi::FN_OP_SUM, 8)),
+            (s, Task::Coll(bcast(0, 0x1000, 0x2000, 8))),
+            (s, coll(CollKind::AllGather, types::ncclInt8, abi::FN_OP_SUM, 8)),
+            (s, Task::Recv { buf: 0x3000, bytes: 8, peer: 2 }),
+        ];
+        let launches = plan(&four_hosts(3), &Allowed::ALL, &|_| 4, &ops).unwrap();
+        let types: Vec<Vec<u32>> = launches.iter().map(|l| l.works.iter().map(|w| w.type_ as u32).collect()).collect();
+        assert_eq!(
+            types,
+            vec![
+                vec![abi::FN_WORK_ALLGATHER],
+                vec![abi::FN_WORK_RECV],
+                vec![abi::FN_WORK_ALLGATHER],
+                vec![abi::FN_WORK_RECV]
+            ]
+        );
+        assert_eq!((launches[1].works[0].root, launches[1].works[0].count), (0, 8), "from the root, its bytes");
+        assert_eq!(launches[3].works[0].root, 2, "the user's receive stays in the group's own launch");
     }
 
     const SHAPE: CommShape = CommShape::one_host(3, 4, 4);

@@ -67,6 +67,7 @@ fn restrictions_follow_the_settings() {
         ring: [true; 5],
         tree: false,
         oneshot: false,
+        direct: false,
         copy_engine: false,
         symmetric: Symmetric::Never,
         ..Allowed::ALL
@@ -336,4 +337,31 @@ fn part_bytes_matches_the_kernels_partition() {
     assert_eq!(part_bytes(4096 * 64, 4, 64), 16384);
     assert_eq!(part_bytes(4096 * 64 + 1, 4, 64), 16400);
     assert_eq!(part_bytes(7, 8, 2), 32);
+}
+
+/// A broadcast runs as direct sends only across hosts of one rank each over NET, from three ranks
+/// on, up to the root's byte budget, and not where NCCL_ALGO lists the algorithms to use.
+#[test]
+fn direct_broadcast_only_across_hosts_of_one_rank_and_small_enough() {
+    let hosts = |n: usize| CommShape {
+        link: Link::Net,
+        tree: TreeShape { nhosts: n, depth: 2, max_children: 2 },
+        ..shape(n, 4, 4)
+    };
+    let all = &Allowed::ALL;
+    assert!(direct_broadcast(8, &hosts(4), all));
+    assert!(direct_broadcast(1 << 20, &hosts(4), all));
+    assert!(!direct_broadcast(2 << 20, &hosts(4), all), "the root would send 6 MiB");
+    assert!(direct_broadcast(DIRECT_ROOT_BYTES / 7, &hosts(8), all));
+    assert!(!direct_broadcast(8, &hosts(2), all), "two ranks: one hop either way");
+    assert!(!direct_broadcast(8, &hosts(9), all));
+    assert!(!direct_broadcast(0, &hosts(4), all));
+    assert!(!direct_broadcast(8, &CommShape { link: Link::Shm, ..hosts(4) }, all));
+    let two_per_host = CommShape { tree: TreeShape { nhosts: 2, depth: 2, max_children: 1 }, ..hosts(4) };
+    assert!(!direct_broadcast(8, &two_per_host, all));
+    let listed = parse_restrictions(Some("ring"), None).unwrap();
+    assert!(!direct_broadcast(8, &hosts(4), &listed));
+    let excluded = parse_restrictions(Some("^tree"), None).unwrap();
+    assert!(direct_broadcast(8, &hosts(4), &excluded));
+    assert!(!direct_broadcast(8, &hosts(4), &all.intersect(&listed)));
 }
