@@ -263,6 +263,39 @@ __device__ __noinline__ bool reduce(const Group g, const fnDevComm* comm, const 
   return ok;
 }
 
+// Every other rank sends its input to the root over its own connection with it (channel c); the
+// root folds them in, one peer after another in rank order: the first with the root's own input
+// (pre-operated), the last with the post-operation. No rank forwards anything: one hop. Three ranks
+// at least (src/tuner.rs), so the first and the last peer differ.
+template <typename T, typename Op, int P>
+__device__ __noinline__ bool reduceDirect(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
+  const int n = comm->nRanks, c = blockIdx.x, root = w.root;
+  const Part pt = channelPart<T>(w.count, w.nChannels, c);
+  const T* src = static_cast<const T*>(w.sendbuff) + pt.off;
+  T* dst = static_cast<T*>(w.recvbuff) + pt.off;  // used on the root only
+  if (comm->rank != root) {
+    Prims<T, Op, P> p(g, comm, op, &comm->conns[root * FN_MAX_CHANNELS + c].send, nullptr);
+    const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) { return p.send(src + base, len); });
+    if (ok) p.save();
+    return ok;
+  }
+  for (int peer = 0, k = 0; peer < n; peer++) {
+    if (peer == root) continue;
+    const bool first = k == 0, last = k == n - 2;
+    k++;
+    Prims<T, Op, P> p(g, comm, op, nullptr, &comm->conns[peer * FN_MAX_CHANNELS + c].recv);
+    const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
+      constexpr int F = F_RECV | F_USRC | F_UDST;
+      if (first) return p.template step<F | F_PRE>(src + base, dst + base, len);
+      if (last) return p.template step<F | F_POST>(dst + base, dst + base, len);
+      return p.template step<F>(dst + base, dst + base, len);
+    });
+    if (!ok) return false;
+    p.save();
+  }
+  return true;
+}
+
 // From the root around the ring to the rank before it.
 template <typename T, typename Op, int P>
 __device__ __noinline__ bool broadcast(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
@@ -432,6 +465,8 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
         ok = byProto(w.proto, [&](auto P) { return allReduceOneShotPair<T, Op, decltype(P)::value>(g, comm, w, op); });
       } else if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_ONESHOT) {
         ok = allReduceOneShot<T, Op>(g, comm, w, op);
+      } else if (w.type == FN_WORK_REDUCE && w.algo == FN_ALGO_DIRECT) {
+        ok = byProto(w.proto, [&](auto P) { return reduceDirect<T, Op, decltype(P)::value>(g, comm, w, op); });
       } else if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_TREE) {
         ok = byProto(w.proto, [&](auto P) { return allReduceTree<T, Op, decltype(P)::value>(g, comm, w, op); });
       } else {

@@ -45,6 +45,9 @@ enum fnAlgo {
   FN_ALGO_SYMMETRIC = 3, /* AllReduce, AllGather, ReduceScatter on buffers in symmetric windows:
                             loads and stores peers' memory through the flat mapping, no FIFO;
                             sendbuff / recvbuff are LSA rank 0's flat addresses (kernels/README.md) */
+  FN_ALGO_DIRECT = 4,    /* Reduce: every other rank sends its input straight to the root over their
+                            own connection (conns[root], channel = CTA), which reduces them in rank
+                            order; one hop. Across hosts of one rank each (src/tuner.rs) */
 };
 
 /* What one work item does. */

@@ -26,8 +26,8 @@
 //! protocol or algorithm always runs the kernels that use it.
 
 use crate::abi::{
-    FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_LL_SLOT_LINES, FN_MAX_CHANNELS, FN_PROTO_LL,
-    FN_PROTO_LL128, FN_PROTO_SIMPLE,
+    FN_ALGO_DIRECT, FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_LL_SLOT_LINES, FN_MAX_CHANNELS,
+    FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE,
 };
 use crate::error::{Error, Result};
 use crate::plugin::abi::{
@@ -52,6 +52,7 @@ pub fn algo_name(algo: u32) -> &'static str {
         FN_ALGO_TREE => "Tree",
         FN_ALGO_ONESHOT => "OneShot",
         FN_ALGO_SYMMETRIC => "Symmetric",
+        FN_ALGO_DIRECT => "Direct",
         _ => "?",
     }
 }
@@ -105,8 +106,8 @@ pub struct Allowed {
     /// Whether the tree may run all-reduce (the one collective it implements).
     pub tree: bool,
     pub oneshot: bool,
-    /// Whether a broadcast may run as direct sends from the root ([`direct_broadcast`]).
-    pub direct: bool,
+    /// By collective (the order of `KINDS`): whether a rooted one may run direct ([`direct`]).
+    pub direct: [bool; 5],
     /// Whether the tuner may move data with the copy engines instead of kernels.
     pub copy_engine: bool,
     /// When collectives on symmetric buffers run the symmetric kernels.
@@ -122,7 +123,7 @@ impl Allowed {
         ring: [true; 5],
         tree: true,
         oneshot: true,
-        direct: true,
+        direct: [true; 5],
         copy_engine: true,
         symmetric: Symmetric::Tuned,
         algo_env: None,
@@ -130,6 +131,10 @@ impl Allowed {
 
     fn ring_for(&self, kind: CollKind) -> bool {
         self.ring[KINDS.iter().position(|&k| k == kind).expect("every kind is listed")]
+    }
+
+    fn direct_for(&self, kind: CollKind) -> bool {
+        self.direct[KINDS.iter().position(|&k| k == kind).expect("every kind is listed")]
     }
 
     /// Whether a collective of `kind` on `nranks` ranks has an algorithm left: NCCL refuses one
@@ -162,7 +167,7 @@ impl Allowed {
             ring: [0, 1, 2, 3, 4].map(|k| self.ring[k] && other.ring[k]),
             tree: self.tree && other.tree,
             oneshot: self.oneshot && other.oneshot,
-            direct: self.direct && other.direct,
+            direct: [0, 1, 2, 3, 4].map(|k| self.direct[k] && other.direct[k]),
             copy_engine: self.copy_engine && other.copy_engine,
             symmetric: self.symmetric.min(other.symmetric),
             algo_env: self.algo_env.or(other.algo_env),
@@ -412,25 +417,34 @@ fn part_bytes(count: usize, elem: usize, nch: usize) -> usize {
 /// four processes as hosts, scatter (the same sends) moved 3 × 1 MiB in 364 µs where the ring's
 /// broadcast of 1 MiB took 495, and 3 × 2 MiB in 712 against 692.
 const DIRECT_ROOT_BYTES: usize = 3 << 20;
-/// The most ranks a direct broadcast serves: the root's sends go out one after another through
-/// its proxy, so more peers only pay at small sizes (measured up to four).
+/// The most bytes a direct reduce's root receives in all, on one channel ([`FN_ALGO_DIRECT`]).
+const DIRECT_REDUCE_ROOT_BYTES: usize = 256 << 10;
+/// The most ranks a direct broadcast or reduce serves: the root's messages go out or come in one
+/// after another through its proxy, so more peers only pay at small sizes (measured up to four).
 const DIRECT_MAX_RANKS: usize = 8;
 
-/// Whether a broadcast of `bytes` runs as direct sends from the root to every rank (one hop)
+/// Whether a broadcast or reduce of `bytes` runs direct, between the root and every rank (one hop)
 /// instead of along the ring (n - 1 hops): across hosts of one rank each over NET, from three
-/// ranks on (two are one hop either way), while the root's outgoing bytes stay under
-/// [`DIRECT_ROOT_BYTES`]. Four processes as hosts on one H200: 8 B in 31 µs where the ring takes
-/// 36 and NCCL's 34 (docs/NET.md, "Direct broadcast"). Like the one-shot all-reduce, no tuner
-/// plugin is offered it: NCCL has no index for it. Every input is the same on every rank.
-pub fn direct_broadcast(bytes: usize, shape: &CommShape, allowed: &Allowed) -> bool {
+/// ranks on (two are one hop either way), while the root's bytes stay under [`DIRECT_ROOT_BYTES`]
+/// (broadcast: the root's sends, `plan::kernels::direct_p2p`) or [`DIRECT_REDUCE_ROOT_BYTES`]
+/// (reduce: `FN_ALGO_DIRECT`). Four processes as hosts on one H200: a broadcast of 8 B in 31 µs
+/// where the ring takes 36 and NCCL's 34 (docs/NET.md, "Direct broadcast and reduce"). Like the
+/// one-shot all-reduce, no tuner plugin is offered it: NCCL has no index for it. Every input is
+/// the same on every rank.
+pub fn direct(kind: CollKind, bytes: usize, shape: &CommShape, allowed: &Allowed) -> bool {
     let n = shape.nranks;
-    allowed.direct
-        && allowed.ring_for(CollKind::Broadcast)
+    let cap = match kind {
+        CollKind::Broadcast => DIRECT_ROOT_BYTES,
+        CollKind::Reduce => DIRECT_REDUCE_ROOT_BYTES,
+        _ => return false,
+    };
+    allowed.direct_for(kind)
+        && allowed.ring_for(kind)
         && shape.link == Link::Net
         && shape.tree.nhosts == n
         && (3..=DIRECT_MAX_RANKS).contains(&n)
         && bytes > 0
-        && (n - 1).saturating_mul(bytes) <= DIRECT_ROOT_BYTES
+        && (n - 1).saturating_mul(bytes) <= cap
 }
 
 /// The fastest allowed (algorithm, protocol) for a collective of `count` elements of `elem` bytes.
@@ -464,6 +478,16 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         _ => count * elem,
     } as f64;
     let (hops, wire) = ring_shape(kind, n as f64, bytes);
+    // A direct reduce, one channel: the protocol that moves the root's incoming bytes fastest.
+    if kind == CollKind::Reduce && direct(kind, bytes as usize, shape, allowed) {
+        let priced = [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE]
+            .into_iter()
+            .filter(|&p| allowed.protos[p as usize])
+            .map(|proto| (price(shape, proto, 1.0, (n - 1) as f64 * bytes, 1.0, 1).0, proto));
+        if let Some((t, proto)) = priced.min_by(|a, b| a.0.total_cmp(&b.0)) {
+            return (t, Choice { algo: FN_ALGO_DIRECT, proto, nchannels: 1 });
+        }
+    }
     // Ring and Tree, which NCCL has indices for: what a tuner plugin sees (see `consult`).
     let mut offered: Vec<(f64, Choice)> = Vec::new();
     for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
@@ -661,7 +685,7 @@ pub fn parse_restrictions(algo: Option<&'static str>, proto: Option<&str>) -> Re
         out.tree = per_kind[0].0.contains(&"Tree");
         out.oneshot = !per_kind[0].1;
         // As the one-shot: NCCL has no such algorithm, so a list of those to use leaves it out.
-        out.direct = !per_kind[2].1;
+        out.direct = std::array::from_fn(|k| !per_kind[k].1);
         out.copy_engine = per_kind.iter().all(|(_, inclusion)| !inclusion);
         out.algo_env = Some(setting);
     }

@@ -69,20 +69,13 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
     }
     let allowed = tuner::restrictions()?;
     // Peers this group sends to or receives from for the first time connect now, on both sides,
-    // those of direct broadcasts included.
+    // those of direct broadcasts and reduces included.
     for (c, ops) in &per_comm {
         let (shape, limits) = (c.shape(), allowed.intersect(&c.limits));
-        c.connect_peers(
-            ops.iter()
-                .flat_map(|(_, t)| match t {
-                    Task::Coll(coll) => plan::kernels::direct_p2p(coll, &shape, &limits).unwrap_or_default(),
-                    t => vec![*t],
-                })
-                .filter_map(|t| match t {
-                    Task::Send { peer, .. } | Task::Recv { peer, .. } => Some(peer),
-                    Task::Coll(_) => None,
-                }),
-        )?;
+        c.connect_peers(ops.iter().flat_map(|(_, t)| match t {
+            Task::Coll(coll) => plan::kernels::direct_peers(coll, &shape, &limits),
+            Task::Send { peer, .. } | Task::Recv { peer, .. } => vec![*peer],
+        }))?;
     }
     let conn_channels: Vec<_> = per_comm.iter().map(|(c, _)| move |peer| c.conn_channels(peer)).collect();
     let members: Vec<Member> = per_comm

@@ -8,7 +8,7 @@ use std::ffi::CStr;
 use std::sync::atomic::Ordering;
 
 use super::Comm;
-use crate::abi::{self, fnWork, FN_ALGO_ONESHOT, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_NTHREADS};
+use crate::abi::{self, fnWork, FN_ALGO_DIRECT, FN_ALGO_ONESHOT, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_NTHREADS};
 use crate::cuda::CUstream;
 use crate::plan::kernels::direct_p2p;
 use crate::plugin::abi::*;
@@ -30,6 +30,7 @@ fn algo(a: u32) -> (&'static CStr, u8) {
         FN_ALGO_TREE => (c"Tree", NCCL_ALGO_TREE as u8),
         FN_ALGO_ONESHOT => (c"OneShot", NCCL_ALGO_UNDEF as u8),
         FN_ALGO_SYMMETRIC => (c"Symmetric", NCCL_ALGO_UNDEF as u8),
+        FN_ALGO_DIRECT => (c"Direct", NCCL_ALGO_UNDEF as u8),
         _ => (c"Ring", NCCL_ALGO_RING as u8),
     }
 }
@@ -69,7 +70,7 @@ pub(super) fn start(
                 let direct = launches.is_some() && c.count > 0 && direct_p2p(&c, &shape, &allowed).is_some();
                 let w = if c.count == 0 || direct { None } else { coll_works.next() };
                 let (a, p, nch) = match (launches, w) {
-                    _ if direct => ((c"Direct", NCCL_ALGO_UNDEF as u8), proto(abi::FN_PROTO_SIMPLE), 1),
+                    _ if direct => (algo(FN_ALGO_DIRECT), proto(abi::FN_PROTO_SIMPLE), 1),
                     (Some(_), Some(w)) => (algo(w.algo as u32), proto(w.proto as u32), w.nChannels.min(255) as u8),
                     (Some(_), None) => (algo(abi::FN_ALGO_RING), proto(abi::FN_PROTO_SIMPLE), 0),
                     (None, _) => ((c"CopyEngine", NCCL_ALGO_UNDEF as u8), proto(abi::FN_PROTO_SIMPLE), 0),

@@ -105,14 +105,31 @@ fn p2p_parts(shape: &CommShape, conn_channels: usize, bytes: usize) -> usize {
     bytes.div_ceil(P2P_MIN_PART).clamp(1, cap)
 }
 
-/// A broadcast the tuner runs as direct sends ([`tuner::direct_broadcast`]): the sends and
-/// receives that carry it, the root's copy to its own output included; `None` for any other
-/// collective. Depends only on what every rank knows alike, so all ranks agree.
-pub fn direct_p2p(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Option<Vec<Task>> {
+/// Whether a broadcast or reduce runs direct between its root and every rank ([`tuner::direct`]).
+/// Depends only on what every rank knows alike, so all ranks agree.
+fn is_direct(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> bool {
     let bytes = c.count * types::dtype_size(c.dtype).expect("validated dtype");
-    if c.kind != CollKind::Broadcast || !tuner::direct_broadcast(bytes, shape, allowed) {
+    tuner::direct(c.kind, bytes, shape, allowed)
+}
+
+/// The peers a direct broadcast or reduce connects this rank with: every other rank on the root,
+/// the root elsewhere; none for any other collective.
+pub fn direct_peers(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Vec<usize> {
+    match is_direct(c, shape, allowed) {
+        false => vec![],
+        true if shape.rank == c.root => (0..shape.nranks).filter(|&p| p != c.root).collect(),
+        true => vec![c.root],
+    }
+}
+
+/// A broadcast that runs direct: the sends and receives that carry it, the root's copy to its own
+/// output included; `None` for any other collective. (A direct reduce is a collective work,
+/// `FN_ALGO_DIRECT`, which the tuner picks.)
+pub fn direct_p2p(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Option<Vec<Task>> {
+    if c.kind != CollKind::Broadcast || !is_direct(c, shape, allowed) {
         return None;
     }
+    let bytes = c.count * types::dtype_size(c.dtype).expect("validated dtype");
     let (root, me) = (c.root, shape.rank);
     if me != root {
         return Some(vec![Task::Recv { buf: c.recv, bytes, peer: root }]);

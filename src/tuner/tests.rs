@@ -67,7 +67,7 @@ fn restrictions_follow_the_settings() {
         ring: [true; 5],
         tree: false,
         oneshot: false,
-        direct: false,
+        direct: [false; 5],
         copy_engine: false,
         symmetric: Symmetric::Never,
         ..Allowed::ALL
@@ -339,29 +339,39 @@ fn part_bytes_matches_the_kernels_partition() {
     assert_eq!(part_bytes(7, 8, 2), 32);
 }
 
-/// A broadcast runs as direct sends only across hosts of one rank each over NET, from three ranks
-/// on, up to the root's byte budget, and not where NCCL_ALGO lists the algorithms to use.
+/// A broadcast or reduce runs direct only across hosts of one rank each over NET, from three ranks
+/// on, up to the root's byte budget, and not where NCCL_ALGO lists the algorithms to use; a reduce
+/// then picks the direct algorithm on one channel.
 #[test]
-fn direct_broadcast_only_across_hosts_of_one_rank_and_small_enough() {
+fn direct_only_across_hosts_of_one_rank_and_small_enough() {
     let hosts = |n: usize| CommShape {
         link: Link::Net,
         tree: TreeShape { nhosts: n, depth: 2, max_children: 2 },
         ..shape(n, 4, 4)
     };
     let all = &Allowed::ALL;
-    assert!(direct_broadcast(8, &hosts(4), all));
-    assert!(direct_broadcast(1 << 20, &hosts(4), all));
-    assert!(!direct_broadcast(2 << 20, &hosts(4), all), "the root would send 6 MiB");
-    assert!(direct_broadcast(DIRECT_ROOT_BYTES / 7, &hosts(8), all));
-    assert!(!direct_broadcast(8, &hosts(2), all), "two ranks: one hop either way");
-    assert!(!direct_broadcast(8, &hosts(9), all));
-    assert!(!direct_broadcast(0, &hosts(4), all));
-    assert!(!direct_broadcast(8, &CommShape { link: Link::Shm, ..hosts(4) }, all));
+    assert!(direct(CollKind::Broadcast, 8, &hosts(4), all));
+    assert!(direct(CollKind::Broadcast, 1 << 20, &hosts(4), all));
+    assert!(!direct(CollKind::Broadcast, 2 << 20, &hosts(4), all), "the root would send 6 MiB");
+    assert!(direct(CollKind::Broadcast, DIRECT_ROOT_BYTES / 7, &hosts(8), all));
+    assert!(!direct(CollKind::Broadcast, 8, &hosts(2), all), "two ranks: one hop either way");
+    assert!(!direct(CollKind::Broadcast, 8, &hosts(9), all));
+    assert!(!direct(CollKind::Broadcast, 0, &hosts(4), all));
+    assert!(!direct(CollKind::Broadcast, 8, &CommShape { link: Link::Shm, ..hosts(4) }, all));
     let two_per_host = CommShape { tree: TreeShape { nhosts: 2, depth: 2, max_children: 1 }, ..hosts(4) };
-    assert!(!direct_broadcast(8, &two_per_host, all));
+    assert!(!direct(CollKind::Broadcast, 8, &two_per_host, all));
     let listed = parse_restrictions(Some("ring"), None).unwrap();
-    assert!(!direct_broadcast(8, &hosts(4), &listed));
+    assert!(!direct(CollKind::Broadcast, 8, &hosts(4), &listed));
     let excluded = parse_restrictions(Some("^tree"), None).unwrap();
-    assert!(direct_broadcast(8, &hosts(4), &excluded));
-    assert!(!direct_broadcast(8, &hosts(4), &all.intersect(&listed)));
+    assert!(direct(CollKind::Broadcast, 8, &hosts(4), &excluded));
+    assert!(!direct(CollKind::Broadcast, 8, &hosts(4), &all.intersect(&listed)));
+    assert!(direct(CollKind::Reduce, 64 << 10, &hosts(4), all));
+    assert!(!direct(CollKind::Reduce, 128 << 10, &hosts(4), all), "the root would take in 384 KiB");
+    assert!(!direct(CollKind::AllReduce, 8, &hosts(4), all));
+    let c = choose(CollKind::Reduce, 2, 4, &hosts(4), all);
+    assert_eq!((c.algo, c.nchannels), (FN_ALGO_DIRECT, 1));
+    assert_ne!(choose(CollKind::Reduce, 2, 4, &hosts(4), &listed).algo, FN_ALGO_DIRECT);
+    let bcast_listed = parse_restrictions(Some("broadcast:ring"), None).unwrap();
+    assert!(!direct(CollKind::Broadcast, 8, &hosts(4), &bcast_listed));
+    assert!(direct(CollKind::Reduce, 8, &hosts(4), &bcast_listed), "only broadcast was listed");
 }

@@ -245,9 +245,10 @@ pub fn run(args: PlanArgs) -> CmdResult {
             let mut c = tuner::choose(kind, count, 4, &shape, allowed);
             let mut us = tuner::coll_us(kind, count, 4, &shape, allowed);
             let mut algo = tuner::algo_name(c.algo);
-            if kind == CollKind::Broadcast && tuner::direct_broadcast(count * 4, &shape, allowed) {
+            if kind == CollKind::Broadcast && tuner::direct(kind, count * 4, &shape, allowed) {
                 // The root's sends, one after another: one Simple hop and all their bytes.
-                (algo, c.proto, c.nchannels) = ("Direct", nccl::abi::FN_PROTO_SIMPLE, 1);
+                (algo, c.proto, c.nchannels) =
+                    (tuner::algo_name(nccl::abi::FN_ALGO_DIRECT), nccl::abi::FN_PROTO_SIMPLE, 1);
                 us = tuner::p2p_us((nranks - 1) * count * 4);
             }
             let proto = tuner::PROTOS[c.proto as usize];
