@@ -327,7 +327,7 @@ impl Observer for Printer {
         println!("\nFNH_LOST {} {}", mono_ms(), lost.text);
         self.stop.store(true, Ordering::Release);
     }
-    fn left(&self, rank: usize) {
+    fn left(&self, rank: usize, _colls: Option<u64>) {
         println!("\nFNH_LEFT {rank}");
     }
     fn state(&self) -> String {

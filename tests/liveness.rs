@@ -48,8 +48,12 @@ impl Observer for TestObserver {
     fn lost(&self, lost: Lost) {
         let _ = self.tx.send(Heard::Lost(lost));
     }
-    fn left(&self, rank: usize) {
-        println!("LEFT {rank}");
+    fn left(&self, rank: usize, colls: Option<u64>) {
+        println!("LEFT {rank} {colls:?}");
+    }
+    /// Distinct per rank, so that a test sees whose count came round.
+    fn taken_part(&self) -> Option<u64> {
+        Some(40 + self.rank as u64)
     }
     fn state(&self) -> String {
         format!("state of rank {}", self.rank)
@@ -296,7 +300,7 @@ fn departed() {
 
 /// Rank 1 of 4 exits without dropping its watcher (a job that ends with live communicators): its
 /// exit handler says goodbye, so every other rank, neighbour or not, hears that it left, within a
-/// second, and none takes it for a loss.
+/// second, with the count of collectives its goodbye carried, and none takes it for a loss.
 fn exits_alive() {
     let (mut children, lines) = spawn(&["watch", "exit", "watch", "watch"], &[]);
     ready(&lines, 4);
@@ -305,7 +309,7 @@ fn exits_alive() {
     let mut heard = std::collections::BTreeSet::new();
     while heard.len() < 3 {
         let (r, line, t) = expect(&lines, None, "LEFT", Duration::from_secs(5));
-        assert_eq!(line, "LEFT 1", "rank {r}");
+        assert_eq!(line, "LEFT 1 Some(41)", "rank {r}");
         assert!(t - t0 <= Duration::from_secs(2), "rank {r} heard of it {:?} after", t - t0);
         assert!(heard.insert(r), "rank {r} heard twice");
     }

@@ -549,12 +549,23 @@ fn operations_needing_a_rank_that_left_fail_naming_it() {
     let _l = crate::debug::LAST_ERROR_TEST_LOCK.lock();
     let comms = fake_comms(3, 9);
     let c = registry::lookup(comms[0], "comm").unwrap().ready().unwrap();
-    c.note_left(2, "rank 2 (host h, pid 7)");
+    // Its goodbye said it took part in no collective.
+    c.note_left(2, "rank 2 (host h, pid 7)", Some(0));
     let (buf, stream) = (0x1000 as *mut c_void, std::ptr::null_mut());
     // SAFETY: a valid handle; the buffers are never reached (the call fails before).
     unsafe {
         assert_eq!(coll::ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, comms[0], stream), ncclRemoteError);
         assert!(last_error().contains("rank 2 (host h, pid 7) left this communicator"), "{}", last_error());
+        // Said it took part in one: this rank's first collective goes on (its fake buffer fails it).
+        c.note_left(2, "rank 2 (host h, pid 7)", Some(1));
+        assert_eq!(coll::ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, comms[0], stream), ncclInvalidArgument);
+        assert!(last_error().contains("sendbuff"), "{}", last_error());
+        c.called_coll();
+        assert_eq!(coll::ncclBroadcast(buf, buf, 4, ncclFloat32, 0, comms[0], stream), ncclRemoteError);
+        assert!(last_error().contains("rank 2 (host h, pid 7) left"), "{}", last_error());
+        // A goodbye that said nothing: every later collective is refused.
+        c.note_left(2, "rank 2 (host h, pid 7)", None);
+        assert!(c.check_peers_coll().is_err());
         assert_eq!(coll::ncclSend(buf, 4, ncclFloat32, 2, comms[0], stream), ncclRemoteError);
         assert!(last_error().contains("rank 2 (host h, pid 7) left"), "{}", last_error());
         // A peer still there is not refused for that (the fake buffer is, later).

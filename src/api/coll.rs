@@ -153,7 +153,7 @@ fn collective(
     stream: cudaStream_t,
 ) -> Result<ncclResult_t> {
     let c = comm_arg(comm)?.ready()?;
-    c.check_peers(None)?;
+    c.check_peers_coll()?;
     crate::tuner::restrictions()?.check(kind, c.nranks)?;
     let elem = dtype_arg(&c, dtype)?;
     let dev_op = match op {
@@ -191,7 +191,10 @@ fn collective(
         }
         _ => None,
     };
-    submit(&c, stream, vec![Task::Coll(CollTask { kind, send, recv, count, dtype, op: dev_op, root, sym })])
+    let queued =
+        submit(&c, stream, vec![Task::Coll(CollTask { kind, send, recv, count, dtype, op: dev_op, root, sym })])?;
+    c.called_coll();
+    Ok(queued)
 }
 
 #[no_mangle]

@@ -15,7 +15,9 @@
 //! communicator sends [`TAG_BYE`] first, and so does a process that exits with its communicators
 //! alive (crate::exit runs [`Watcher`]s' farewell), so an orderly exit is never taken for a
 //! death; the neighbours pass [`TAG_LEFT`] on round the ring, so that every rank can refuse
-//! later operations that need the rank that left ([`Observer::left`]).
+//! later operations that need the rank that left ([`Observer::left`]). The goodbye counts the
+//! collectives the rank took part in, when all of them finished ([`Observer::taken_part`]), so
+//! that the others still run those from the data it sent.
 //!
 //! The same links carry hang reports: a [`TAG_REPORT`] token started by one rank goes round the
 //! ring, each rank appending its state line ([`Observer::state`]), and comes back to its origin,
@@ -51,13 +53,15 @@ crate::int_param!(
 
 /// Frame tags on a liveness link.
 pub const TAG_HEARTBEAT: u32 = 1;
-/// The sender is leaving on purpose (ncclCommDestroy): stop watching it.
+/// The sender is leaving on purpose (ncclCommDestroy): stop watching it. Payload: empty, or how
+/// many collectives it took part in (u64 little-endian; [`Observer::taken_part`]).
 pub const TAG_BYE: u32 = 2;
 /// Payload: the lost rank (u32 little-endian), then UTF-8 text saying how it was noticed.
 pub const TAG_LOST: u32 = 3;
 /// Payload: the origin rank (u32 little-endian), then one state line per rank so far, '\n'-separated.
 pub const TAG_REPORT: u32 = 4;
-/// Payload: a rank that left in order (u32 little-endian), passed on round the ring.
+/// Payload: a rank that left in order (u32 little-endian), then what its goodbye said it took part
+/// in (u64 little-endian, when it said), passed on round the ring.
 pub const TAG_LEFT: u32 = 5;
 /// Largest report payload; a longer one stops growing (lines are dropped, and say so).
 const MAX_REPORT: usize = 1 << 20;
@@ -79,8 +83,15 @@ pub trait Observer: Send + 'static {
     /// The first rank lost anywhere in the ring; called at most once.
     fn lost(&self, lost: Lost);
     /// A rank that left in order (destroyed its communicator, or its process exited with it
-    /// alive); called once per rank. Not an error: only later operations that need it are.
-    fn left(&self, rank: usize);
+    /// alive); called once per rank, with the collectives it took part in when its goodbye said.
+    /// Not an error: only later operations that need it are.
+    fn left(&self, rank: usize, colls: Option<u64>);
+    /// How many collectives this rank took part in, all finished, for its goodbye: peers may
+    /// still run the ones it took part in from the data it sent. `None` (the default) while any
+    /// is in flight or unknown: peers then refuse every later collective that needs it.
+    fn taken_part(&self) -> Option<u64> {
+        None
+    }
     /// This rank's line in a hang report (one line, at most 512 bytes are kept).
     fn state(&self) -> String;
     /// Every rank's line of a report this rank started, in ring order from this rank.
@@ -205,8 +216,9 @@ enum Seen {
     /// A hang report token (its payload).
     Report(Vec<u8>),
     Lost(Lost),
-    /// A rank that left in order: the neighbour's goodbye, or news of one from further away.
-    Left(usize),
+    /// A rank that left in order: the neighbour's goodbye, or news of one from further away, with
+    /// the collectives it took part in when it said.
+    Left(usize, Option<u64>),
 }
 
 fn watch(
@@ -252,7 +264,8 @@ fn watch(
             let mut wake = [0u8; 16];
             let n = asleep.read(&mut wake).unwrap_or(0);
             if n == 0 || wake[..n].contains(&WAKE_STOP) {
-                let bye = wire::encode_data(TAG_BYE, 0, &[]);
+                let taken = observer.taken_part().map(u64::to_le_bytes);
+                let bye = wire::encode_data(TAG_BYE, 0, taken.as_ref().map_or(&[][..], |t| &t[..]));
                 for s in sides.iter_mut().filter(|s| !s.done) {
                     let _ = s.link.send_bytes(&bye, Instant::now() + Duration::from_millis(100));
                 }
@@ -265,14 +278,16 @@ fn watch(
                 Seen::Quiet => {}
                 Seen::Report(payload) => pass_report(me, &mut sides[0], payload, &observer),
                 Seen::Lost(lost) => return report_loss(me, &mut sides, lost, &observer),
-                Seen::Left(rank) if rank != me && left.insert(rank) => {
-                    observer.left(rank);
-                    let news = wire::encode_data(TAG_LEFT, 0, &(rank as u32).to_le_bytes());
+                Seen::Left(rank, colls) if rank != me && left.insert(rank) => {
+                    observer.left(rank, colls);
+                    let mut payload = (rank as u32).to_le_bytes().to_vec();
+                    payload.extend(colls.map(u64::to_le_bytes).into_iter().flatten());
+                    let news = wire::encode_data(TAG_LEFT, 0, &payload);
                     for s in sides.iter_mut().filter(|s| !s.done && s.peer != rank) {
                         let _ = s.link.send_bytes(&news, Instant::now() + HEARTBEAT_EVERY);
                     }
                 }
-                Seen::Left(_) => {}
+                Seen::Left(..) => {}
             }
         }
         if let Some(lost) = refused.filter(|l| sides.iter().any(|s| s.peer == l.rank && !s.done)) {
@@ -344,17 +359,20 @@ fn look(me: usize, s: &mut Side, timeout: Duration, observer: &impl Observer) ->
                 }
                 s.heard = Instant::now();
             }
-            Ok(Some(Msg::Data { tag: TAG_BYE, .. })) => {
+            Ok(Some(Msg::Data { tag: TAG_BYE, payload, .. })) => {
                 crate::nccl_info!(
                     crate::debug::Subsys::BOOTSTRAP,
                     "Liveness: {} left the communicator (destroyed it, or its process ended); rank {me} stops watching it",
                     observer.describe(s.peer)
                 );
                 s.done = true;
-                return Seen::Left(s.peer);
+                return Seen::Left(s.peer, payload.first_chunk::<8>().map(|c| u64::from_le_bytes(*c)));
             }
-            Ok(Some(Msg::Data { tag: TAG_LEFT, payload, .. })) => match payload.first_chunk::<4>() {
-                Some(r) => return Seen::Left(u32::from_le_bytes(*r) as usize),
+            Ok(Some(Msg::Data { tag: TAG_LEFT, payload, .. })) => match payload.split_first_chunk::<4>() {
+                Some((r, colls)) => {
+                    let colls = colls.first_chunk::<8>().map(|c| u64::from_le_bytes(*c));
+                    return Seen::Left(u32::from_le_bytes(*r) as usize, colls);
+                }
                 None => {
                     let text = format!("{} sent a malformed liveness frame", observer.describe(s.peer));
                     return Seen::Lost(Lost { rank: s.peer, text });

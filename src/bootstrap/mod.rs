@@ -206,8 +206,12 @@ impl<O: liveness::Observer> liveness::Observer for Relay<O> {
         self.inner.lost(lost);
     }
 
-    fn left(&self, rank: usize) {
-        self.inner.left(rank)
+    fn left(&self, rank: usize, colls: Option<u64>) {
+        self.inner.left(rank, colls)
+    }
+
+    fn taken_part(&self) -> Option<u64> {
+        self.inner.taken_part()
     }
 
     fn state(&self) -> String {

@@ -166,6 +166,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         tuner_plugin,
         profiler,
         coll_seq: Default::default(),
+        colls_called: Default::default(),
     })
 }
 

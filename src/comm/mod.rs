@@ -136,6 +136,9 @@ pub struct Comm {
     /// This communicator's contexts of the tuner and profiler plugins (docs/PLUGINS.md).
     pub tuner_plugin: Option<Arc<TunerSession>>,
     pub profiler: Option<Arc<Profiler>>,
+    /// Collectives this rank has called so far (queued, in issue order): which ones a rank that
+    /// left took part in ([`Comm::check_peers_coll`]).
+    colls_called: AtomicU64,
     /// Collectives issued so far, by NCCL's `ncclFunc_t`: the profiler's sequence numbers.
     pub coll_seq: [AtomicU64; 5],
 }
@@ -184,6 +187,7 @@ impl Comm {
             tuner_plugin: None,
             profiler: None,
             coll_seq: Default::default(),
+            colls_called: Default::default(),
         }
     }
 
@@ -243,8 +247,9 @@ impl Comm {
     }
 
     /// Fails if an operation needs a rank that left the communicator in order (destroyed it,
-    /// or its process ended): `Some(peer)` for a send or receive, `None` for a collective, which
-    /// needs every rank. Without this the operation would wait for the rank until the watchdog.
+    /// or its process ended): `Some(peer)` for a send or receive, `None` for a grouped pattern of
+    /// them, which needs every rank. Without this the operation would wait for the rank until the
+    /// watchdog.
     pub fn check_peers(&self, peer: Option<usize>) -> Result<()> {
         let left = self.news.left.lock();
         let gone = match peer {
@@ -252,20 +257,41 @@ impl Comm {
             None => left.values().next(),
             Some(p) => left.get(&p),
         };
-        match gone {
-            Some(who) => Err(Error::Remote(format!(
-                "rank {}: {who} left this communicator (it destroyed it, or its process ended), and this operation \
-                 needs it",
-                self.rank
-            ))),
+        gone.map_or(Ok(()), |(who, _)| Err(self.left_error(who)))
+    }
+
+    /// [`Comm::check_peers`] for a collective, which needs every rank: a rank that left fails it
+    /// unless its goodbye said it took part in this one (the collectives before it counted),
+    /// whose data it then sent before leaving. So a root that finished its part of a broadcast
+    /// and destroyed its communicator does not fail the ranks still to call that broadcast, as
+    /// with NCCL.
+    pub fn check_peers_coll(&self) -> Result<()> {
+        let left = self.news.left.lock();
+        let called = self.colls_called.load(Ordering::Relaxed);
+        match left.values().find(|(_, colls)| colls.is_none_or(|c| c <= called)) {
+            Some((who, _)) => Err(self.left_error(who)),
             None => Ok(()),
         }
     }
 
-    /// Records, as the liveness watcher does, that `rank` left in order.
+    fn left_error(&self, who: &str) -> Error {
+        Error::Remote(format!(
+            "rank {}: {who} left this communicator (it destroyed it, or its process ended), and this operation needs \
+             it",
+            self.rank
+        ))
+    }
+
+    /// One more collective was queued (the count [`Comm::check_peers_coll`] compares).
+    pub fn called_coll(&self) {
+        self.colls_called.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records, as the liveness watcher does, that `rank` left in order, having taken part in
+    /// `colls` collectives when said.
     #[cfg(test)]
-    pub fn note_left(&self, rank: usize, who: &str) {
-        self.news.left.lock().insert(rank, who.into());
+    pub fn note_left(&self, rank: usize, who: &str, colls: Option<u64>) {
+        self.news.left.lock().insert(rank, (who.into(), colls));
     }
 
     pub fn shape(&self) -> CommShape {

@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 #[derive(Default)]
 pub(super) struct Ops {
     issued: AtomicU64,
+    /// Collectives launched (zero-count ones too), in issue order: what a goodbye says this rank
+    /// took part in once the last of them finished ([`liveness::Observer::taken_part`]).
+    colls: AtomicU64,
     newest: Mutex<Newest>,
     /// A hang report was already asked for after the device watchdog fired.
     pub(super) reported: AtomicBool,
@@ -77,6 +80,11 @@ impl Newest {
 }
 
 impl Ops {
+    /// `n` more collectives were launched (or queued on the copy engines).
+    pub(super) fn launched_colls(&self, n: u64) {
+        self.colls.fetch_add(n, Ordering::Relaxed);
+    }
+
     pub(super) fn issue(&self, what: Newest) {
         *self.newest.lock() = what;
         self.issued.fetch_add(1, Ordering::Relaxed);
@@ -98,8 +106,9 @@ pub(super) struct Observer {
 /// What the watcher learned that later calls on the communicator report.
 #[derive(Default)]
 pub(super) struct News {
-    /// Ranks that left in order, with how logs name them.
-    pub(super) left: Mutex<BTreeMap<usize, String>>,
+    /// Ranks that left in order: how logs name them, and the collectives they took part in when
+    /// their goodbye said.
+    pub(super) left: Mutex<BTreeMap<usize, (String, Option<u64>)>>,
     /// The summary of the last hang report this rank asked for.
     pub(super) report: Mutex<Option<String>>,
 }
@@ -270,8 +279,15 @@ impl liveness::Observer for Observer {
         self.with_gpu(|g| g.flags.set(FLAG_ABORT, 1));
     }
 
-    fn left(&self, rank: usize) {
-        self.news.left.lock().insert(rank, self.describe(rank));
+    fn left(&self, rank: usize, colls: Option<u64>) {
+        self.news.left.lock().insert(rank, (self.describe(rank), colls));
+    }
+
+    fn taken_part(&self) -> Option<u64> {
+        // Read before asking whether the newest launch finished: it counts that launch or an older one.
+        let colls = self.ops.colls.load(Ordering::Acquire);
+        let finished = self.with_gpu(|g| g.ctx.enter().and_then(|_g| g.last.is_done()).unwrap_or(false))?;
+        finished.then_some(colls)
     }
 
     fn state(&self) -> String {
