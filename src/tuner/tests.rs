@@ -365,8 +365,8 @@ fn direct_only_across_hosts_of_one_rank_and_small_enough() {
     let excluded = parse_restrictions(Some("^tree"), None).unwrap();
     assert!(direct(CollKind::Broadcast, 8, &hosts(4), &excluded));
     assert!(!direct(CollKind::Broadcast, 8, &hosts(4), &all.intersect(&listed)));
-    assert!(direct(CollKind::Reduce, 64 << 10, &hosts(4), all));
-    assert!(!direct(CollKind::Reduce, 128 << 10, &hosts(4), all), "the root would take in 384 KiB");
+    assert!(direct(CollKind::Reduce, 256 << 10, &hosts(4), all));
+    assert!(!direct(CollKind::Reduce, 512 << 10, &hosts(4), all), "the root would take in 1.5 MiB");
     assert!(!direct(CollKind::AllReduce, 8, &hosts(4), all));
     let c = choose(CollKind::Reduce, 2, 4, &hosts(4), all);
     assert_eq!((c.algo, c.nchannels), (FN_ALGO_DIRECT, 1));
