@@ -16,13 +16,14 @@ use nccl::types::ncclUniqueId;
 
 const CHILD: &str = "FNL_CHILD";
 const HONEST: Duration = Duration::from_secs(20);
-/// A survivor must name a killed rank this fast (the bound).
+/// A survivor must name a killed rank this fast.
 const KILL_BOUND: Duration = Duration::from_secs(2);
 /// The heartbeat timeout the frozen-rank scenario runs with, and the bound it must meet: the
 /// timeout, plus a heartbeat period (silence is checked at each beat), plus slack for a loaded
-/// machine.
+/// machine: with seven scenarios' 20 processes on 2 cores, 2 s of slack was passed once in about
+/// 60 runs.
 const HEARTBEAT_MS: u64 = 1500;
-const FREEZE_BOUND: Duration = Duration::from_millis(HEARTBEAT_MS + 1000 + 2000);
+const FREEZE_BOUND: Duration = Duration::from_millis(HEARTBEAT_MS + 1000 + 4000);
 
 /// A bootstrap wait on a killed rank must end this fast (news
 /// travels the liveness ring in milliseconds; the bootstrap timeout is [`HONEST`]).
