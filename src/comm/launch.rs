@@ -68,15 +68,6 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
         }
     }
     let allowed = tuner::restrictions()?;
-    // Peers this group sends to or receives from for the first time connect now, on both sides,
-    // those of direct broadcasts and reduces included.
-    for (c, ops) in &per_comm {
-        let (shape, limits) = (c.shape(), allowed.intersect(&c.limits));
-        c.connect_peers(ops.iter().flat_map(|(_, t)| match t {
-            Task::Coll(coll) => plan::kernels::direct_peers(coll, &shape, &limits),
-            Task::Send { peer, .. } | Task::Recv { peer, .. } => vec![*peer],
-        }))?;
-    }
     let conn_channels: Vec<_> = per_comm.iter().map(|(c, _)| move |peer| c.conn_channels(peer)).collect();
     let members: Vec<Member> = per_comm
         .iter()
@@ -89,6 +80,20 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
             ops,
         })
         .collect();
+    // Peers this group sends to or receives from for the first time connect now, on both sides,
+    // those of direct broadcasts and reduces included.
+    for ((c, ops), m) in per_comm.iter().zip(&members) {
+        let limits = allowed.intersect(&c.limits);
+        let p2p = ops.iter().filter_map(|(_, t)| match t {
+            Task::Send { peer, .. } | Task::Recv { peer, .. } => Some(*peer),
+            Task::Coll(_) => None,
+        });
+        let direct = ops.iter().filter_map(|(_, t)| match t {
+            Task::Coll(coll) => Some(plan::kernels::direct_peers(coll, &m.shape, &limits)),
+            _ => None,
+        });
+        c.connect_peers(p2p.chain(direct.flatten()))?;
+    }
     let comms: Vec<&Arc<Comm>> = per_comm.iter().map(|(c, _)| c).collect();
     // Plan everything before running anything, so a planning error runs nothing.
     let plan = plan::group(&members, allowed, Mode::from_env())?;
