@@ -280,9 +280,7 @@ fn watch(
                 Seen::Lost(lost) => return report_loss(me, &mut sides, lost, &observer),
                 Seen::Left(rank, colls) if rank != me && left.insert(rank) => {
                     observer.left(rank, colls);
-                    let mut payload = (rank as u32).to_le_bytes().to_vec();
-                    payload.extend(colls.map(u64::to_le_bytes).into_iter().flatten());
-                    let news = wire::encode_data(TAG_LEFT, 0, &payload);
+                    let news = wire::encode_data(TAG_LEFT, 0, &encode_left(rank, colls));
                     for s in sides.iter_mut().filter(|s| !s.done && s.peer != rank) {
                         let _ = s.link.send_bytes(&news, Instant::now() + HEARTBEAT_EVERY);
                     }
@@ -366,13 +364,10 @@ fn look(me: usize, s: &mut Side, timeout: Duration, observer: &impl Observer) ->
                     observer.describe(s.peer)
                 );
                 s.done = true;
-                return Seen::Left(s.peer, payload.first_chunk::<8>().map(|c| u64::from_le_bytes(*c)));
+                return Seen::Left(s.peer, decode_count(&payload));
             }
-            Ok(Some(Msg::Data { tag: TAG_LEFT, payload, .. })) => match payload.split_first_chunk::<4>() {
-                Some((r, colls)) => {
-                    let colls = colls.first_chunk::<8>().map(|c| u64::from_le_bytes(*c));
-                    return Seen::Left(u32::from_le_bytes(*r) as usize, colls);
-                }
+            Ok(Some(Msg::Data { tag: TAG_LEFT, payload, .. })) => match decode_left(&payload) {
+                Some((rank, colls)) => return Seen::Left(rank, colls),
                 None => {
                     let text = format!("{} sent a malformed liveness frame", observer.describe(s.peer));
                     return Seen::Lost(Lost { rank: s.peer, text });
@@ -526,9 +521,38 @@ pub fn decode_lost(payload: &[u8]) -> Option<Lost> {
     Some(Lost { rank: u32::from_le_bytes(*rank) as usize, text })
 }
 
+/// A [`TAG_LEFT`] payload: the rank, then its goodbye's count when it said one.
+fn encode_left(rank: usize, colls: Option<u64>) -> Vec<u8> {
+    let mut out = (rank as u32).to_le_bytes().to_vec();
+    out.extend(colls.map(u64::to_le_bytes).into_iter().flatten());
+    out
+}
+
+/// A peer's [`TAG_LEFT`] payload (untrusted): `None` without a whole rank; a count that is not
+/// whole is no count, so the others stay strict about that rank.
+fn decode_left(payload: &[u8]) -> Option<(usize, Option<u64>)> {
+    let (rank, rest) = payload.split_first_chunk::<4>()?;
+    Some((u32::from_le_bytes(*rank) as usize, decode_count(rest)))
+}
+
+/// The count of collectives at the start of a [`TAG_BYE`] payload, or of a [`TAG_LEFT`] one's rest.
+fn decode_count(bytes: &[u8]) -> Option<u64> {
+    bytes.first_chunk::<8>().map(|c| u64::from_le_bytes(*c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn left_frames_carry_the_count_or_none() {
+        assert_eq!(decode_left(&encode_left(3, Some(41))), Some((3, Some(41))));
+        assert_eq!(decode_left(&encode_left(3, None)), Some((3, None)));
+        assert_eq!(decode_left(&[1, 0, 0]), None, "no whole rank");
+        assert_eq!(decode_left(&[1, 0, 0, 0, 9, 9, 9]), Some((1, None)), "a cut count is no count");
+        assert_eq!(decode_count(&[]), None);
+        assert_eq!(decode_count(&7u64.to_le_bytes()), Some(7));
+    }
 
     #[test]
     fn lost_frames_round_trip_and_are_bounded() {

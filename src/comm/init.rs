@@ -165,7 +165,6 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         leak: AtomicBool::new(false),
         tuner_plugin,
         profiler,
-        coll_seq: Default::default(),
         colls_called: Default::default(),
     })
 }

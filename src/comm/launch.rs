@@ -97,9 +97,6 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
     let comms: Vec<&Arc<Comm>> = per_comm.iter().map(|(c, _)| c).collect();
     // Plan everything before running anything, so a planning error runs nothing.
     let plan = plan::group(&members, allowed, Mode::from_env())?;
-    for (c, ops) in &per_comm {
-        c.ops.launched_colls(ops.iter().filter(|(_, t)| matches!(t, Task::Coll(_))).count() as u64);
-    }
     // The profiler's events of the group, stopped when this function returns, whichever way.
     let _events: Vec<_> = per_comm
         .iter()

@@ -139,8 +139,6 @@ pub struct Comm {
     /// Collectives this rank has called so far (queued, in issue order): which ones a rank that
     /// left took part in ([`Comm::check_peers_coll`]).
     colls_called: AtomicU64,
-    /// Collectives issued so far, by NCCL's `ncclFunc_t`: the profiler's sequence numbers.
-    pub coll_seq: [AtomicU64; 5],
 }
 
 /// A communicator's context, device resources and launch ordering.
@@ -186,7 +184,6 @@ impl Comm {
             leak: AtomicBool::new(false),
             tuner_plugin: None,
             profiler: None,
-            coll_seq: Default::default(),
             colls_called: Default::default(),
         }
     }

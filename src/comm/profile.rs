@@ -52,7 +52,7 @@ pub(super) fn start(
     let colls = || ops.iter().filter_map(|(_, t)| if let Task::Coll(c) = t { Some(c) } else { None });
     let Some(prof) = comm.profiler.as_ref() else {
         for c in colls() {
-            comm.coll_seq[nccl_func(c.kind) as usize].fetch_add(1, Ordering::Relaxed);
+            comm.ops.coll_seq[nccl_func(c.kind) as usize].fetch_add(1, Ordering::Relaxed);
         }
         return None;
     };
@@ -64,7 +64,7 @@ pub(super) fn start(
     for (_, t) in ops {
         let d = match *t {
             Task::Coll(c) => {
-                let seq = comm.coll_seq[nccl_func(c.kind) as usize].fetch_add(1, Ordering::Relaxed);
+                let seq = comm.ops.coll_seq[nccl_func(c.kind) as usize].fetch_add(1, Ordering::Relaxed);
                 // Zero-count collectives are not planned; direct broadcasts run as sends and
                 // receives; the rest are collective works, in issue order.
                 let direct = launches.is_some() && c.count > 0 && direct_p2p(&c, &shape, &allowed).is_some();

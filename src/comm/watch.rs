@@ -27,9 +27,10 @@ use std::time::{Duration, Instant};
 #[derive(Default)]
 pub(super) struct Ops {
     issued: AtomicU64,
-    /// Collectives launched (zero-count ones too), in issue order: what a goodbye says this rank
-    /// took part in once the last of them finished ([`liveness::Observer::taken_part`]).
-    colls: AtomicU64,
+    /// Collectives launched (or queued on the copy engines), zero-count ones too, by NCCL's
+    /// `ncclFunc_t`: the profiler's sequence numbers, and in all what a goodbye says this rank took
+    /// part in once the last of them finished ([`liveness::Observer::taken_part`]).
+    pub(super) coll_seq: [AtomicU64; 5],
     newest: Mutex<Newest>,
     /// A hang report was already asked for after the device watchdog fired.
     pub(super) reported: AtomicBool,
@@ -80,11 +81,6 @@ impl Newest {
 }
 
 impl Ops {
-    /// `n` more collectives were launched (or queued on the copy engines).
-    pub(super) fn launched_colls(&self, n: u64) {
-        self.colls.fetch_add(n, Ordering::Relaxed);
-    }
-
     pub(super) fn issue(&self, what: Newest) {
         *self.newest.lock() = what;
         self.issued.fetch_add(1, Ordering::Relaxed);
@@ -285,7 +281,7 @@ impl liveness::Observer for Observer {
 
     fn taken_part(&self) -> Option<u64> {
         // Read before asking whether the newest launch finished: it counts that launch or an older one.
-        let colls = self.ops.colls.load(Ordering::Acquire);
+        let colls = self.ops.coll_seq.iter().map(|c| c.load(Ordering::Acquire)).sum();
         let finished = self.with_gpu(|g| g.ctx.enter().and_then(|_g| g.last.is_done()).unwrap_or(false))?;
         finished.then_some(colls)
     }
