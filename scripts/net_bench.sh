@@ -17,10 +17,14 @@
 # --shm: the processes share one host identity and NCCL_P2P_DISABLE=1, so both libraries use SHM;
 # ours is also run once without it (P2P) for comparison. NCCL refuses two ranks on one GPU, so its
 # SHM run needs --gpus >= --nranks (a machine with that many GPUs); no ceiling is run.
+# --plugin LIB --net NAME: both libraries carry NET through this net plugin (NCCL_NET_PLUGIN=LIB)
+# and no other net (NCCL_NET=NAME, the plugin's name: init fails where it did not load), e.g. the
+# test plugin tests/c/net_plugin_tcp.c (FnTcp11) built as a vendor's would be. No ceiling is run.
+# (Not NCCL_DEBUG to show it: NCCL's logging calls cudaGetDevice, which breaks the forked ranks.)
 #
 # usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm | --uts] [--per-host 1] [--runs 1] [--colls all|a,b,c]
 #            [--max 512M] [--iters 200] [--budget-s 0.25] [--no-mps] [--run-timeout 300]
-#            [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8]
+#            [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8] [--plugin LIB --net NAME]
 #            [--also "VAR=VALUE ..."]   (ours once more with these settings, up to 4M, e.g. NCCL_MAX_NCHANNELS=1)
 # collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter
 # Output: ${OUT:-./net-out}/net/: one log per run ({ours,ref}.K.log, ours_p2p.1.log, ours_also.1.log),
@@ -32,7 +36,7 @@ set -u
 export NCCL_NVLS_ENABLE=0
 
 NRANKS=2; GPUS=1; PERHOST=1; SHM=0; UTS=0; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
-RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300
+RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
 REF_DIR=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
@@ -54,7 +58,9 @@ while [ $# -gt 0 ]; do
     --ref-dir) REF_DIR=$2; shift ;;
     --ceiling-channels) CH=$2; shift ;;
     --also) ALSO=$2; shift ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    --plugin) PLUGIN=$2; shift ;;
+    --net) PLUGIN_NET=$2; shift ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "net_bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -86,6 +92,13 @@ LAYOUT=(--gpus "$GPUS"); WHAT="each its own NCCL_HOSTID"
 [ $SHM = 1 ] && LAYOUT+=(--one-host) && WHAT="one host, SHM (NCCL_P2P_DISABLE=1)"
 [ $UTS = 1 ] && LAYOUT+=(--uts) && WHAT="each its own host name (UTS namespace)"
 [ "$PERHOST" != 1 ] && LAYOUT+=(--per-host "$PERHOST") && WHAT="$PERHOST a host, hosts by ${WHAT#each its own }"
+if [ -n "$PLUGIN" ]; then
+  [ -f "$PLUGIN" ] || { echo "net_bench: no net plugin at $PLUGIN" >&2; exit 2; }
+  [ -n "$PLUGIN_NET" ] || { echo "net_bench: --plugin wants --net NAME, the plugin's net name" >&2; exit 2; }
+  PLUGIN=$(cd "$(dirname "$PLUGIN")" && pwd)/$(basename "$PLUGIN")
+  export NCCL_NET_PLUGIN=$PLUGIN NCCL_NET=$PLUGIN_NET
+  WHAT="$WHAT, net $PLUGIN_NET of plugin $(basename "$PLUGIN")"
+fi
 FAILS=0
 run() {  # run NAME.K LIBDIR [VAR=VALUE...]
   echo "net_bench: $1 ${*:3}"
@@ -120,6 +133,8 @@ ALSO_MAX=$(awk -v m="$MAX" 'BEGIN { v = m + 0; u = substr(m, length(m))
 CEIL=$ROOT/target/release/examples/net_ceiling
 if [ $SHM = 1 ]; then
   echo "not run: --shm moves no byte through sockets" >"$OUTDIR/ceiling.log"
+elif [ -n "$PLUGIN" ]; then
+  echo "not run: the ceiling measures the built-in Socket net, not a plugin" >"$OUTDIR/ceiling.log"
 elif [ -x "$CEIL" ]; then
   timeout -k 5 60 "$CEIL" "$CH" 3 512 >"$OUTDIR/ceiling.log" 2>&1
 else
