@@ -471,7 +471,8 @@ impl NetTransport {
         net_name: &str,
         alloc: &dyn Fn(usize) -> Result<HostBlock>,
     ) -> Result<NetTransport> {
-        let layout = Layout { slot_bytes: setup.fifo_bytes / crate::abi::FN_NSTEPS as usize };
+        let layout =
+            Layout { slot_bytes: setup.fifo_bytes / crate::abi::FN_NSTEPS as usize, one_message: !setup.net.builtin() };
         let proxy = Proxy::for_device(setup.dev)?;
         // A dead peer fails all its connections at once: the first says so, the rest only log.
         let (hook, told) = (setup.fault.clone(), Arc::new(AtomicBool::new(false)));

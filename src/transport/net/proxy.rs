@@ -15,6 +15,8 @@
 //!   kernel has freed that slot (`head`), then a receive of exactly that many bytes into that
 //!   protocol's slot; when the data lands it moves `tail` (after a release fence), which the
 //!   kernel waits for (Simple, LL128; LL's receiver polls the lines' flags).
+//! - Through a net plugin a small step's word and bytes go as one message, staged in the block
+//!   and copied into the protocol's slot on arrival ([`Layout::one_message`]).
 //!
 //! The block's layout is `block`'s.
 //!

@@ -113,8 +113,44 @@ fn setup(names: &[&str], faults: &Faults) -> Setup {
     }
 }
 
+/// The built-in Socket net dressed as a plugin: the proxy then sends a small step as one message
+/// (`Layout::one_message`), as it does through plugins, over sockets these tests can drive.
+struct AsPlugin(Arc<dyn Net>);
+
+impl Net for AsPlugin {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn devices(&self) -> usize {
+        self.0.devices()
+    }
+    fn properties(&self, dev: usize) -> Result<super::super::Properties> {
+        self.0.properties(dev)
+    }
+    fn listen(&self, dev: usize) -> Result<(Handle, Box<dyn super::super::Listener>)> {
+        self.0.listen(dev)
+    }
+    fn connect(&self, dev: usize, handle: &Handle) -> Result<Box<dyn Connecting>> {
+        self.0.connect(dev, handle)
+    }
+}
+
+/// `setup`, its net taken for a plugin when `plugin`.
+fn setup_as(names: &[&str], faults: &Faults, plugin: bool) -> Setup {
+    let mut s = setup(names, faults);
+    if plugin {
+        s.net = Arc::new(AsPlugin(s.net));
+    }
+    s
+}
+
 /// Two ranks in threads, through the bootstrap: the whole connect path.
 fn connect_pair(channels: usize) -> [(NetTransport, Faults); 2] {
+    connect_pair_as(channels, false)
+}
+
+/// As [`connect_pair`], the net taken for a plugin when `plugin`.
+fn connect_pair_as(channels: usize, plugin: bool) -> [(NetTransport, Faults); 2] {
     let id = new_unique_id().unwrap();
     let hs: Vec<_> = (0..2)
         .map(|r| {
@@ -122,8 +158,8 @@ fn connect_pair(channels: usize) -> [(NetTransport, Faults); 2] {
                 let bs = Bootstrap::init(&id, r, 2, LIMIT).unwrap();
                 let faults = Faults::default();
                 let conns: Vec<_> = (0..channels).map(|ch| (1 - r, ch)).collect();
-                let t = NetTransport::connect(&bs, &conns, &setup(&["rank 0", "rank 1"], &faults), &HostBlock::plain)
-                    .unwrap();
+                let su = setup_as(&["rank 0", "rank 1"], &faults, plugin);
+                let t = NetTransport::connect(&bs, &conns, &su, &HostBlock::plain).unwrap();
                 // Nobody leaves (closing its bootstrap) before both are connected.
                 bs.barrier().unwrap();
                 (t, faults)
@@ -137,8 +173,20 @@ fn connect_pair(channels: usize) -> [(NetTransport, Faults); 2] {
 
 #[test]
 fn steps_cross_byte_for_byte_in_every_protocol() {
-    let [(t0, f0), (t1, f1)] = connect_pair(2);
+    steps_cross_byte_for_byte(false);
+}
+
+/// Through a plugin a step of up to `INLINE_MAX` bytes crosses as one message and is copied into
+/// its protocol's slot: the same steps, the small ones inline, the large ones in two messages.
+#[test]
+fn steps_cross_byte_for_byte_in_every_protocol_through_a_plugin() {
+    steps_cross_byte_for_byte(true);
+}
+
+fn steps_cross_byte_for_byte(plugin: bool) {
+    let [(t0, f0), (t1, f1)] = connect_pair_as(2, plugin);
     let l = t0.layout();
+    assert_eq!(l.one_message, plugin);
     thread::scope(|sc| {
         for ch in 0..2 {
             for (a, b, peer_of_a) in [(&t0, &t1, 1), (&t1, &t0, 0)] {
@@ -171,7 +219,16 @@ fn steps_cross_byte_for_byte_in_every_protocol() {
 /// slots, the last line of each step stored late.
 #[test]
 fn untailed_ll_steps_go_out_once_every_line_carries_its_flag() {
-    let [(t0, f0), (t1, f1)] = connect_pair(1);
+    untailed_ll_steps(false);
+}
+
+#[test]
+fn untailed_ll_steps_go_out_whole_through_a_plugin() {
+    untailed_ll_steps(true);
+}
+
+fn untailed_ll_steps(plugin: bool) {
+    let [(t0, f0), (t1, f1)] = connect_pair_as(1, plugin);
     let l = t0.layout();
     let (sb, rb) = (t0.block(1, 0).unwrap(), t1.block(0, 0).unwrap());
     let stride = l.stride(FN_PROTO_LL);
@@ -474,13 +531,18 @@ fn introductions_are_checked() {
 
 /// Rank 0 runs the transport; the test plays rank 1 by hand on its raw links.
 fn half_pair() -> (NetTransport, Faults, Vec<Link>) {
+    half_pair_as(false)
+}
+
+/// As [`half_pair`], the net taken for a plugin when `plugin`.
+fn half_pair_as(plugin: bool) -> (NetTransport, Faults, Vec<Link>) {
     let c = cred();
     let (l0, l1, challenges) = links_pair(1, c, |_| {});
     let faults = Faults::default();
     let names = ["rank 0".to_string(), "rank 1 (host h1, pid 9)".to_string()];
     let handles = [[0u8; super::super::HANDLE_BYTES]; 2];
     let who = Peers { rank: 0, handles: &handles, challenges: &challenges, names: &names, cred: c };
-    let s = setup(&["rank 0", "rank 1 (host h1, pid 9)"], &faults);
+    let s = setup_as(&["rank 0", "rank 1 (host h1, pid 9)"], &faults, plugin);
     (NetTransport::start(l0, &s, &who, "Socket", &HostBlock::plain).unwrap(), faults, l1)
 }
 
@@ -503,6 +565,30 @@ fn garbage_size_words_fail_the_connection_naming_the_peer() {
     assert!(m.contains("rank 1 (host h1, pid 9), channel 0") && m.contains("garbage"), "{m}");
     // The tail never moved: the kernel saw nothing.
     assert_eq!(t0.block(1, 0).unwrap().load_u64(proxy::RECV_TAIL), 0);
+}
+
+/// Through a plugin the first message of a step is its size word alone or the whole step; one
+/// whose length is neither (here 8 bytes more than its word announces, then a word cut short)
+/// fails the connection, naming the peer, and the kernel sees nothing.
+#[test]
+fn one_message_steps_of_the_wrong_length_fail_the_connection() {
+    for (extra, cut) in [(8usize, false), (0, true)] {
+        let (t0, faults, mut l1) = half_pair_as(true);
+        assert!(t0.layout().one_message);
+        let (_, _, send, _) = &mut l1[0];
+        // A Simple step of 32 bytes, sent with 32 + `extra` data bytes, or 3 bytes of a word.
+        let mut msg = vec![0u8; 16 + 32 + extra];
+        msg[..4].copy_from_slice(&(32u32 | crate::abi::FN_PROTO_SIMPLE << FN_SIZE_PROTO_SHIFT).to_le_bytes());
+        let len = if cut { 3 } else { msg.len() };
+        let mr = send.reg_mr(msg.as_mut_ptr(), msg.len(), PtrKind::Host).unwrap();
+        // SAFETY: `msg` lives until the end of the iteration, after the send completed.
+        let r = unsafe { send.isend(msg.as_ptr(), len, 1, &mr) }.unwrap().unwrap();
+        wait_for("the message to go out", || send.test(&r).unwrap().is_some());
+        let m = wait_fault(&faults);
+        assert!(m.contains("rank 1 (host h1, pid 9), channel 0"), "{m}");
+        assert!(m.contains(if cut { "expected 4" } else { "announces 32 bytes" }), "{m}");
+        assert_eq!(t0.block(1, 0).unwrap().load_u64(proxy::RECV_TAIL), 0);
+    }
 }
 
 #[test]

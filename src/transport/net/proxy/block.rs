@@ -1,7 +1,7 @@
 //! A NET connection's host block: the memory its kernels and the proxy thread share (pinned host
 //! memory mapped for the GPU), and where the counters, size words and FIFOs sit in it.
 
-use crate::abi::{FN_NUM_PROTOS, FN_SIZE_PROTO_SHIFT};
+use crate::abi::{FN_NSTEPS, FN_NUM_PROTOS, FN_SIZE_PROTO_SHIFT};
 use crate::error::{Error, Result};
 use crate::transport::fifo;
 
@@ -27,11 +27,28 @@ pub const SIZE_EMPTY: u32 = crate::abi::FN_SIZE_EMPTY;
 /// The bytes of a size word; the rest of its 32 bits is the protocol.
 const SIZE_MASK: u32 = (1 << FN_SIZE_PROTO_SHIFT) - 1;
 
+/// Bytes of a step's data that travel in one message with its size word, when the net does not
+/// merge the two itself ([`Layout::one_message`]): every LL step but the largest, and small
+/// Simple and LL128 steps. Above it a copy on each side costs more than the second message.
+pub const INLINE_MAX: usize = 8 << 10;
+/// Where the data of a one-message step starts: after its size word, 16-byte aligned for LL's
+/// lines.
+pub const INLINE_DATA: usize = 16;
+/// Bytes between consecutive one-message slots (the size word's 16 and the data, in 128-byte
+/// lines).
+const INLINE_STRIDE: usize = INLINE_DATA + INLINE_MAX + 112;
+
 /// Where each protocol's slots sit in a connection's host block (`slot_bytes`: NCCL_BUFFSIZE's
 /// Simple slot), in the layout of every connection's FIFOs (`transport::fifo`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub slot_bytes: usize,
+    /// A step of at most [`INLINE_MAX`] bytes crosses as one message, its size word and then its
+    /// data, staged in the block past the FIFOs and copied into the protocol's slot on arrival
+    /// (docs/NET.md, "One message per small step"). For nets that send each message on its own
+    /// (plugins); the built-in Socket net already puts a step's two messages in one `sendmsg`
+    /// and lands the data in its slot with no copy.
+    pub one_message: bool,
 }
 
 impl Layout {
@@ -52,7 +69,30 @@ impl Layout {
 
     /// Bytes of one connection's host block.
     pub fn block_bytes(&self) -> usize {
-        FIFOS + 2 * fifo::bytes(self.slot_bytes)
+        let staged = if self.one_message { 2 * FN_NSTEPS as usize * INLINE_STRIDE } else { 0 };
+        FIFOS + 2 * fifo::bytes(self.slot_bytes) + staged
+    }
+
+    /// Offset of slot `slot` of the sender's one-message staging area (size word, then data).
+    pub fn send_inline(&self, slot: usize) -> usize {
+        debug_assert!(self.one_message);
+        FIFOS + 2 * fifo::bytes(self.slot_bytes) + slot * INLINE_STRIDE
+    }
+
+    /// Offset of slot `slot` of the receiver's landing area, where each step's first message
+    /// lands (a size word alone, or a one-message step).
+    pub fn recv_inline(&self, slot: usize) -> usize {
+        self.send_inline(FN_NSTEPS as usize + slot)
+    }
+
+    /// Bytes a landing slot takes: the largest one-message step.
+    pub fn inline_bytes(&self) -> usize {
+        INLINE_DATA + INLINE_MAX
+    }
+
+    /// Whether the step of `bytes` crosses as one message.
+    pub fn inline(&self, bytes: usize) -> bool {
+        self.one_message && bytes <= INLINE_MAX
     }
 
     /// Checks a size word (from our kernel or from the peer): a protocol we have and no more
@@ -179,17 +219,32 @@ mod tests {
 
     #[test]
     fn layout_fits_and_aligns() {
-        let l = Layout { slot_bytes: 1 << 19 };
-        let mut ends = Vec::new();
-        for p in 0..FN_NUM_PROTOS {
-            for off in [l.send_fifo(p), l.recv_fifo(p)] {
-                assert_eq!(off % 128, 0, "protocol {p}: LL128 lines and vector stores need alignment");
-                ends.push((off, off + FN_NSTEPS as usize * l.stride(p)));
+        for one_message in [false, true] {
+            let l = Layout { slot_bytes: 1 << 19, one_message };
+            let mut ends = Vec::new();
+            for p in 0..FN_NUM_PROTOS {
+                for off in [l.send_fifo(p), l.recv_fifo(p)] {
+                    assert_eq!(off % 128, 0, "protocol {p}: LL128 lines and vector stores need alignment");
+                    ends.push((off, off + FN_NSTEPS as usize * l.stride(p)));
+                }
             }
+            if one_message {
+                for slot in 0..FN_NSTEPS as usize {
+                    for off in [l.send_inline(slot), l.recv_inline(slot)] {
+                        assert_eq!(off % 128, 0, "a staged step's LL lines need alignment");
+                        ends.push((off, off + l.inline_bytes()));
+                    }
+                }
+                assert!(l.inline(INLINE_MAX) && !l.inline(INLINE_MAX + 1));
+                assert!(l.stride(FN_PROTO_LL) > INLINE_MAX, "the largest LL steps take two messages");
+            } else {
+                assert!(!l.inline(0), "the built-in net merges the messages itself");
+            }
+            ends.sort();
+            assert!(ends[0].0 >= FIFOS && ends.windows(2).all(|w| w[0].1 <= w[1].0), "areas overlap: {ends:?}");
+            assert!(ends.last().unwrap().1 <= l.block_bytes() && l.block_bytes() - ends.last().unwrap().1 < 128);
         }
-        ends.sort();
-        assert!(ends[0].0 >= FIFOS && ends.windows(2).all(|w| w[0].1 <= w[1].0), "FIFOs overlap: {ends:?}");
-        assert_eq!(ends.last().unwrap().1, l.block_bytes());
+        let l = Layout { slot_bytes: 1 << 19, one_message: false };
         assert!(RECV_SIZES + 4 * FN_NSTEPS as usize <= GOODBYE_AT && GOODBYE_AT + 4 <= SEND_WORDS);
         assert!(SEND_WORDS + 4 * FN_NSTEPS as usize <= FIFOS);
         assert!(l.decode(GOODBYE).is_err(), "a goodbye is never a step");
@@ -198,7 +253,7 @@ mod tests {
 
     #[test]
     fn size_words_are_bounded() {
-        let l = Layout { slot_bytes: 1 << 16 };
+        let l = Layout { slot_bytes: 1 << 16, one_message: false };
         let w = |p: u32, b: u32| b | p << FN_SIZE_PROTO_SHIFT;
         assert_eq!(l.decode(w(FN_PROTO_SIMPLE, 1 << 16)), Ok((FN_PROTO_SIMPLE, 1 << 16)));
         assert_eq!(l.decode(w(FN_PROTO_LL, 0)), Ok((FN_PROTO_LL, 0)));

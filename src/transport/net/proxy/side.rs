@@ -6,7 +6,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 
 use super::block::{
-    HostBlock, Layout, RECV_HEAD, RECV_SIZES, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS, SIZE_EMPTY,
+    HostBlock, Layout, INLINE_DATA, RECV_HEAD, RECV_SIZES, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS,
+    SIZE_EMPTY,
 };
 use super::{Trace, GOODBYE, NSTEPS, TAG_DATA, TAG_SIZE};
 use crate::abi::FN_PROTO_LL;
@@ -45,7 +46,6 @@ impl SendSide {
     }
 
     pub(super) fn progress(&mut self, blk: &HostBlock, layout: &Layout) -> Result<bool> {
-        let mr = self.mr.as_ref().expect("registered while in the proxy");
         let mut moved = false;
         let tail = blk.load_u64(SEND_TAIL);
         // Simple and LL128 steps: the kernel stores the size word and the slot before the tail
@@ -67,28 +67,51 @@ impl SendSide {
                 break;
             }
             fence(Ordering::Acquire);
+            if layout.inline(bytes) {
+                // One message: the word, then the data, staged together.
+                let stage = layout.send_inline(slot);
+                blk.store_u32(stage, word);
+                // SAFETY: the slot's `bytes` are the kernel's finished step (as for the send
+                // below), and the staging slot is ours alone until this step's send completes;
+                // the two do not overlap.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(blk.ptr(at, bytes), blk.ptr(stage + INLINE_DATA, bytes), bytes)
+                };
+                // SAFETY: the staging slot stays put until head passes this step, which waits for
+                // this send.
+                let Some(r) = (unsafe {
+                    self.comm.isend(
+                        blk.ptr(stage, INLINE_DATA + bytes),
+                        INLINE_DATA + bytes,
+                        TAG_SIZE,
+                        registered(&self.mr),
+                    )?
+                }) else {
+                    break;
+                };
+                self.taken(blk, size_at, r, tail, bytes);
+                moved = true;
+                continue;
+            }
             if !self.size_sent {
                 let out = SEND_WORDS + 4 * slot;
                 blk.store_u32(out, word);
                 // SAFETY: our copy of the word stays put until head passes this step, which
                 // waits for the data send posted after this one.
-                let Some(r) = (unsafe { self.comm.isend(blk.ptr(out, 4), 4, TAG_SIZE, mr)? }) else { break };
+                let Some(r) = (unsafe { self.comm.isend(blk.ptr(out, 4), 4, TAG_SIZE, registered(&self.mr))? }) else {
+                    break;
+                };
                 self.inflight.push_back((r, None));
                 self.size_sent = true;
                 moved = true;
             }
             // SAFETY: the kernel does not write this slot again before head passes the step,
             // which happens only once this send has completed.
-            let Some(r) = (unsafe { self.comm.isend(blk.ptr(at, bytes), bytes, TAG_DATA, mr)? }) else { break };
-            // Taken: the kernel fills the entry again only once head has passed this step.
-            blk.store_u32(size_at, SIZE_EMPTY);
-            self.inflight.push_back((r, Some(self.posted)));
-            if let Some(t) = &mut self.trace {
-                t.step(self.posted, bytes, tail.saturating_sub(self.posted).max(1));
-            }
-            self.size_sent = false;
-            self.ll_seen = 0;
-            self.posted += 1;
+            let Some(r) = (unsafe { self.comm.isend(blk.ptr(at, bytes), bytes, TAG_DATA, registered(&self.mr))? })
+            else {
+                break;
+            };
+            self.taken(blk, size_at, r, tail, bytes);
             moved = true;
         }
         while let Some((req, step)) = self.inflight.front() {
@@ -109,10 +132,28 @@ impl SendSide {
         Ok(moved)
     }
 
+    /// Step `posted` is on its way as `r`, whose completion frees its slot.
+    fn taken(&mut self, blk: &HostBlock, size_at: usize, r: Request, tail: u64, bytes: usize) {
+        // The kernel fills the entry again only once head has passed this step.
+        blk.store_u32(size_at, SIZE_EMPTY);
+        self.inflight.push_back((r, Some(self.posted)));
+        if let Some(t) = &mut self.trace {
+            t.step(self.posted, bytes, tail.saturating_sub(self.posted).max(1));
+        }
+        self.size_sent = false;
+        self.ll_seen = 0;
+        self.posted += 1;
+    }
+
     pub(super) fn busy(&self, blk: &HostBlock) -> bool {
         let waiting = blk.load_u32(SEND_SIZES + 4 * (self.posted % NSTEPS) as usize) != SIZE_EMPTY;
         !self.inflight.is_empty() || self.posted < blk.load_u64(SEND_TAIL) || waiting
     }
+}
+
+/// The host block's registration, which a half holds from its creation to its drop.
+fn registered(mr: &Option<MemHandle>) -> &MemHandle {
+    mr.as_ref().expect("registered while in the proxy")
 }
 
 /// Whether every line of an untailed LL step, `bytes` at `at`, carries its `flag` (step + 1 in
@@ -179,10 +220,9 @@ impl RecvSide {
     }
 
     fn post(&mut self, buf: *mut u8, size: usize, tag: i32) -> Result<Option<Request>> {
-        let mr = self.mr.as_ref().expect("registered while in the proxy");
         // SAFETY: buf..buf+size is a slot of the host block, which outlives the comm (the proxy
         // entry drops the comm first), and the kernel leaves it alone until tail passes it.
-        unsafe { self.comm.irecv(&[RecvBuf { data: buf, size, tag }], &[mr]) }
+        unsafe { self.comm.irecv(&[RecvBuf { data: buf, size, tag }], &[registered(&self.mr)]) }
     }
 
     pub(super) fn progress(&mut self, blk: &HostBlock, layout: &Layout) -> Result<bool> {
@@ -198,8 +238,13 @@ impl RecvSide {
             }
             // The next step's slot is free once the kernel has consumed the step FN_NSTEPS before.
             if !self.size_pending && self.sized < blk.load_u64(RECV_HEAD) + NSTEPS {
-                let at = blk.ptr(RECV_SIZES + 4 * (self.sized % NSTEPS) as usize, 4);
-                if let Some(r) = self.post(at, 4, TAG_SIZE)? {
+                let slot = (self.sized % NSTEPS) as usize;
+                let at = match layout.one_message {
+                    true => blk.ptr(layout.recv_inline(slot), layout.inline_bytes()),
+                    false => blk.ptr(RECV_SIZES + 4 * slot, 4),
+                };
+                let room = if layout.one_message { layout.inline_bytes() } else { 4 };
+                if let Some(r) = self.post(at, room, TAG_SIZE)? {
                     self.inflight.push_back((r, Expect::Size(self.sized)));
                     self.size_pending = true;
                     moved = true;
@@ -210,23 +255,36 @@ impl RecvSide {
             let got = got.first().copied().unwrap_or(0);
             match *what {
                 Expect::Size(step) => {
-                    let word = blk.load_u32(RECV_SIZES + 4 * (step % NSTEPS) as usize);
-                    if got != 4 {
+                    let slot = (step % NSTEPS) as usize;
+                    let landed = if layout.one_message { layout.recv_inline(slot) } else { RECV_SIZES + 4 * slot };
+                    let word = blk.load_u32(landed);
+                    let whole = got != 4;
+                    if whole && !(layout.one_message && got >= INLINE_DATA) {
                         return Err(Error::Remote(format!("step {step}: a size message of {got} bytes, expected 4")));
                     }
-                    if word == GOODBYE {
+                    if word == GOODBYE && !whole {
                         self.inflight.pop_front();
                         self.peer_closed = true;
                         return Ok(true);
                     }
                     let (proto, bytes) =
                         layout.decode(word).map_err(|e| Error::Remote(format!("step {step}: garbage: {e}")))?;
-                    self.data_next = Some((step, proto, bytes));
                     if let Some(t) = &mut self.trace {
                         t.step(step, bytes, 1);
                     }
                     self.size_pending = false;
                     self.sized += 1;
+                    if !whole {
+                        self.data_next = Some((step, proto, bytes));
+                    } else if got - INLINE_DATA != bytes || !layout.inline(bytes) {
+                        return Err(Error::Remote(format!(
+                            "step {step}: a {got}-byte message whose size word announces {bytes} bytes"
+                        )));
+                    } else {
+                        let to = layout.recv_fifo(proto) + slot * layout.stride(proto);
+                        land(blk, landed + INLINE_DATA, to, bytes, proto);
+                        self.landed(blk, step);
+                    }
                 }
                 Expect::Data(step, bytes) => {
                     if got != bytes {
@@ -234,12 +292,7 @@ impl RecvSide {
                             "step {step}: {got} bytes arrived where the size word announced {bytes}"
                         )));
                     }
-                    // The data is in place before the kernel sees the tail.
-                    fence(Ordering::Release);
-                    blk.store_u64(RECV_TAIL, step + 1);
-                    if let Some(t) = &mut self.trace {
-                        t.done(step + 1);
-                    }
+                    self.landed(blk, step);
                 }
             }
             self.inflight.pop_front();
@@ -247,8 +300,33 @@ impl RecvSide {
         }
     }
 
+    /// Step `step`'s data is in its slot: the kernel may have it.
+    fn landed(&mut self, blk: &HostBlock, step: u64) {
+        // The data is in place before the kernel sees the tail.
+        fence(Ordering::Release);
+        blk.store_u64(RECV_TAIL, step + 1);
+        if let Some(t) = &mut self.trace {
+            t.done(step + 1);
+        }
+    }
+
     pub(super) fn busy(&self) -> bool {
         self.data_next.is_some() || self.inflight.iter().any(|(_, e)| matches!(e, Expect::Data(..)))
+    }
+}
+
+/// Copies a one-message step's `bytes` from where it landed to its protocol's slot. LL's
+/// receiving kernel polls the lines with no tail, so they are copied a whole 8-byte word (data and
+/// its flag) at a time, as a net's own receive writes them.
+fn land(blk: &HostBlock, from: usize, to: usize, bytes: usize, proto: u32) {
+    if proto == FN_PROTO_LL {
+        for off in (0..bytes).step_by(8) {
+            blk.store_u64(to + off, blk.load_u64(from + off));
+        }
+    } else {
+        // SAFETY: both ranges are in the block (checked by `ptr`), the landing slot is the
+        // proxy's and the FIFO slot is free until tail passes this step; they do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(blk.ptr(from, bytes), blk.ptr(to, bytes), bytes) };
     }
 }
 
