@@ -121,7 +121,9 @@ step() {
   local res=PASS
   case $rc in 0) ;; 124|137) res=TIMEOUT ;; *) res="FAIL($rc)" ;; esac
   local det
-  det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|EXIT_LIVE:|exit:|TORCH EXIT:|single_process:|mpi_per_gpu:|device_allreduce:|WINDOWS:|SYMM_MEM:|build_device_example:|TORCH CHECK:|PROFILER TRACE:|NVTX:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  # A graph step's verdict is its GRAPH: line (replays checked); the SUMMARY after it counts no matrix cases.
+  det=$(grep -E "^GRAPH:" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
+  [ -n "$det" ] || det=$(grep -E "^(OVERALL|SUMMARY|SHM:|GRAPH:|LEAK:|WATCHDOG:|FAULTS:|EXIT_LIVE:|exit:|TORCH EXIT:|single_process:|mpi_per_gpu:|device_allreduce:|WINDOWS:|SYMM_MEM:|build_device_example:|TORCH CHECK:|PROFILER TRACE:|NVTX:|HANG|TIMEOUT|FATAL)" "$LOG/$name.log" | tail -n 1 | cut -c1-70)
   record "$name" "$res" "$dt" "$det"
   echo "gpu_check:   -> $res in ${dt}s ${det}"
 }
@@ -503,6 +505,12 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
         _ "$LOG/plugin_net_v${v}_2.log" env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp$v.so" \
         "$CHK" --mode procs --devs 0,0 --hosts 2 $([ $v = 11 ] && echo "$Q" || echo --quick) --failures-only
     done
+    # Four hosts through it: forwarded ring steps, direct broadcast and reduce, each small step
+    # one message (docs/NET.md, "One message per small step").
+    step plugin_net_v11_4 net 240 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "${@:2}"; rc=$?
+      n=$(grep -c "via NET/FnTcp" "$1"); echo "connections through the plugin: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
+      _ "$LOG/plugin_net_v11_4.log" env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp11.so" \
+      "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
     # The plugin's properties size the NET channels (docs/NET.md): 10 Gbps above ran on two, the
     # fast link's communicators must report 6.
     step plugin_net_fast_2 net 200 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "${@:2}"; rc=$?
