@@ -1,7 +1,7 @@
 //! A NET connection's host block: the memory its kernels and the proxy thread share (pinned host
 //! memory mapped for the GPU), and where the counters, size words and FIFOs sit in it.
 
-use crate::abi::{FN_NSTEPS, FN_NUM_PROTOS, FN_SIZE_PROTO_SHIFT};
+use crate::abi::{FN_NSTEPS, FN_NUM_PROTOS, FN_PROTO_LL, FN_PROTO_LL128, FN_SIZE_PROTO_SHIFT};
 use crate::error::{Error, Result};
 use crate::transport::fifo;
 
@@ -95,8 +95,9 @@ impl Layout {
         self.one_message && bytes <= INLINE_MAX
     }
 
-    /// Checks a size word (from our kernel or from the peer): a protocol we have and no more
-    /// bytes than its slot holds.
+    /// Checks a size word (from our kernel or from the peer): a protocol we have, no more bytes
+    /// than its slot holds, and for LL and LL128 whole lines (16 and 128 bytes), as the kernels
+    /// write them (`kernels/prims.cuh`).
     pub(super) fn decode(&self, word: u32) -> std::result::Result<(u32, usize), String> {
         let (proto, bytes) = (word >> FN_SIZE_PROTO_SHIFT, (word & SIZE_MASK) as usize);
         if proto >= FN_NUM_PROTOS {
@@ -106,6 +107,16 @@ impl Layout {
             return Err(format!(
                 "size word {word:#010x}: {bytes} bytes for a slot of {} (protocol {proto})",
                 self.stride(proto)
+            ));
+        }
+        let line = match proto {
+            FN_PROTO_LL => 16,
+            FN_PROTO_LL128 => 128,
+            _ => 1,
+        };
+        if bytes % line != 0 {
+            return Err(format!(
+                "size word {word:#010x}: {bytes} bytes are not whole {line}-byte lines (protocol {proto})"
             ));
         }
         Ok((proto, bytes))
@@ -215,7 +226,7 @@ impl HostBlock {
 mod tests {
     use super::super::GOODBYE;
     use super::*;
-    use crate::abi::{FN_NSTEPS, FN_PROTO_LL, FN_PROTO_SIMPLE};
+    use crate::abi::FN_PROTO_SIMPLE;
 
     #[test]
     fn layout_fits_and_aligns() {
@@ -259,6 +270,11 @@ mod tests {
         assert_eq!(l.decode(w(FN_PROTO_LL, 0)), Ok((FN_PROTO_LL, 0)));
         assert!(l.decode(w(FN_PROTO_SIMPLE, (1 << 16) + 1)).is_err());
         assert!(l.decode(w(FN_PROTO_LL, 32 * 1024 + 16)).unwrap_err().contains("bytes for a slot"));
+        // LL and LL128 steps are whole lines; anything else from a peer is garbage.
+        assert!(l.decode(w(FN_PROTO_LL, 24)).unwrap_err().contains("whole 16-byte lines"));
+        assert!(l.decode(w(FN_PROTO_LL128, 192)).unwrap_err().contains("whole 128-byte lines"));
+        assert_eq!(l.decode(w(FN_PROTO_LL128, 256)), Ok((FN_PROTO_LL128, 256)));
+        assert_eq!(l.decode(w(FN_PROTO_SIMPLE, 3)), Ok((FN_PROTO_SIMPLE, 3)));
         assert!(l.decode(w(3, 8)).unwrap_err().contains("protocol 3"));
     }
 }
