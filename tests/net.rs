@@ -270,14 +270,15 @@ fn traffic_on_every_net() {
 }
 
 /// The NET transport (proxy thread and all) over every net, the plugins included: a plugin of
-/// `maxRecvs` 1 and one of the v8 ABI carry steps of every protocol as the Socket net does.
+/// `maxRecvs` 1 and one of the v8 ABI carry steps of every protocol as the Socket net does, the
+/// small ones as one message each (docs/NET.md, "One message per small step"), the larger in two.
 #[test]
 fn the_proxy_carries_steps_on_every_net() {
     for (name, out) in on_every_net("transport") {
         let want = if name.starts_with("Socket") {
-            "TRANSPORT OK over Socket".to_string()
+            "TRANSPORT OK over Socket\n".to_string()
         } else {
-            format!("TRANSPORT OK over {name}")
+            format!("TRANSPORT OK over {name}, small steps as one message")
         };
         assert!(out.contains(&want), "{name}: no {want:?}:\n{out}");
         // Closing answers goodbyes and completes every posted receive first (docs/NET.md).
@@ -560,7 +561,8 @@ fn transport() {
             }
         }
     });
-    println!("TRANSPORT OK over {}", ranks[0].1.net_name);
+    let one = if ranks[0].1.layout().one_message { ", small steps as one message" } else { "" };
+    println!("TRANSPORT OK over {}{one}", ranks[0].1.net_name);
     if let Ok(trace) = std::env::var("TEST_PROFILER_OUT") {
         let layouts: Vec<Layout> = ranks.iter().map(|(_, t)| t.layout()).collect();
         // The proxies end with the transports, stopping their events; the plugin writes its
