@@ -18,7 +18,7 @@
 //! - Through a net plugin a small step's word and bytes go as one message, staged in the block
 //!   and copied into the protocol's slot on arrival ([`Layout::one_message`]).
 //!
-//! The block's layout is `block`'s.
+//! The block's layout is `block`'s; the profiler events, `trace`'s.
 //!
 //! With a profiler plugin (docs/PLUGINS.md, "Profiler"), each direction of a connection reports
 //! its steps (`ncclProfileProxyStep`: a send from the kernel's tail to the send's completion, a
@@ -37,7 +37,6 @@
 //! A connection whose net fails (a peer gone, garbage in a size word) is reported once through
 //! its fault hook, which stops the communicator's kernels, and is not touched again.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -47,23 +46,17 @@ use parking_lot::Mutex;
 
 mod block;
 mod side;
+mod trace;
 
 use super::{RecvComm, Request, SendComm};
 use crate::abi::{FN_MAX_CHANNELS, FN_NSTEPS};
 use crate::error::{Error, Result};
-use crate::plugin::abi::{
-    ncclProfileProxyOp, ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerProxyStepRecvWait,
-    ncclProfilerProxyStepSendWait,
-};
-use crate::plugin::profiler::{Descr, Event, Profiler};
-use block::GOODBYE_AT;
-pub use block::{HostBlock, Layout, RECV_HEAD, RECV_SIZES, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SIZE_EMPTY};
+pub use block::{HostBlock, Layout, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SIZE_EMPTY};
+use block::{GOODBYE, GOODBYE_AT, NSTEPS, TAG_SIZE};
 use side::{Expect, RecvSide, SendSide};
+use trace::Trace;
+pub use trace::TraceInfo;
 
-const NSTEPS: u64 = FN_NSTEPS as u64;
-/// Tags of the two messages of a step: its size word, then its bytes.
-const TAG_SIZE: i32 = 1;
-const TAG_DATA: i32 = 2;
 /// After this long without progress (or a wake-up) the thread sleeps between polls instead of
 /// yielding.
 const SPIN: Duration = Duration::from_millis(2);
@@ -82,8 +75,6 @@ pub(crate) const HOT: Duration = Duration::from_millis(1);
 /// add noticeably to.
 const LAUNCHED: Duration = Duration::from_millis(10);
 const COLD_EVERY: u32 = 64;
-/// The size word that says "closing": its protocol bits name no protocol, so no step has it.
-const GOODBYE: u32 = u32::MAX;
 /// How long closing connections waits for their goodbyes to go out, in all.
 const GOODBYE_WAIT: Duration = Duration::from_millis(500);
 /// How long closing connections waits, before its goodbyes, for steps the kernel has handed over
@@ -92,74 +83,6 @@ const DRAIN_WAIT: Duration = Duration::from_secs(1);
 
 /// Called once with the error that ended a connection: stops the communicator and says why.
 pub type FaultHook = Arc<dyn Fn(String) + Send + Sync>;
-
-/// Who a connection is, for a profiler plugin's events.
-#[derive(Clone)]
-pub struct TraceInfo {
-    pub profiler: Arc<Profiler>,
-    pub peer: usize,
-    pub channel: usize,
-}
-
-/// One direction's open profiler events: its proxy op and the steps in flight under it (the
-/// steps first, so that they stop before their op when dropped).
-struct Trace {
-    steps: VecDeque<(u64, Event)>,
-    op: Option<Event>,
-    info: TraceInfo,
-    is_send: bool,
-    /// Bytes of the Simple slot, the proxy op's chunk size.
-    chunk: usize,
-}
-
-impl Trace {
-    fn new(info: Option<&TraceInfo>, is_send: bool, layout: &Layout) -> Option<Trace> {
-        let info = info?.clone();
-        let bits = (ncclProfileProxyOp | ncclProfileProxyStep) as i32;
-        info.profiler.wants(bits).then(|| Trace {
-            steps: VecDeque::new(),
-            op: None,
-            info,
-            is_send,
-            chunk: layout.slot_bytes,
-        })
-    }
-
-    /// Step `step` of `bytes` started: under the open proxy op, or a new one with the steps
-    /// queued now (`queued`).
-    fn step(&mut self, step: u64, bytes: usize, queued: u64) {
-        if self.op.is_none() {
-            let d = Descr::ProxyOp {
-                channel: self.info.channel as u8,
-                peer: self.info.peer as i32,
-                nsteps: queued.min(i32::MAX as u64) as i32,
-                chunk: self.chunk.min(i32::MAX as usize) as i32,
-                is_send: self.is_send,
-            };
-            self.op = self.info.profiler.start_event(&d, None);
-        }
-        let d = Descr::ProxyStep { step: step.min(i32::MAX as u64) as i32 };
-        if let Some(e) = self.info.profiler.start_event(&d, self.op.as_ref()) {
-            let state: ncclProfilerEventState_t =
-                if self.is_send { ncclProfilerProxyStepSendWait } else { ncclProfilerProxyStepRecvWait };
-            e.record_step(state, bytes);
-            self.steps.push_back((step, e));
-        }
-    }
-
-    /// Steps before `end` are done.
-    fn done(&mut self, end: u64) {
-        while self.steps.front().is_some_and(|(s, _)| *s < end) {
-            self.steps.pop_front();
-        }
-    }
-
-    /// Nothing in flight: the proxy op ends.
-    fn idle(&mut self) {
-        self.steps.clear();
-        self.op = None;
-    }
-}
 
 /// One connection (a peer on a channel) in the proxy: its two comms and their host block.
 pub struct Entry {
@@ -345,7 +268,7 @@ impl Entry {
                 Ok(None) => break,
                 Ok(Some(_)) => {
                     let at = match *what {
-                        Expect::Size(step) => Some(RECV_SIZES + 4 * (step % NSTEPS) as usize),
+                        Expect::Size(step) => Some(self.layout.recv_first((step % NSTEPS) as usize).0),
                         Expect::Data(..) => None,
                     };
                     self.recv.peer_closed |= at.is_some_and(|at| self.block.load_u32(at) == GOODBYE);

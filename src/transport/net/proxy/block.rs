@@ -5,6 +5,15 @@ use crate::abi::{FN_NSTEPS, FN_NUM_PROTOS, FN_PROTO_LL, FN_PROTO_LL128, FN_SIZE_
 use crate::error::{Error, Result};
 use crate::transport::fifo;
 
+/// Steps a connection has in flight at most, each in its slot.
+pub(super) const NSTEPS: u64 = FN_NSTEPS as u64;
+/// Tags of the messages of a step: its size word (alone, or followed by the step's bytes when it
+/// crosses as one message), then its bytes.
+pub(super) const TAG_SIZE: i32 = 1;
+pub(super) const TAG_DATA: i32 = 2;
+/// The size word that says "closing": its protocol bits name no protocol, so no step has it.
+pub(super) const GOODBYE: u32 = u32::MAX;
+
 /// Offsets in one connection's host block: the counters on their own 128-byte lines, then the
 /// sender's staging FIFOs, then the receiver's FIFOs (each: LL128, LL, Simple).
 pub const SEND_TAIL: usize = 0;
@@ -43,7 +52,7 @@ const INLINE_STRIDE: usize = INLINE_DATA + INLINE_MAX + 112;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub slot_bytes: usize,
-    /// A step of at most [`INLINE_MAX`] bytes crosses as one message, its size word and then its
+    /// A step of at most `INLINE_MAX` (8 KiB) crosses as one message, its size word and then its
     /// data, staged in the block past the FIFOs and copied into the protocol's slot on arrival
     /// (docs/NET.md, "One message per small step"). For nets that send each message on its own
     /// (plugins); the built-in Socket net already puts a step's two messages in one `sendmsg`
@@ -79,15 +88,14 @@ impl Layout {
         FIFOS + 2 * fifo::bytes(self.slot_bytes) + slot * INLINE_STRIDE
     }
 
-    /// Offset of slot `slot` of the receiver's landing area, where each step's first message
-    /// lands (a size word alone, or a one-message step).
-    pub fn recv_inline(&self, slot: usize) -> usize {
-        self.send_inline(FN_NSTEPS as usize + slot)
-    }
-
-    /// Bytes a landing slot takes: the largest one-message step.
-    pub fn inline_bytes(&self) -> usize {
-        INLINE_DATA + INLINE_MAX
+    /// Where the first message of the step at `slot` lands, and the most bytes it may be: its
+    /// size word alone, or with [`Layout::one_message`] the whole step, in the receiver's
+    /// landing slots past the sender's staging slots.
+    pub fn recv_first(&self, slot: usize) -> (usize, usize) {
+        match self.one_message {
+            true => (self.send_inline(FN_NSTEPS as usize + slot), INLINE_DATA + INLINE_MAX),
+            false => (RECV_SIZES + 4 * slot, 4),
+        }
     }
 
     /// Whether the step of `bytes` crosses as one message.
@@ -241,15 +249,18 @@ mod tests {
             }
             if one_message {
                 for slot in 0..FN_NSTEPS as usize {
-                    for off in [l.send_inline(slot), l.recv_inline(slot)] {
+                    let (landing, room) = l.recv_first(slot);
+                    assert_eq!(room, INLINE_DATA + INLINE_MAX);
+                    for off in [l.send_inline(slot), landing] {
                         assert_eq!(off % 128, 0, "a staged step's LL lines need alignment");
-                        ends.push((off, off + l.inline_bytes()));
+                        ends.push((off, off + room));
                     }
                 }
                 assert!(l.inline(INLINE_MAX) && !l.inline(INLINE_MAX + 1));
                 assert!(l.stride(FN_PROTO_LL) > INLINE_MAX, "the largest LL steps take two messages");
             } else {
                 assert!(!l.inline(0), "the built-in net merges the messages itself");
+                assert_eq!(l.recv_first(3), (RECV_SIZES + 12, 4), "a size word alone");
             }
             ends.sort();
             assert!(ends[0].0 >= FIFOS && ends.windows(2).all(|w| w[0].1 <= w[1].0), "areas overlap: {ends:?}");

@@ -6,10 +6,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 
 use super::block::{
-    HostBlock, Layout, INLINE_DATA, RECV_HEAD, RECV_SIZES, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS,
-    SIZE_EMPTY,
+    HostBlock, Layout, INLINE_DATA, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS, SIZE_EMPTY,
 };
-use super::{Trace, GOODBYE, NSTEPS, TAG_DATA, TAG_SIZE};
+use super::block::{GOODBYE, NSTEPS, TAG_DATA, TAG_SIZE};
+use super::trace::Trace;
 use crate::abi::FN_PROTO_LL;
 use crate::error::{Error, Result};
 use crate::transport::net::{MemHandle, RecvBuf, RecvComm, Request, SendComm};
@@ -238,13 +238,8 @@ impl RecvSide {
             }
             // The next step's slot is free once the kernel has consumed the step FN_NSTEPS before.
             if !self.size_pending && self.sized < blk.load_u64(RECV_HEAD) + NSTEPS {
-                let slot = (self.sized % NSTEPS) as usize;
-                let at = match layout.one_message {
-                    true => blk.ptr(layout.recv_inline(slot), layout.inline_bytes()),
-                    false => blk.ptr(RECV_SIZES + 4 * slot, 4),
-                };
-                let room = if layout.one_message { layout.inline_bytes() } else { 4 };
-                if let Some(r) = self.post(at, room, TAG_SIZE)? {
+                let (at, room) = layout.recv_first((self.sized % NSTEPS) as usize);
+                if let Some(r) = self.post(blk.ptr(at, room), room, TAG_SIZE)? {
                     self.inflight.push_back((r, Expect::Size(self.sized)));
                     self.size_pending = true;
                     moved = true;
@@ -256,7 +251,7 @@ impl RecvSide {
             match *what {
                 Expect::Size(step) => {
                     let slot = (step % NSTEPS) as usize;
-                    let landed = if layout.one_message { layout.recv_inline(slot) } else { RECV_SIZES + 4 * slot };
+                    let landed = layout.recv_first(slot).0;
                     let word = blk.load_u32(landed);
                     let whole = got != 4;
                     if whole && !(layout.one_message && got >= INLINE_DATA) {
