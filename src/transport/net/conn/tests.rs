@@ -593,7 +593,18 @@ fn one_message_steps_of_the_wrong_length_fail_the_connection() {
 
 #[test]
 fn a_peer_gone_mid_transfer_is_named_promptly() {
-    let (t0, faults, l1) = half_pair();
+    peer_gone_mid_transfer(false);
+}
+
+/// The same through a plugin, where the steps in flight are one-message steps.
+#[test]
+fn a_peer_gone_mid_transfer_is_named_promptly_through_a_plugin() {
+    peer_gone_mid_transfer(true);
+}
+
+fn peer_gone_mid_transfer(plugin: bool) {
+    let (t0, faults, l1) = half_pair_as(plugin);
+    assert_eq!(t0.layout().one_message, plugin);
     let l = t0.layout();
     // Rank 0's kernel sends more steps than the peer ever takes; the peer closes its comms.
     let b = t0.block(1, 0).unwrap().clone();
