@@ -196,6 +196,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "exit_live: --procs must be 1 (one process, --ranks ranks) or equal --ranks; --hosts must divide the ranks\n");
     return 2;
   }
+  // Several ranks of one process on one GPU: their kernels wait for each other, which CUDA's lazy
+  // module loading can deadlock, so the library warns unless loading is eager. This job runs as a
+  // user told so would (docs/ARCHITECTURE.md, "Testing on GPUs"); a value set outside stays.
+  if (procs == 1 && ranks > 1) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   printf("exit_live: %d iterations, %d process(es), %d ranks on GPU 0%s, seed %u\n", iters, procs, ranks,
          hosts ? " in hosts (NCCL_HOSTID)" : "", seed);
   fflush(stdout);
