@@ -8,13 +8,15 @@
 //!
 //! - **send** (`side::SendSide`): once the kernel has handed over the next step (its `tail` is
 //!   past it, or, for an LL step, which publishes no tail, its size word is there and every line
-//!   carries the step's flag) and fewer than `FN_NSTEPS` steps are in flight, it sends the step's
-//!   size word (bytes and protocol) and then the bytes of that protocol's slot, and empties the
-//!   word; when the data send completes it moves `head`, which frees the slot for the kernel.
+//!   carries the step's flag) and fewer than `FN_NSTEPS` steps, and less than a slot's bytes, are
+//!   in flight, it sends the step's size word (bytes and protocol) and then the bytes of that
+//!   protocol's slot, and empties the word; when the data send completes it moves `head`, which
+//!   frees the slot for the kernel.
 //! - **receive** (`side::RecvSide`): it posts a receive for the next step's size word once the
 //!   kernel has freed that slot (`head`), then a receive of exactly that many bytes into that
 //!   protocol's slot; when the data lands it moves `tail` (after a release fence), which the
-//!   kernel waits for (Simple, LL128; LL's receiver polls the lines' flags).
+//!   kernel waits for (Simple, LL128; LL's receiver polls the lines' flags). One step lands a
+//!   round, so that each direction gets its turn (docs/NET.md, "One step a turn").
 //! - Through a net plugin a small step's word and bytes go as one message, staged in the block
 //!   and copied into the protocol's slot on arrival ([`Layout::one_message`]).
 //!

@@ -25,8 +25,10 @@ pub(super) struct SendSide {
     pub(super) size_sent: bool,
     /// Lines of the untailed LL step `posted` already seen carrying its flag.
     ll_seen: usize,
-    /// Requests in posting order, with the step a data send completes.
-    pub(super) inflight: VecDeque<(Request, Option<u64>)>,
+    /// Requests in posting order, with the step and bytes a data send completes.
+    pub(super) inflight: VecDeque<(Request, Option<(u64, usize)>)>,
+    /// Bytes of the data sends posted and not completed.
+    unsent: usize,
     pub(super) trace: Option<Trace>,
 }
 
@@ -41,10 +43,16 @@ impl SendSide {
             size_sent: false,
             ll_seen: 0,
             inflight: VecDeque::new(),
+            unsent: 0,
             trace,
         }
     }
 
+    /// Hands the kernel's finished steps to the net while less than a slot's bytes are posted and
+    /// not sent (one step at least), and completes the sends that are done. A plugin sends inside
+    /// its `test`, on this thread, as much as the socket takes of everything posted: bounded
+    /// so, one direction's turn cannot keep the thread from the other (docs/NET.md, "One step a
+    /// turn").
     pub(super) fn progress(&mut self, blk: &HostBlock, layout: &Layout) -> Result<bool> {
         let mut moved = false;
         let tail = blk.load_u64(SEND_TAIL);
@@ -64,6 +72,9 @@ impl SendSide {
             let at = layout.send_fifo(proto) + slot * layout.stride(proto);
             let flag = (self.posted + 1) as u32;
             if self.posted >= tail && !(proto == FN_PROTO_LL && ll_complete(&mut self.ll_seen, flag, blk, at, bytes)) {
+                break;
+            }
+            if !self.size_sent && self.unsent > 0 && self.unsent + bytes > layout.slot_bytes {
                 break;
             }
             fence(Ordering::Acquire);
@@ -118,8 +129,9 @@ impl SendSide {
             if self.comm.test(req)?.is_none() {
                 break;
             }
-            if let Some(s) = *step {
+            if let Some((s, bytes)) = *step {
                 self.done = s + 1;
+                self.unsent -= bytes;
                 fence(Ordering::Release);
                 blk.store_u64(SEND_HEAD, self.done);
                 if let Some(t) = &mut self.trace {
@@ -136,7 +148,8 @@ impl SendSide {
     fn taken(&mut self, blk: &HostBlock, size_at: usize, r: Request, tail: u64, bytes: usize) {
         // The kernel fills the entry again only once head has passed this step.
         blk.store_u32(size_at, SIZE_EMPTY);
-        self.inflight.push_back((r, Some(self.posted)));
+        self.inflight.push_back((r, Some((self.posted, bytes))));
+        self.unsent += bytes;
         if let Some(t) = &mut self.trace {
             t.step(self.posted, bytes, tail.saturating_sub(self.posted).max(1));
         }
@@ -225,8 +238,11 @@ impl RecvSide {
         unsafe { self.comm.irecv(&[RecvBuf { data: buf, size, tag }], &[registered(&self.mr)]) }
     }
 
+    /// Posts what can be posted and lands at most one step a call; steps that arrived behind it
+    /// wait for the next round, after every other connection's halves had their turn (a
+    /// plugin's receive copies the bytes on this thread: docs/NET.md, "One step a turn").
     pub(super) fn progress(&mut self, blk: &HostBlock, layout: &Layout) -> Result<bool> {
-        let mut moved = false;
+        let (mut moved, mut turn_over) = (false, false);
         loop {
             if let Some((step, proto, bytes)) = self.data_next {
                 let slot = (step % NSTEPS) as usize;
@@ -245,7 +261,7 @@ impl RecvSide {
                     moved = true;
                 }
             }
-            let Some((req, what)) = self.inflight.front() else { return Ok(moved) };
+            let Some((req, what)) = self.inflight.front().filter(|_| !turn_over) else { return Ok(moved) };
             let Some(got) = self.comm.test(req)? else { return Ok(moved) };
             let got = got.first().copied().unwrap_or(0);
             match *what {
@@ -279,6 +295,8 @@ impl RecvSide {
                         let to = layout.recv_fifo(proto) + slot * layout.stride(proto);
                         land(blk, landed + INLINE_DATA, to, bytes, proto);
                         self.landed(blk, step);
+                        (moved, turn_over) = (true, true);
+                        continue;
                     }
                 }
                 Expect::Data(step, bytes) => {
@@ -288,6 +306,8 @@ impl RecvSide {
                         )));
                     }
                     self.landed(blk, step);
+                    (moved, turn_over) = (true, true);
+                    continue;
                 }
             }
             self.inflight.pop_front();
@@ -295,8 +315,9 @@ impl RecvSide {
         }
     }
 
-    /// Step `step`'s data is in its slot: the kernel may have it.
+    /// Step `step`'s data is in its slot, from the receive at the front: the kernel may have it.
     fn landed(&mut self, blk: &HostBlock, step: u64) {
+        self.inflight.pop_front();
         // The data is in place before the kernel sees the tail.
         fence(Ordering::Release);
         blk.store_u64(RECV_TAIL, step + 1);
@@ -331,6 +352,138 @@ impl Drop for RecvSide {
             if let Err(e) = self.comm.dereg_mr(mr) {
                 crate::nccl_warn!("NET: deregistering a receive FIFO failed: {e}");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::FN_NSTEPS;
+    use crate::abi::{FN_PROTO_SIMPLE, FN_SIZE_PROTO_SHIFT};
+    use crate::transport::net::{PtrKind, SendComm};
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    use std::sync::Arc;
+
+    /// A receive comm whose peer has already sent `messages`: each receive takes the next one.
+    struct Arrived {
+        messages: VecDeque<Vec<u8>>,
+        posted: VecDeque<(*mut u8, usize)>,
+    }
+
+    // SAFETY: only the test's thread uses it.
+    unsafe impl Send for Arrived {}
+
+    impl RecvComm for Arrived {
+        fn reg_mr(&mut self, _: *mut u8, _: usize, _: PtrKind) -> Result<MemHandle> {
+            Ok(MemHandle(1))
+        }
+        fn dereg_mr(&mut self, _: MemHandle) -> Result<()> {
+            Ok(())
+        }
+        unsafe fn irecv(&mut self, bufs: &[RecvBuf], _: &[&MemHandle]) -> Result<Option<Request>> {
+            self.posted.push_back((bufs[0].data, bufs[0].size));
+            Ok(Some(Request(self.posted.len())))
+        }
+        fn iflush(&mut self, _: &[RecvBuf], _: &[&MemHandle]) -> Result<Option<Request>> {
+            Ok(None)
+        }
+        fn test(&mut self, _: &Request) -> Result<Option<Vec<usize>>> {
+            let (Some(&(buf, room)), Some(m)) = (self.posted.front(), self.messages.front()) else { return Ok(None) };
+            assert!(m.len() <= room, "a message longer than its receive");
+            // SAFETY: the buffer was posted with `room` bytes, which the message fits.
+            unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), buf, m.len()) };
+            self.posted.pop_front();
+            Ok(Some(vec![self.messages.pop_front().unwrap().len()]))
+        }
+    }
+
+    /// A send comm that keeps every send in flight until the test says the net took them all,
+    /// through `open`; counts the bytes posted.
+    struct Slow {
+        posted: Arc<AtomicUsize>,
+        open: Arc<AtomicBool>,
+    }
+
+    impl SendComm for Slow {
+        fn reg_mr(&mut self, _: *mut u8, _: usize, _: PtrKind) -> Result<MemHandle> {
+            Ok(MemHandle(1))
+        }
+        fn dereg_mr(&mut self, _: MemHandle) -> Result<()> {
+            Ok(())
+        }
+        unsafe fn isend(&mut self, _: *const u8, size: usize, _: i32, _: &MemHandle) -> Result<Option<Request>> {
+            self.posted.fetch_add(size, Relaxed);
+            Ok(Some(Request(size)))
+        }
+        fn test(&mut self, req: &Request) -> Result<Option<usize>> {
+            Ok(self.open.load(Relaxed).then_some(req.0))
+        }
+    }
+
+    /// Steps the kernel handed over go to the net while less than a slot's bytes are posted and
+    /// not yet sent, one step at least; the rest follow as sends complete.
+    #[test]
+    fn a_turn_posts_a_slot_of_bytes() {
+        let layout = Layout { slot_bytes: 1 << 16, one_message: false };
+        let blk = HostBlock::plain(layout.block_bytes()).unwrap();
+        let bytes = 40 << 10;
+        for slot in 0..FN_NSTEPS as usize {
+            blk.store_u32(SEND_SIZES + 4 * slot, SIZE_EMPTY);
+        }
+        // Three Simple steps of 40 KiB each: two would be more than the 64 KiB slot.
+        for step in 0..3 {
+            blk.store_u32(SEND_SIZES + 4 * step, bytes as u32 | FN_PROTO_SIMPLE << FN_SIZE_PROTO_SHIFT);
+        }
+        blk.store_u64(SEND_TAIL, 3);
+        let (posted, open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let comm = Slow { posted: posted.clone(), open: open.clone() };
+        let mut send = SendSide::new(Box::new(comm), MemHandle(1), None);
+        assert!(send.progress(&blk, &layout).unwrap());
+        assert_eq!(posted.load(Relaxed), 4 + bytes, "step 0's word and data, not step 1's");
+        assert!(!send.progress(&blk, &layout).unwrap(), "nothing more while step 0 is in flight");
+        open.store(true, Relaxed);
+        let mut head = 0;
+        for _ in 0..3 {
+            send.progress(&blk, &layout).unwrap();
+            head = blk.load_u64(SEND_HEAD);
+        }
+        assert_eq!((head, posted.load(Relaxed)), (3, 3 * (4 + bytes)), "every step went, in turn");
+    }
+
+    /// With several steps already arrived, a call lands one: the thread's other halves get their
+    /// turn before the next, and the kernel still finds every step in order.
+    #[test]
+    fn a_turn_lands_one_step() {
+        for one_message in [false, true] {
+            let layout = Layout { slot_bytes: 1 << 16, one_message };
+            let blk = HostBlock::plain(layout.block_bytes()).unwrap();
+            let bytes = 4096usize;
+            let word = (bytes as u32) | FN_PROTO_SIMPLE << FN_SIZE_PROTO_SHIFT;
+            let mut messages = VecDeque::new();
+            for s in 0..3u8 {
+                let data = vec![s + 1; bytes];
+                if layout.inline(bytes) {
+                    let mut m = vec![0u8; INLINE_DATA];
+                    m[..4].copy_from_slice(&word.to_ne_bytes());
+                    messages.push_back([m, data].concat());
+                } else {
+                    messages.push_back(word.to_ne_bytes().to_vec());
+                    messages.push_back(data);
+                }
+            }
+            let comm = Arrived { messages, posted: VecDeque::new() };
+            let mut recv = RecvSide::new(Box::new(comm), MemHandle(1), None);
+            for s in 0..3u64 {
+                assert!(recv.progress(&blk, &layout).unwrap(), "step {s} moved");
+                assert_eq!(blk.load_u64(RECV_TAIL), s + 1, "one step a call (one message: {one_message})");
+                let at = layout.recv_fifo(FN_PROTO_SIMPLE) + (s as usize) * layout.stride(FN_PROTO_SIMPLE);
+                // SAFETY: the slot is in the block, and nothing writes it now.
+                let got = unsafe { std::slice::from_raw_parts(blk.ptr(at, bytes), bytes) };
+                assert!(got.iter().all(|&b| b == s as u8 + 1), "step {s}'s bytes in its slot");
+            }
+            assert!(!recv.progress(&blk, &layout).unwrap(), "nothing more arrived");
         }
     }
 }
