@@ -189,6 +189,9 @@ table() {
 
 {
   echo "# $NRANKS processes on $GPUS GPU(s), $WHAT, MPS=$MPS, $RUNS run(s) each, budget ${BUDGET}s/size, up to $ITERS calls"
+  # The machine: the same kind of lease has run NCCL's small hops up to a quarter faster on one host than
+  # on another while ours did not move (docs/NOTES.md), so every table says where it ran.
+  echo "# machine: $(uname -r); $(lscpu 2>/dev/null | awk -F: '/^Model name|^CPU\(s\)|^Thread|^Socket|^NUMA node\(s\)|^CPU max MHz/ { gsub(/^ +/, "", $2); printf "%s %s; ", $1, $2 }')$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
   echo "# p50/p99 in us (with several runs: medians over the runs); ratio = ref_p50/ours_p50, >1 = ours faster"
   [ $REF_RUNS = 0 ] && echo "# no reference run: NCCL refuses two ranks of one host on one GPU (--gpus $GPUS)"
   table ours ref "$OUTDIR/summary.tsv"
