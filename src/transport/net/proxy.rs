@@ -17,8 +17,9 @@
 //!   protocol's slot; when the data lands it moves `tail` (after a release fence), which the
 //!   kernel waits for (Simple, LL128; LL's receiver polls the lines' flags). One step lands a
 //!   round, so that each direction gets its turn (docs/NET.md, "One step a turn").
-//! - Through a net plugin a small step's word and bytes go as one message, staged in the block
-//!   and copied into the protocol's slot on arrival ([`Layout::one_message`]).
+//! - Through a net plugin a small step's bytes and word go as one message, staged in the block;
+//!   it lands in the step's LL slot, where an LL step's kernel finds its lines as they arrive,
+//!   and any other step is copied to its own slot ([`Layout::one_message`]).
 //!
 //! The block's layout is `block`'s; the profiler events, `trace`'s.
 //!
@@ -268,10 +269,13 @@ impl Entry {
         while let Some((req, what)) = self.recv.inflight.front() {
             match self.recv.comm.test(req) {
                 Ok(None) => break,
-                Ok(Some(_)) => {
+                Ok(Some(got)) => {
+                    // A goodbye is a size word alone.
                     let at = match *what {
-                        Expect::Size(step) => Some(self.layout.recv_first((step % NSTEPS) as usize).0),
-                        Expect::Data(..) => None,
+                        Expect::Size(step) if got.first() == Some(&4) => {
+                            Some(self.layout.recv_first((step % NSTEPS) as usize).0)
+                        }
+                        _ => None,
                     };
                     self.recv.peer_closed |= at.is_some_and(|at| self.block.load_u32(at) == GOODBYE);
                     self.recv.inflight.pop_front();

@@ -86,10 +86,32 @@ fn fake_receiver(b: &HostBlock, l: Layout, seed: u64, steps: u64) {
             let got = unsafe { at.add(i).read() };
             assert_eq!(got, byte(seed, s, i), "step {s} (protocol {proto}, {bytes} bytes): byte {i}");
         }
-        if bytes < stride {
+        // Through a plugin a small step lands in its LL slot with its size word on the line after
+        // it, an LL line of the step: an LL step's word line stays there, and any other step's
+        // lines there are left as this step's LL lines would be (its flag, no data), so that no
+        // later LL step in the slot takes them for its own.
+        let one_message = l.inline(bytes);
+        let flag = ((s + 1) as u32).to_ne_bytes();
+        let mut past = bytes;
+        if one_message && proto == FN_PROTO_LL {
+            // SAFETY: as above; the word's line is in the slot (an inline step is under a slot).
+            let line = unsafe { std::slice::from_raw_parts(at.add(bytes), 16) };
+            assert_eq!(line[..4], (bytes as u32 | proto << FN_SIZE_PROTO_SHIFT).to_ne_bytes(), "step {s}: its word");
+            assert_eq!((line[4..8] == flag, line[8..12] == [0; 4], line[12..] == flag), (true, true, true), "step {s}");
+            past += 16;
+        } else if one_message {
+            let len = Layout::inline_len(bytes);
+            let ll = b.ptr(l.recv_fifo(FN_PROTO_LL) + slot * l.stride(FN_PROTO_LL), len);
+            // SAFETY: the LL slot, which the proxy left before moving tail.
+            let left = unsafe { std::slice::from_raw_parts(ll, len) };
+            for (i, half) in left.chunks(8).enumerate() {
+                assert_eq!((half[..4] == [0; 4], half[4..] == flag), (true, true), "step {s}: LL slot, word {i}");
+            }
+        }
+        if past < stride {
             // SAFETY: as above.
-            let after = unsafe { at.add(bytes).read() };
-            assert!(after == 0 || after == POISON, "step {s}: byte {bytes}, past the step, was written");
+            let after = unsafe { at.add(past).read() };
+            assert!(after == 0 || after == POISON, "step {s}: byte {past}, past the step, was written");
         }
         // SAFETY: as above.
         unsafe { at.write_bytes(POISON, stride) };
@@ -568,17 +590,20 @@ fn garbage_size_words_fail_the_connection_naming_the_peer() {
 }
 
 /// Through a plugin the first message of a step is its size word alone or the whole step; one
-/// whose length is neither (here 8 bytes more than its word announces, then a word cut short)
+/// whose length is neither (here a line more than its word announces, then a word cut short)
 /// fails the connection, naming the peer, and the kernel sees nothing.
 #[test]
 fn one_message_steps_of_the_wrong_length_fail_the_connection() {
-    for (extra, cut) in [(8usize, false), (0, true)] {
+    for (extra, cut) in [(16usize, false), (0, true)] {
         let (t0, faults, mut l1) = half_pair_as(true);
         assert!(t0.layout().one_message);
         let (_, _, send, _) = &mut l1[0];
-        // A Simple step of 32 bytes, sent with 32 + `extra` data bytes, or 3 bytes of a word.
-        let mut msg = vec![0u8; 16 + 32 + extra];
-        msg[..4].copy_from_slice(&(32u32 | crate::abi::FN_PROTO_SIMPLE << FN_SIZE_PROTO_SHIFT).to_le_bytes());
+        // A Simple step of 32 bytes, sent with 32 + `extra` data bytes before its word's line, or
+        // 3 bytes of a word.
+        let mut msg = vec![0u8; 32 + extra + 16];
+        let word = msg.len() - 16;
+        msg[word..word + 4]
+            .copy_from_slice(&(32u32 | crate::abi::FN_PROTO_SIMPLE << FN_SIZE_PROTO_SHIFT).to_le_bytes());
         let len = if cut { 3 } else { msg.len() };
         let mr = send.reg_mr(msg.as_mut_ptr(), msg.len(), PtrKind::Host).unwrap();
         // SAFETY: `msg` lives until the end of the iteration, after the send completed.

@@ -40,23 +40,25 @@ const SIZE_MASK: u32 = (1 << FN_SIZE_PROTO_SHIFT) - 1;
 /// merge the two itself ([`Layout::one_message`]): every LL step but the largest, and small
 /// Simple and LL128 steps. Above it a copy on each side costs more than the second message.
 pub const INLINE_MAX: usize = 8 << 10;
-/// Where the data of a one-message step starts: after its size word, 16-byte aligned for LL's
-/// lines.
-pub const INLINE_DATA: usize = 16;
-/// Bytes between consecutive one-message slots (the size word's 16 and the data, in 128-byte
-/// lines).
-const INLINE_STRIDE: usize = INLINE_DATA + INLINE_MAX + 112;
+/// The line that carries a one-message step's size word, after its data: an LL line of the step
+/// (its flag in both halves) whose first word is the size word. No LL step reads it: the step's
+/// own lines end before it, and a later step in the slot waits for a later flag.
+pub const WORD_LINE: usize = 16;
+/// Bytes between consecutive staging slots of one-message steps (the data and the word's line, in
+/// 128-byte lines).
+const INLINE_STRIDE: usize = INLINE_MAX + 128;
 
 /// Where each protocol's slots sit in a connection's host block (`slot_bytes`: NCCL_BUFFSIZE's
 /// Simple slot), in the layout of every connection's FIFOs (`transport::fifo`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub slot_bytes: usize,
-    /// A step of at most `INLINE_MAX` (8 KiB) crosses as one message, its size word and then its
-    /// data, staged in the block past the FIFOs and copied into the protocol's slot on arrival
-    /// (docs/NET.md, "One message per small step"). For nets that send each message on its own
-    /// (plugins); the built-in Socket net already puts a step's two messages in one `sendmsg`
-    /// and lands the data in its slot with no copy.
+    /// A step of at most `INLINE_MAX` (8 KiB) crosses as one message, its data and then its size
+    /// word's line, staged in the block past the FIFOs; it lands in the step's LL slot, where an
+    /// LL step's receiver finds its lines as the net writes them, and any other step is copied
+    /// to its own slot (docs/NET.md, "One message per small step"). For nets that send each
+    /// message on its own (plugins); the built-in Socket net already puts a step's two messages
+    /// in one `sendmsg` and lands the data in its slot with no copy.
     pub one_message: bool,
 }
 
@@ -78,22 +80,29 @@ impl Layout {
 
     /// Bytes of one connection's host block.
     pub fn block_bytes(&self) -> usize {
-        let staged = if self.one_message { 2 * FN_NSTEPS as usize * INLINE_STRIDE } else { 0 };
+        let staged = if self.one_message { FN_NSTEPS as usize * INLINE_STRIDE } else { 0 };
         FIFOS + 2 * fifo::bytes(self.slot_bytes) + staged
     }
 
-    /// Offset of slot `slot` of the sender's one-message staging area (size word, then data).
+    /// Offset of slot `slot` of the sender's one-message staging area (data, then the word's
+    /// line).
     pub fn send_inline(&self, slot: usize) -> usize {
         debug_assert!(self.one_message);
         FIFOS + 2 * fifo::bytes(self.slot_bytes) + slot * INLINE_STRIDE
     }
 
+    /// Bytes of the one message of a step of `bytes`: its data to whole 16-byte lines, then the
+    /// word's line, which starts at the length less [`WORD_LINE`].
+    pub fn inline_len(bytes: usize) -> usize {
+        bytes.div_ceil(16) * 16 + WORD_LINE
+    }
+
     /// Where the first message of the step at `slot` lands, and the most bytes it may be: its
-    /// size word alone, or with [`Layout::one_message`] the whole step, in the receiver's
-    /// landing slots past the sender's staging slots.
+    /// size word alone, or with [`Layout::one_message`] the whole step, in the step's slot of the
+    /// receiver's LL FIFO (which holds it with room to spare).
     pub fn recv_first(&self, slot: usize) -> (usize, usize) {
         match self.one_message {
-            true => (self.send_inline(FN_NSTEPS as usize + slot), INLINE_DATA + INLINE_MAX),
+            true => (self.recv_fifo(FN_PROTO_LL) + slot * self.stride(FN_PROTO_LL), Layout::inline_len(INLINE_MAX)),
             false => (RECV_SIZES + 4 * slot, 4),
         }
     }
@@ -250,14 +259,17 @@ mod tests {
             if one_message {
                 for slot in 0..FN_NSTEPS as usize {
                     let (landing, room) = l.recv_first(slot);
-                    assert_eq!(room, INLINE_DATA + INLINE_MAX);
-                    for off in [l.send_inline(slot), landing] {
-                        assert_eq!(off % 128, 0, "a staged step's LL lines need alignment");
-                        ends.push((off, off + room));
-                    }
+                    assert_eq!(room, INLINE_MAX + WORD_LINE);
+                    let ll = l.recv_fifo(FN_PROTO_LL) + slot * l.stride(FN_PROTO_LL);
+                    assert_eq!(landing, ll, "a step lands in its own LL slot");
+                    assert!(room <= l.stride(FN_PROTO_LL), "with its word's line");
+                    let staged = l.send_inline(slot);
+                    assert_eq!(staged % 128, 0, "a staged step's LL lines need alignment");
+                    ends.push((staged, staged + room));
                 }
                 assert!(l.inline(INLINE_MAX) && !l.inline(INLINE_MAX + 1));
                 assert!(l.stride(FN_PROTO_LL) > INLINE_MAX, "the largest LL steps take two messages");
+                assert_eq!((Layout::inline_len(16), Layout::inline_len(3)), (32, 32));
             } else {
                 assert!(!l.inline(0), "the built-in net merges the messages itself");
                 assert_eq!(l.recv_first(3), (RECV_SIZES + 12, 4), "a size word alone");

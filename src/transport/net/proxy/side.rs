@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 
 use super::block::{
-    HostBlock, Layout, INLINE_DATA, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS, SIZE_EMPTY,
+    HostBlock, Layout, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS, SIZE_EMPTY, WORD_LINE,
 };
 use super::block::{GOODBYE, NSTEPS, TAG_DATA, TAG_SIZE};
 use super::trace::Trace;
@@ -79,25 +79,20 @@ impl SendSide {
             }
             fence(Ordering::Acquire);
             if layout.inline(bytes) {
-                // One message: the word, then the data, staged together.
+                // One message: the data, then the word's line, staged together.
                 let stage = layout.send_inline(slot);
-                blk.store_u32(stage, word);
+                let len = Layout::inline_len(bytes);
                 // SAFETY: the slot's `bytes` are the kernel's finished step (as for the send
                 // below), and the staging slot is ours alone until this step's send completes;
                 // the two do not overlap.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(blk.ptr(at, bytes), blk.ptr(stage + INLINE_DATA, bytes), bytes)
-                };
+                unsafe { std::ptr::copy_nonoverlapping(blk.ptr(at, bytes), blk.ptr(stage, bytes), bytes) };
+                let (word_at, stamp) = (stage + len - WORD_LINE, u64::from(flag) << 32);
+                blk.store_u64(word_at, u64::from(word) | stamp);
+                blk.store_u64(word_at + 8, stamp);
                 // SAFETY: the staging slot stays put until head passes this step, which waits for
                 // this send.
-                let Some(r) = (unsafe {
-                    self.comm.isend(
-                        blk.ptr(stage, INLINE_DATA + bytes),
-                        INLINE_DATA + bytes,
-                        TAG_SIZE,
-                        registered(&self.mr),
-                    )?
-                }) else {
+                let Some(r) = (unsafe { self.comm.isend(blk.ptr(stage, len), len, TAG_SIZE, registered(&self.mr))? })
+                else {
                     break;
                 };
                 self.taken(blk, size_at, r, tail, bytes);
@@ -268,11 +263,12 @@ impl RecvSide {
                 Expect::Size(step) => {
                     let slot = (step % NSTEPS) as usize;
                     let landed = layout.recv_first(slot).0;
-                    let word = blk.load_u32(landed);
                     let whole = got != 4;
-                    if whole && !(layout.one_message && got >= INLINE_DATA) {
+                    if whole && !(layout.one_message && got >= WORD_LINE && got % 16 == 0) {
                         return Err(Error::Remote(format!("step {step}: a size message of {got} bytes, expected 4")));
                     }
+                    // A whole step's word is on the line after its data.
+                    let word = blk.load_u32(if whole { landed + got - WORD_LINE } else { landed });
                     if word == GOODBYE && !whole {
                         self.inflight.pop_front();
                         self.peer_closed = true;
@@ -287,13 +283,15 @@ impl RecvSide {
                     self.sized += 1;
                     if !whole {
                         self.data_next = Some((step, proto, bytes));
-                    } else if got - INLINE_DATA != bytes || !layout.inline(bytes) {
+                    } else if got != Layout::inline_len(bytes) || !layout.inline(bytes) {
                         return Err(Error::Remote(format!(
                             "step {step}: a {got}-byte message whose size word announces {bytes} bytes"
                         )));
                     } else {
-                        let to = layout.recv_fifo(proto) + slot * layout.stride(proto);
-                        land(blk, landed + INLINE_DATA, to, bytes, proto);
+                        if proto != FN_PROTO_LL {
+                            let to = layout.recv_fifo(proto) + slot * layout.stride(proto);
+                            move_out(blk, landed, to, bytes, got, (step + 1) as u32);
+                        }
                         self.landed(blk, step);
                         (moved, turn_over) = (true, true);
                         continue;
@@ -331,18 +329,17 @@ impl RecvSide {
     }
 }
 
-/// Copies a one-message step's `bytes` from where it landed to its protocol's slot. LL's
-/// receiving kernel polls the lines with no tail, so they are copied a whole 8-byte word (data and
-/// its flag) at a time, as a net's own receive writes them.
-fn land(blk: &HostBlock, from: usize, to: usize, bytes: usize, proto: u32) {
-    if proto == FN_PROTO_LL {
-        for off in (0..bytes).step_by(8) {
-            blk.store_u64(to + off, blk.load_u64(from + off));
-        }
-    } else {
-        // SAFETY: both ranges are in the block (checked by `ptr`), the landing slot is the
-        // proxy's and the FIFO slot is free until tail passes this step; they do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(blk.ptr(from, bytes), blk.ptr(to, bytes), bytes) };
+/// Moves a one-message step other than LL from the LL slot it landed in (`from`, `got` bytes
+/// with its word's line) to its own slot, and stamps the lines it wrote there with the step's LL
+/// flag, as an LL step there would have left them: the next LL step in that slot waits for a flag
+/// FN_NSTEPS later, so none takes these bytes for its lines. The kernel reads neither slot until
+/// tail passes this step.
+fn move_out(blk: &HostBlock, from: usize, to: usize, bytes: usize, got: usize, flag: u32) {
+    // SAFETY: both ranges are in the block (checked by `ptr`), the LL slot is the proxy's until
+    // tail passes this step and the step's own slot is free until then; they do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(blk.ptr(from, bytes), blk.ptr(to, bytes), bytes) };
+    for half in (from..from + got).step_by(8) {
+        blk.store_u64(half, u64::from(flag) << 32);
     }
 }
 
@@ -465,9 +462,9 @@ mod tests {
             for s in 0..3u8 {
                 let data = vec![s + 1; bytes];
                 if layout.inline(bytes) {
-                    let mut m = vec![0u8; INLINE_DATA];
-                    m[..4].copy_from_slice(&word.to_ne_bytes());
-                    messages.push_back([m, data].concat());
+                    let mut line = vec![0u8; WORD_LINE];
+                    line[..4].copy_from_slice(&word.to_ne_bytes());
+                    messages.push_back([data, line].concat());
                 } else {
                     messages.push_back(word.to_ne_bytes().to_vec());
                     messages.push_back(data);
