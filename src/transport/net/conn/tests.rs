@@ -198,8 +198,9 @@ fn steps_cross_byte_for_byte_in_every_protocol() {
     steps_cross_byte_for_byte(false);
 }
 
-/// Through a plugin a step of up to `INLINE_MAX` bytes crosses as one message and is copied into
-/// its protocol's slot: the same steps, the small ones inline, the large ones in two messages.
+/// Through a plugin a step of up to `INLINE_MAX` bytes crosses as one message into its LL slot
+/// (moved to its own slot unless it is LL): the same steps, the small ones inline, the large ones
+/// in two messages.
 #[test]
 fn steps_cross_byte_for_byte_in_every_protocol_through_a_plugin() {
     steps_cross_byte_for_byte(true);
@@ -590,11 +591,12 @@ fn garbage_size_words_fail_the_connection_naming_the_peer() {
 }
 
 /// Through a plugin the first message of a step is its size word alone or the whole step; one
-/// whose length is neither (here a line more than its word announces, then a word cut short)
-/// fails the connection, naming the peer, and the kernel sees nothing.
+/// whose length is neither (here a line more than its word announces, then a word cut short), or
+/// whose word announces more than any slot holds, fails the connection, naming the peer, and the
+/// kernel sees nothing.
 #[test]
 fn one_message_steps_of_the_wrong_length_fail_the_connection() {
-    for (extra, cut) in [(16usize, false), (0, true)] {
+    for (extra, cut, huge) in [(16usize, false, false), (0, true, false), (0, false, true)] {
         let (t0, faults, mut l1) = half_pair_as(true);
         assert!(t0.layout().one_message);
         let (_, _, send, _) = &mut l1[0];
@@ -602,8 +604,9 @@ fn one_message_steps_of_the_wrong_length_fail_the_connection() {
         // 3 bytes of a word.
         let mut msg = vec![0u8; 32 + extra + 16];
         let word = msg.len() - 16;
+        let bytes: u32 = if huge { (1 << FN_SIZE_PROTO_SHIFT) - 1 } else { 32 };
         msg[word..word + 4]
-            .copy_from_slice(&(32u32 | crate::abi::FN_PROTO_SIMPLE << FN_SIZE_PROTO_SHIFT).to_le_bytes());
+            .copy_from_slice(&(bytes | crate::abi::FN_PROTO_SIMPLE << FN_SIZE_PROTO_SHIFT).to_le_bytes());
         let len = if cut { 3 } else { msg.len() };
         let mr = send.reg_mr(msg.as_mut_ptr(), msg.len(), PtrKind::Host).unwrap();
         // SAFETY: `msg` lives until the end of the iteration, after the send completed.
@@ -611,7 +614,12 @@ fn one_message_steps_of_the_wrong_length_fail_the_connection() {
         wait_for("the message to go out", || send.test(&r).unwrap().is_some());
         let m = wait_fault(&faults);
         assert!(m.contains("rank 1 (host h1, pid 9), channel 0"), "{m}");
-        assert!(m.contains(if cut { "expected 4" } else { "announces 32 bytes" }), "{m}");
+        let want = match (cut, huge) {
+            (true, _) => "expected 4",
+            (_, true) => "bytes for a slot",
+            _ => "announces 32 bytes",
+        };
+        assert!(m.contains(want), "{m}");
         assert_eq!(t0.block(1, 0).unwrap().load_u64(proxy::RECV_TAIL), 0);
     }
 }
