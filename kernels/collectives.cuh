@@ -35,6 +35,28 @@ __device__ __forceinline__ bool forEachChunk(uint64_t len, uint64_t slotElems, S
   return true;
 }
 
+// Runs step(offset, length) over len elements in pieces of at most slotElems, one FIFO step each,
+// stopping at the first that fails. An empty range is one empty piece, as both ends of a
+// connection count it.
+template <typename Step>
+__device__ __forceinline__ bool eachSlot(uint64_t len, uint64_t slotElems, Step step) {
+  uint64_t o = 0;
+  do {
+    const uint64_t l = min(slotElems, len - o);
+    if (!step(o, l)) return false;
+    o += l;
+  } while (o < len);
+  return true;
+}
+
+// Elements a ring collective sends per hop before it waits on its receive: chunkSlots Simple slots
+// (fnDevComm), one slot of LL or LL128. Over NET a step crosses two proxies and a socket, so with
+// one slot in flight a hop's pipe stands empty while each step makes its round trip.
+template <int P>
+__device__ __forceinline__ uint64_t ringChunkElems(const fnDevComm* comm, uint64_t slotElems) {
+  return P == FN_PROTO_SIMPLE ? slotElems * max(comm->chunkSlots, 1u) : slotElems;
+}
+
 // The ring connections of channel c: send to next, receive from prev.
 template <typename T, typename Op, int P>
 __device__ __forceinline__ Prims<T, Op, P> ringPrims(const Group& g, const fnDevComm* comm, const Op& op,
@@ -59,25 +81,31 @@ __device__ __noinline__ bool allReduce(const Group g, const fnDevComm* comm, con
   const fnRing ring = comm->rings[c];
   const int ix = ring.index;
   Prims<T, Op, P> p = ringPrims<T, Op, P>(g, comm, op, ring, c);
+  const uint64_t S = p.slotElems, G = ringChunkElems<P>(comm, S);
   for (uint64_t base = 0; base < pt.len;) {
     // n chunks of C elements per piece; chunk i is the one ring position i finishes reducing.
-    const uint64_t C = chunkElems<T>(pt.len - base, n, p.slotElems);
+    const uint64_t C = chunkElems<T>(pt.len - base, n, G);
     auto off = [&](int i) { return min(base + i * C, pt.len); };
     auto len = [&](int i) { return min(base + (i + 1) * C, pt.len) - off(i); };
     int i = ringMod(ix - 1, n);
-    if (!p.send(src + off(i), len(i))) return false;
+    if (!eachSlot(len(i), S, [&](uint64_t o, uint64_t l) { return p.send(src + off(i) + o, l); })) return false;
     for (int j = 2; j < n; j++) {
       i = ringMod(ix - j, n);
-      if (!p.recvReduceSend(src + off(i), len(i))) return false;
+      if (!eachSlot(len(i), S, [&](uint64_t o, uint64_t l) { return p.recvReduceSend(src + off(i) + o, l); }))
+        return false;
     }
     i = ix;
-    if (!p.recvReduceCopySend(src + off(i), dst + off(i), len(i))) return false;
+    if (!eachSlot(len(i), S, [&](uint64_t o, uint64_t l) {
+          return p.recvReduceCopySend(src + off(i) + o, dst + off(i) + o, l);
+        }))
+      return false;
     for (int j = 1; j < n - 1; j++) {
       i = ringMod(ix - j, n);
-      if (!p.recvCopySend(dst + off(i), len(i))) return false;
+      if (!eachSlot(len(i), S, [&](uint64_t o, uint64_t l) { return p.recvCopySend(dst + off(i) + o, l); }))
+        return false;
     }
     i = ringMod(ix + 1, n);
-    if (!p.recv(dst + off(i), len(i))) return false;
+    if (!eachSlot(len(i), S, [&](uint64_t o, uint64_t l) { return p.recv(dst + off(i) + o, l); })) return false;
     base += uint64_t(n) * C;
   }
   p.save();
@@ -94,8 +122,12 @@ __device__ __noinline__ bool allReduceOneShotPair(const Group g, const fnDevComm
   const T* src = static_cast<const T*>(w.sendbuff) + pt.off;
   T* dst = static_cast<T*>(w.recvbuff) + pt.off;
   Prims<T, Op, P> p = ringPrims<T, Op, P>(g, comm, op, comm->rings[c], c);  // next == prev == the peer
-  const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
-    return p.send(src + base, len) && p.recvReduceCopy(src + base, dst + base, len);
+  const uint64_t S = p.slotElems;
+  const bool ok = forEachChunk<T>(pt.len, ringChunkElems<P>(comm, S), [&](uint64_t base, uint64_t len) {
+    return eachSlot(len, S, [&](uint64_t o, uint64_t l) { return p.send(src + base + o, l); }) &&
+           eachSlot(len, S, [&](uint64_t o, uint64_t l) {
+             return p.recvReduceCopy(src + base + o, dst + base + o, l);
+           });
   });
   if (ok) p.save();
   return ok;
@@ -335,12 +367,16 @@ __device__ __noinline__ bool allGather(const Group g, const fnDevComm* comm, con
   const int ix = ring.index;
   T* const mine = block(comm->rank);
   Prims<T, Op, P> p = ringPrims<T, Op, P>(g, comm, op, ring, c);
-  const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
-    if (!p.copySend(src + base, mine + base, len)) return false;
+  const uint64_t S = p.slotElems;
+  const bool ok = forEachChunk<T>(pt.len, ringChunkElems<P>(comm, S), [&](uint64_t base, uint64_t len) {
+    if (!eachSlot(len, S, [&](uint64_t o, uint64_t l) { return p.copySend(src + base + o, mine + base + o, l); }))
+      return false;
     for (int j = 1; j < n - 1; j++) {
-      if (!p.recvCopySend(block(ring.userRanks[ringMod(ix - j, n)]) + base, len)) return false;
+      T* const to = block(ring.userRanks[ringMod(ix - j, n)]) + base;
+      if (!eachSlot(len, S, [&](uint64_t o, uint64_t l) { return p.recvCopySend(to + o, l); })) return false;
     }
-    return p.recv(block(ring.userRanks[ringMod(ix + 1, n)]) + base, len);
+    T* const to = block(ring.userRanks[ringMod(ix + 1, n)]) + base;
+    return eachSlot(len, S, [&](uint64_t o, uint64_t l) { return p.recv(to + o, l); });
   });
   if (ok) p.save();
   return ok;
@@ -361,12 +397,16 @@ __device__ __noinline__ bool reduceScatter(const Group g, const fnDevComm* comm,
   const fnRing ring = comm->rings[c];
   const int ix = ring.index;
   Prims<T, Op, P> p = ringPrims<T, Op, P>(g, comm, op, ring, c);
-  const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
-    if (!p.send(block(ring.userRanks[ringMod(ix - 1, n)]) + base, len)) return false;
+  const uint64_t S = p.slotElems;
+  const bool ok = forEachChunk<T>(pt.len, ringChunkElems<P>(comm, S), [&](uint64_t base, uint64_t len) {
+    const T* from = block(ring.userRanks[ringMod(ix - 1, n)]) + base;
+    if (!eachSlot(len, S, [&](uint64_t o, uint64_t l) { return p.send(from + o, l); })) return false;
     for (int j = 2; j < n; j++) {
-      if (!p.recvReduceSend(block(ring.userRanks[ringMod(ix - j, n)]) + base, len)) return false;
+      from = block(ring.userRanks[ringMod(ix - j, n)]) + base;
+      if (!eachSlot(len, S, [&](uint64_t o, uint64_t l) { return p.recvReduceSend(from + o, l); })) return false;
     }
-    return p.recvReduceCopy(block(comm->rank) + base, dst + base, len);
+    from = block(comm->rank) + base;
+    return eachSlot(len, S, [&](uint64_t o, uint64_t l) { return p.recvReduceCopy(from + o, dst + base + o, l); });
   });
   if (ok) p.save();
   return ok;

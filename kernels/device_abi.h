@@ -182,7 +182,9 @@ typedef struct fnDevComm {
                                         rank q's is symStride4G * 4 GiB further per rank. Written when
                                         the first symmetric window is registered; NULL before */
   uint32_t symStride4G;
-  uint32_t pad;
+  uint32_t chunkSlots;               /* Simple slots a ring collective sends per hop before it waits on
+                                        its receive (NCCL's chunk steps): FN_NSTEPS / 2 when some pair
+                                        is on NET, 1 otherwise; 0 counts as 1. Alike on every rank */
 } fnDevComm;
 
 /* One operation. Element counts are in elements of `dtype`, except p2p/copy which are bytes. */

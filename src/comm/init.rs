@@ -88,7 +88,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let proxy_waker = transport.proxy_waker();
     let watchdog = Duration::from_millis(watchdog_timeout_ms().max(0) as u64);
     let DeviceState { conns, ring_ranks, dev_comm } =
-        DeviceState::new(&table, &plan, &ring, &trees, &flags, rank, nchannels, watchdog)?;
+        DeviceState::new(&table, &plan, &ring, &trees, &flags, rank, nchannels, watchdog, ring_chunk_slots(on_net))?;
     // Nobody launches until every peer has mapped everyone's buffers.
     bootstrap.barrier()?;
     // From here on a lost peer stops our kernels and is reported by name, within the heartbeat
@@ -340,6 +340,18 @@ fn fault_hook() -> Result<(Arc<HostMapped>, Arc<OnceLock<String>>, FaultHook)> {
     Ok((flags, lost, fault))
 }
 
+/// Simple slots a ring collective sends per hop before it waits on its receive (`fnDevComm`'s
+/// `chunkSlots`), alike on every rank since both ends of a hop must cut the same steps. Over NET
+/// half the FIFO, as NCCL's chunk steps: a step there makes a round trip through two proxies and a
+/// socket, and with one slot in flight the hop's pipe stands empty meanwhile (docs/NET.md, "A hop
+/// kept full"). One elsewhere, where a step is a store away.
+fn ring_chunk_slots(on_net: bool) -> u32 {
+    match on_net {
+        true => abi::FN_NSTEPS / 2,
+        false => 1,
+    }
+}
+
 /// What the kernels read of a communicator, in device memory: the connection table, the ring's
 /// user ranks, and the `fnDevComm` pointing at them.
 struct DeviceState {
@@ -359,6 +371,7 @@ impl DeviceState {
         rank: usize,
         nchannels: usize,
         watchdog: Duration,
+        chunk_slots: u32,
     ) -> Result<DeviceState> {
         let conns = DeviceBuffer::zeroed(std::mem::size_of_val(table))?;
         conns.write(0, table)?;
@@ -374,6 +387,7 @@ impl DeviceState {
             abortFlag: (flags.dev + 4 * FLAG_ABORT as u64) as *mut _,
             errorFlag: (flags.dev + 4 * FLAG_ERROR as u64) as *mut _,
             timeoutNs: watchdog.as_nanos() as u64,
+            chunkSlots: chunk_slots,
             ..Default::default()
         };
         for c in 0..nchannels {
@@ -461,6 +475,15 @@ pub fn split_members(colors_keys: &[(i32, i32)], color: i32) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Over NET a ring chunk is several steps; at most half the FIFO, so that a rank's sends ahead
+    /// of its receives never fill a hop (docs/NET.md, "A hop kept full").
+    #[test]
+    fn ring_chunks_take_half_the_fifo_over_net() {
+        assert_eq!(ring_chunk_slots(false), 1);
+        assert!(ring_chunk_slots(true) > 1);
+        assert!(2 * ring_chunk_slots(true) <= abi::FN_NSTEPS);
+    }
 
     #[test]
     fn shrink_keeps_the_others_in_order() {
