@@ -90,7 +90,7 @@ fn fake_receiver(b: &HostBlock, l: Layout, seed: u64, steps: u64) {
         // it, an LL line of the step: an LL step's word line stays there, and any other step's
         // lines there are left as this step's LL lines would be (its flag, no data), so that no
         // later LL step in the slot takes them for its own.
-        let one_message = l.inline(bytes);
+        let one_message = l.inline(proto, bytes);
         let flag = ((s + 1) as u32).to_ne_bytes();
         let mut past = bytes;
         if one_message && proto == FN_PROTO_LL {

@@ -36,29 +36,28 @@ pub const SIZE_EMPTY: u32 = crate::abi::FN_SIZE_EMPTY;
 /// The bytes of a size word; the rest of its 32 bits is the protocol.
 const SIZE_MASK: u32 = (1 << FN_SIZE_PROTO_SHIFT) - 1;
 
-/// Bytes of a step's data that travel in one message with its size word, when the net does not
-/// merge the two itself ([`Layout::one_message`]): every LL step but the largest, and small
-/// Simple and LL128 steps. Above it a copy on each side costs more than the second message.
+/// The most bytes of a Simple or LL128 step that travel in one message with its size word, when
+/// the net does not merge the two itself ([`Layout::one_message`]): such a step lands in the LL
+/// slot and the receiving proxy copies it to its own, which above this costs more than a second
+/// message. Every LL step but the largest (a whole slot) crosses as one message, with no copy.
 pub const INLINE_MAX: usize = 8 << 10;
 /// The line that carries a one-message step's size word, after its data: an LL line of the step
 /// (its flag in both halves) whose first word is the size word. No LL step reads it: the step's
 /// own lines end before it, and a later step in the slot waits for a later flag.
 pub const WORD_LINE: usize = 16;
-/// Bytes between consecutive staging slots of one-message steps (the data and the word's line, in
-/// 128-byte lines).
-const INLINE_STRIDE: usize = INLINE_MAX + 128;
 
 /// Where each protocol's slots sit in a connection's host block (`slot_bytes`: NCCL_BUFFSIZE's
 /// Simple slot), in the layout of every connection's FIFOs (`transport::fifo`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub slot_bytes: usize,
-    /// A step of at most `INLINE_MAX` (8 KiB) crosses as one message, its data and then its size
-    /// word's line, staged in the block past the FIFOs; it lands in the step's LL slot, where an
-    /// LL step's receiver finds its lines as the net writes them, and any other step is copied
-    /// to its own slot (docs/NET.md, "One message per small step"). For nets that send each
-    /// message on its own (plugins); the built-in Socket net already puts a step's two messages
-    /// in one `sendmsg` and lands the data in its slot with no copy.
+    /// A small step crosses as one message ([`Layout::inline`]), its data and then its size word's
+    /// line, sent from the step's slot, where the sending proxy writes the line after the data; it
+    /// lands in the step's LL slot, where an LL step's receiver finds its lines as the net writes
+    /// them, and any other step is copied to its own slot (docs/NET.md, "One message per small
+    /// step"). For nets that send each message on its own (plugins); the built-in Socket net
+    /// already puts a step's two messages in one `sendmsg` and lands the data in its slot with no
+    /// copy.
     pub one_message: bool,
 }
 
@@ -80,15 +79,7 @@ impl Layout {
 
     /// Bytes of one connection's host block.
     pub fn block_bytes(&self) -> usize {
-        let staged = if self.one_message { FN_NSTEPS as usize * INLINE_STRIDE } else { 0 };
-        FIFOS + 2 * fifo::bytes(self.slot_bytes) + staged
-    }
-
-    /// Offset of slot `slot` of the sender's one-message staging area (data, then the word's
-    /// line).
-    pub fn send_inline(&self, slot: usize) -> usize {
-        debug_assert!(self.one_message);
-        FIFOS + 2 * fifo::bytes(self.slot_bytes) + slot * INLINE_STRIDE
+        FIFOS + 2 * fifo::bytes(self.slot_bytes)
     }
 
     /// Bytes of the one message of a step of `bytes`: its data to whole 16-byte lines, then the
@@ -99,17 +90,23 @@ impl Layout {
 
     /// Where the first message of the step at `slot` lands, and the most bytes it may be: its
     /// size word alone, or with [`Layout::one_message`] the whole step, in the step's slot of the
-    /// receiver's LL FIFO (which holds it with room to spare).
+    /// receiver's LL FIFO.
     pub fn recv_first(&self, slot: usize) -> (usize, usize) {
         match self.one_message {
-            true => (self.recv_fifo(FN_PROTO_LL) + slot * self.stride(FN_PROTO_LL), Layout::inline_len(INLINE_MAX)),
+            true => (self.recv_fifo(FN_PROTO_LL) + slot * self.stride(FN_PROTO_LL), self.stride(FN_PROTO_LL)),
             false => (RECV_SIZES + 4 * slot, 4),
         }
     }
 
-    /// Whether the step of `bytes` crosses as one message.
-    pub fn inline(&self, bytes: usize) -> bool {
-        self.one_message && bytes <= INLINE_MAX
+    /// Whether the step of `proto` and `bytes` crosses as one message: with its word's line it
+    /// fits the LL slot it lands in and its own slot, which it is sent from; and it is LL (which
+    /// lands in place) or at most [`INLINE_MAX`] (copied on arrival).
+    pub fn inline(&self, proto: u32, bytes: usize) -> bool {
+        let fits = |slot: usize| Layout::inline_len(bytes) <= slot;
+        self.one_message
+            && fits(self.stride(FN_PROTO_LL))
+            && fits(self.stride(proto))
+            && (proto == FN_PROTO_LL || bytes <= INLINE_MAX)
     }
 
     /// Checks a size word (from our kernel or from the peer): a protocol we have, no more bytes
@@ -257,21 +254,22 @@ mod tests {
                 }
             }
             if one_message {
+                let ll_slot = l.stride(FN_PROTO_LL);
                 for slot in 0..FN_NSTEPS as usize {
-                    let (landing, room) = l.recv_first(slot);
-                    assert_eq!(room, INLINE_MAX + WORD_LINE);
-                    let ll = l.recv_fifo(FN_PROTO_LL) + slot * l.stride(FN_PROTO_LL);
-                    assert_eq!(landing, ll, "a step lands in its own LL slot");
-                    assert!(room <= l.stride(FN_PROTO_LL), "with its word's line");
-                    let staged = l.send_inline(slot);
-                    assert_eq!(staged % 128, 0, "a staged step's LL lines need alignment");
-                    ends.push((staged, staged + room));
+                    let ll = l.recv_fifo(FN_PROTO_LL) + slot * ll_slot;
+                    assert_eq!(l.recv_first(slot), (ll, ll_slot), "a step lands in its own LL slot");
                 }
-                assert!(l.inline(INLINE_MAX) && !l.inline(INLINE_MAX + 1));
-                assert!(l.stride(FN_PROTO_LL) > INLINE_MAX, "the largest LL steps take two messages");
+                for p in [FN_PROTO_SIMPLE, FN_PROTO_LL128] {
+                    assert!(l.inline(p, INLINE_MAX) && !l.inline(p, INLINE_MAX + 1), "protocol {p}");
+                }
+                assert!(l.inline(FN_PROTO_LL, ll_slot - WORD_LINE), "LL steps land in place");
+                assert!(!l.inline(FN_PROTO_LL, ll_slot), "a whole LL slot has no room for its word's line");
                 assert_eq!((Layout::inline_len(16), Layout::inline_len(3)), (32, 32));
+                // A Simple slot smaller than the step and its word's line: two messages.
+                let small = Layout { slot_bytes: 4096, one_message };
+                assert!(small.inline(FN_PROTO_SIMPLE, 4096 - 16) && !small.inline(FN_PROTO_SIMPLE, 4096 - 15));
             } else {
-                assert!(!l.inline(0), "the built-in net merges the messages itself");
+                assert!(!l.inline(FN_PROTO_LL, 0), "the built-in net merges the messages itself");
                 assert_eq!(l.recv_first(3), (RECV_SIZES + 12, 4), "a size word alone");
             }
             ends.sort();

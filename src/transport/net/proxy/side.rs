@@ -78,20 +78,16 @@ impl SendSide {
                 break;
             }
             fence(Ordering::Acquire);
-            if layout.inline(bytes) {
-                // One message: the data, then the word's line, staged together.
-                let stage = layout.send_inline(slot);
+            if layout.inline(proto, bytes) {
+                // One message from the slot: the data, then the word's line on the slot's next
+                // line, which the kernel leaves alone (it writes the step's `bytes` only).
                 let len = Layout::inline_len(bytes);
-                // SAFETY: the slot's `bytes` are the kernel's finished step (as for the send
-                // below), and the staging slot is ours alone until this step's send completes;
-                // the two do not overlap.
-                unsafe { std::ptr::copy_nonoverlapping(blk.ptr(at, bytes), blk.ptr(stage, bytes), bytes) };
-                let (word_at, stamp) = (stage + len - WORD_LINE, u64::from(flag) << 32);
+                let (word_at, stamp) = (at + len - WORD_LINE, u64::from(flag) << 32);
                 blk.store_u64(word_at, u64::from(word) | stamp);
                 blk.store_u64(word_at + 8, stamp);
-                // SAFETY: the staging slot stays put until head passes this step, which waits for
-                // this send.
-                let Some(r) = (unsafe { self.comm.isend(blk.ptr(stage, len), len, TAG_SIZE, registered(&self.mr))? })
+                // SAFETY: the kernel does not write this slot again before head passes the step,
+                // which happens only once this send has completed.
+                let Some(r) = (unsafe { self.comm.isend(blk.ptr(at, len), len, TAG_SIZE, registered(&self.mr))? })
                 else {
                     break;
                 };
@@ -283,7 +279,7 @@ impl RecvSide {
                     self.sized += 1;
                     if !whole {
                         self.data_next = Some((step, proto, bytes));
-                    } else if got != Layout::inline_len(bytes) || !layout.inline(bytes) {
+                    } else if got != Layout::inline_len(bytes) || !layout.inline(proto, bytes) {
                         return Err(Error::Remote(format!(
                             "step {step}: a {got}-byte message whose size word announces {bytes} bytes"
                         )));
@@ -461,7 +457,7 @@ mod tests {
             let mut messages = VecDeque::new();
             for s in 0..3u8 {
                 let data = vec![s + 1; bytes];
-                if layout.inline(bytes) {
+                if layout.inline(FN_PROTO_SIMPLE, bytes) {
                     let mut line = vec![0u8; WORD_LINE];
                     line[..4].copy_from_slice(&word.to_ne_bytes());
                     messages.push_back([data, line].concat());
