@@ -18,8 +18,9 @@
 //!   kernel waits for (Simple, LL128; LL's receiver polls the lines' flags). One step lands a
 //!   round, so that each direction gets its turn (docs/NET.md, "One step a turn").
 //! - Through a net plugin a small step's bytes and word go as one message, sent from its slot
-//!   with the word on the line after the bytes; it lands in the step's LL slot, where an LL step's kernel finds its lines as they arrive,
-//!   and any other step is copied to its own slot ([`Layout::one_message`]).
+//!   with the word on the line after the bytes; it lands in the step's LL slot, where an LL
+//!   step's kernel finds its lines as they arrive, and any other step is copied to its own slot
+//!   ([`Layout::one_message`]).
 //!
 //! The block's layout is `block`'s; the profiler events, `trace`'s.
 //!
