@@ -198,9 +198,9 @@ fn steps_cross_byte_for_byte_in_every_protocol() {
     steps_cross_byte_for_byte(false);
 }
 
-/// Through a plugin a step of up to `INLINE_MAX` bytes crosses as one message into its LL slot
-/// (moved to its own slot unless it is LL): the same steps, the small ones inline, the large ones
-/// in two messages.
+/// Through a plugin a small step (`Layout::inline`: LL up to a slot less a line, others up to
+/// `INLINE_MAX`) crosses as one message into its LL slot (moved to its own slot unless it is LL):
+/// the same steps, the small ones inline, the large ones in two messages.
 #[test]
 fn steps_cross_byte_for_byte_in_every_protocol_through_a_plugin() {
     steps_cross_byte_for_byte(true);
