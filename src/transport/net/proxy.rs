@@ -55,7 +55,7 @@ mod trace;
 use super::{RecvComm, Request, SendComm};
 use crate::abi::{FN_MAX_CHANNELS, FN_NSTEPS};
 use crate::error::{Error, Result};
-pub use block::{HostBlock, Layout, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SIZE_EMPTY};
+pub use block::{HostBlock, Layout, INLINE_MAX, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SIZE_EMPTY};
 use block::{GOODBYE, GOODBYE_AT, NSTEPS, TAG_SIZE};
 use side::{Expect, RecvSide, SendSide};
 use trace::Trace;

@@ -592,21 +592,28 @@ fn garbage_size_words_fail_the_connection_naming_the_peer() {
 
 /// Through a plugin the first message of a step is its size word alone or the whole step; one
 /// whose length is neither (here a line more than its word announces, then a word cut short), or
-/// whose word announces more than any slot holds, fails the connection, naming the peer, and the
-/// kernel sees nothing.
+/// whose word announces more than any slot holds, or a whole LL128 step larger than a step other
+/// than LL may be in one message, fails the connection, naming the peer, and the kernel sees
+/// nothing.
 #[test]
 fn one_message_steps_of_the_wrong_length_fail_the_connection() {
-    for (extra, cut, huge) in [(16usize, false, false), (0, true, false), (0, false, true)] {
+    use crate::abi::{FN_PROTO_LL128, FN_PROTO_SIMPLE};
+    let big = proxy::INLINE_MAX + 128;
+    for (proto, data, extra, cut, huge) in [
+        (FN_PROTO_SIMPLE, 32usize, 16usize, false, false),
+        (FN_PROTO_SIMPLE, 32, 0, true, false),
+        (FN_PROTO_SIMPLE, 32, 0, false, true),
+        (FN_PROTO_LL128, big, 0, false, false),
+    ] {
         let (t0, faults, mut l1) = half_pair_as(true);
         assert!(t0.layout().one_message);
         let (_, _, send, _) = &mut l1[0];
-        // A Simple step of 32 bytes, sent with 32 + `extra` data bytes before its word's line, or
-        // 3 bytes of a word.
-        let mut msg = vec![0u8; 32 + extra + 16];
+        // A step of `data` bytes, sent with `data` + `extra` bytes before its word's line, or 3
+        // bytes of a word.
+        let mut msg = vec![0u8; data + extra + 16];
         let word = msg.len() - 16;
-        let bytes: u32 = if huge { (1 << FN_SIZE_PROTO_SHIFT) - 1 } else { 32 };
-        msg[word..word + 4]
-            .copy_from_slice(&(bytes | crate::abi::FN_PROTO_SIMPLE << FN_SIZE_PROTO_SHIFT).to_le_bytes());
+        let bytes: u32 = if huge { (1 << FN_SIZE_PROTO_SHIFT) - 1 } else { data as u32 };
+        msg[word..word + 4].copy_from_slice(&(bytes | proto << FN_SIZE_PROTO_SHIFT).to_le_bytes());
         let len = if cut { 3 } else { msg.len() };
         let mr = send.reg_mr(msg.as_mut_ptr(), msg.len(), PtrKind::Host).unwrap();
         // SAFETY: `msg` lives until the end of the iteration, after the send completed.
@@ -615,11 +622,11 @@ fn one_message_steps_of_the_wrong_length_fail_the_connection() {
         let m = wait_fault(&faults);
         assert!(m.contains("rank 1 (host h1, pid 9), channel 0"), "{m}");
         let want = match (cut, huge) {
-            (true, _) => "expected 4",
-            (_, true) => "bytes for a slot",
-            _ => "announces 32 bytes",
+            (true, _) => "expected 4".to_string(),
+            (_, true) => "bytes for a slot".to_string(),
+            _ => format!("announces {data} bytes"),
         };
-        assert!(m.contains(want), "{m}");
+        assert!(m.contains(&want), "{m}");
         assert_eq!(t0.block(1, 0).unwrap().load_u64(proxy::RECV_TAIL), 0);
     }
 }
