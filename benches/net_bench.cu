@@ -37,6 +37,9 @@
 //
 // usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--colls all|a,b,c]
 //                  [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]
+//                  [--calls]
+// --calls adds, after each row, "# calls" lines: the size's five slowest calls with every rank's
+// time, and every call's time in order.
 // Output: "# ..." header lines, rows "coll bytes iters p50_us p99_us mean_us algbw_GBs busbw_GBs
 // wrong", and last "NET_BENCH: PASS" or "NET_BENCH: FAIL <why>" (exit 1).
 #include <cuda_runtime.h>
@@ -248,11 +251,32 @@ static size_t outElems(int coll, const Shape& s, int rank) {
 
 struct Opts {
   int n = 2, dev = 0, gpus = 1, perHost = 1, iters = 200, warmup = 3;
-  bool oneHost = false, uts = false;
+  bool oneHost = false, uts = false, calls = false;
   size_t minB = 8, maxB = 512 << 20;
   double budget = 0.25, timeoutS = 60;
   std::vector<int> colls;
 };
+
+// --calls: where a size's tail comes from. Its five slowest calls (index, and each rank's time:
+// is it one rank, the same one each time?) and every call in order (periodic, early, clustered?).
+static void printCalls(const Shared* sh, int coll, size_t bytes, int iters, int n) {
+  std::vector<int> order(iters);
+  for (int i = 0; i < iters; i++) order[i] = i;
+  auto slowest = [&](int i) {
+    float m = 0;
+    for (int r = 0; r < n; r++) m = std::max(m, sh->us[r][i]);
+    return m;
+  };
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return slowest(a) > slowest(b); });
+  printf("# calls %s %zu slowest:", kCollName[coll], bytes);
+  for (int k = 0; k < std::min(iters, 5); k++) {
+    printf(" #%d", order[k]);
+    for (int r = 0; r < n; r++) printf("%c%.1f", r ? '/' : '=', sh->us[r][order[k]]);
+  }
+  printf("\n# calls %s %zu in order:", kCollName[coll], bytes);
+  for (int i = 0; i < iters; i++) printf(" %.1f", slowest(i));
+  printf("\n");
+}
 
 static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<size_t>& sizes, Shared* sh) {
   const int n = o.n;
@@ -350,6 +374,7 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
         const double alg = s.bytes / (p50 * 1e3);
         printf("  %-14s %12zu %5d %10.2f %10.2f %10.2f %9.3f %9.3f %6ld\n", kCollName[coll], s.bytes, iters, p50,
                p99, mean, alg, alg * s.busFactor, wrong);
+        if (o.calls) printCalls(sh, coll, s.bytes, iters, n);
       }
     }
   }
@@ -364,6 +389,7 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
 static const char* kUsage =
     "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--per-host 1] [--colls all|a,b,c]\n"
     "                 [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]\n"
+    "                 [--calls]\n"
     "collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter\n";
 
 static bool parseColls(const std::string& list, std::vector<int>* out) {
@@ -414,6 +440,7 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = atoi(need());
     else if (a == "--budget-s") o.budget = atof(need());
     else if (a == "--timeout-s") o.timeoutS = atof(need());
+    else if (a == "--calls") o.calls = true;
     else {
       fprintf(stderr, "%s", kUsage);
       return 2;
