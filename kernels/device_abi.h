@@ -48,6 +48,11 @@ enum fnAlgo {
   FN_ALGO_DIRECT = 4,    /* Reduce: every other rank sends its input straight to the root over their
                             own connection (conns[root], channel = CTA), which reduces them in rank
                             order; one hop. Across hosts of one rank each (src/tuner.rs) */
+  FN_ALGO_RECDBL = 5,    /* AllReduce, AllGather: recursive doubling, log2(n) exchanges, in exchange
+                            d rank r swaps with r ^ 2^d over their own connection (conns[r ^ 2^d],
+                            channel = CTA); all-reduce sends all it has reduced so far, all-gather the
+                            2^d pieces it holds. One channel; a power of two of hosts of one rank
+                            each (src/tuner.rs) */
 };
 
 /* What one work item does. */

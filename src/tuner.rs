@@ -11,9 +11,10 @@
 //! case-insensitive; a leading `^` excludes the listed ones instead). `NCCL_ALGO` also takes
 //! NCCL's per-collective form, `allreduce:tree;allgather:ring` (entries separated by `;`, each
 //! `Function:list` or a bare list for every collective). ferronickel's algorithms are Ring, Tree
-//! (all-reduce only) and, for all-reduce, a one-shot push to every peer that NCCL has no name for:
-//! it is used only when all-reduce's `NCCL_ALGO` entry is unset or an exclusion list, so
-//! `NCCL_ALGO=Ring` means ring only. A collective that the setting leaves no algorithm for fails
+//! (all-reduce only) and some NCCL has no name for: for all-reduce a one-shot push to every peer,
+//! across hosts a direct broadcast and reduce ([`direct`]) and a recursive-doubling all-reduce and
+//! all-gather ([`recursive_doubling`]). Those are used only when the collective's `NCCL_ALGO`
+//! entry is unset or an exclusion list, so `NCCL_ALGO=Ring` means ring only. A collective that the setting leaves no algorithm for fails
 //! with ncclInvalidUsage, as in NCCL (`NCCL_ALGO=Tree` and an all-gather). Point to point always
 //! runs Simple.
 //!
@@ -26,8 +27,8 @@
 //! protocol or algorithm always runs the kernels that use it.
 
 use crate::abi::{
-    FN_ALGO_DIRECT, FN_ALGO_ONESHOT, FN_ALGO_RING, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_LL_SLOT_LINES, FN_MAX_CHANNELS,
-    FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE,
+    FN_ALGO_DIRECT, FN_ALGO_ONESHOT, FN_ALGO_RECDBL, FN_ALGO_RING, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_LL_SLOT_LINES,
+    FN_MAX_CHANNELS, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE,
 };
 use crate::error::{Error, Result};
 use crate::plugin::abi::{
@@ -53,6 +54,7 @@ pub fn algo_name(algo: u32) -> &'static str {
         FN_ALGO_ONESHOT => "OneShot",
         FN_ALGO_SYMMETRIC => "Symmetric",
         FN_ALGO_DIRECT => "Direct",
+        FN_ALGO_RECDBL => "RecDoubling",
         _ => "?",
     }
 }
@@ -106,7 +108,8 @@ pub struct Allowed {
     /// Whether the tree may run all-reduce (the one collective it implements).
     pub tree: bool,
     pub oneshot: bool,
-    /// By collective (the order of `KINDS`): whether a rooted one may run direct ([`direct`]).
+    /// By collective (the order of `KINDS`): whether it may run one of the algorithms NCCL has no
+    /// name for, direct ([`direct`]) and recursive doubling ([`recursive_doubling`]).
     pub direct: [bool; 5],
     /// Whether the tuner may move data with the copy engines instead of kernels.
     pub copy_engine: bool,
@@ -455,6 +458,37 @@ pub fn direct(kind: CollKind, bytes: usize, shape: &CommShape, allowed: &Allowed
         && (n - 1).saturating_mul(bytes) <= cap
 }
 
+/// The most bytes a recursive-doubling all-reduce reduces, and all-gather gathers in all
+/// ([`FN_ALGO_RECDBL`]). Four processes as hosts on one H200, against the ring and tree in the same
+/// binary: all-reduce of 128 KB 157–162 µs against 175–177, 256 KB 304–335 against 262–271 (each
+/// exchange sends the whole vector); all-gather of 512 KB 202–204 against 217–219, 1 MB 384–398
+/// against 369–379 (docs/NET.md, "Recursive doubling").
+const RECDBL_MAX_ALLREDUCE: usize = 128 << 10;
+const RECDBL_MAX_ALLGATHER: usize = 512 << 10;
+
+/// Whether an all-reduce or all-gather of `bytes` (all-gather: its output) runs by recursive
+/// doubling: log2(n) exchanges, each one hop, where the ring makes n - 1 hops (all-gather) or
+/// 2(n - 1) (all-reduce) and the tree 2 log2(n). Across hosts of one rank each over NET, a power of
+/// two of them from four (two are one hop either way), up to [`RECDBL_MAX_ALLREDUCE`] or
+/// [`RECDBL_MAX_ALLGATHER`]. Like the direct broadcast and reduce, no tuner plugin is offered it
+/// (NCCL has no index for it), and NCCL_ALGO as a list of algorithms to use leaves it out.
+pub fn recursive_doubling(kind: CollKind, bytes: usize, shape: &CommShape, allowed: &Allowed) -> bool {
+    let n = shape.nranks;
+    let cap = match kind {
+        CollKind::AllReduce => RECDBL_MAX_ALLREDUCE,
+        CollKind::AllGather => RECDBL_MAX_ALLGATHER,
+        _ => return false,
+    };
+    allowed.direct_for(kind)
+        && allowed.ring_for(kind)
+        && shape.link == Link::Net
+        && shape.tree.nhosts == n
+        && n >= 4
+        && n.is_power_of_two()
+        && bytes > 0
+        && bytes <= cap
+}
+
 /// The fastest allowed (algorithm, protocol) for a collective of `count` elements of `elem` bytes.
 pub fn choose(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allowed: &Allowed) -> Choice {
     choose_timed(kind, count, elem, shape, allowed).1
@@ -494,6 +528,18 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
             .map(|proto| (price(shape, proto, 1.0, (n - 1) as f64 * bytes, 1.0, 1).0, proto));
         if let Some((t, proto)) = priced.min_by(|a, b| a.0.total_cmp(&b.0)) {
             return (t, Choice { algo: FN_ALGO_DIRECT, proto, nchannels: 1 });
+        }
+    }
+    // Recursive doubling, one channel: log2(n) hops, all-reduce sending its whole vector each.
+    if recursive_doubling(kind, bytes as usize, shape, allowed) {
+        let hops = (n as f64).log2();
+        let wire = if kind == CollKind::AllReduce { hops * bytes } else { wire };
+        let priced = [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE]
+            .into_iter()
+            .filter(|&p| allowed.protos[p as usize])
+            .map(|proto| (price(shape, proto, hops, wire, 1.0, 1).0, proto));
+        if let Some((t, proto)) = priced.min_by(|a, b| a.0.total_cmp(&b.0)) {
+            return (t, Choice { algo: FN_ALGO_RECDBL, proto, nchannels: 1 });
         }
     }
     // Ring and Tree, which NCCL has indices for: what a tuner plugin sees (see `consult`).

@@ -8,7 +8,9 @@ use std::ffi::CStr;
 use std::sync::atomic::Ordering;
 
 use super::Comm;
-use crate::abi::{self, fnWork, FN_ALGO_DIRECT, FN_ALGO_ONESHOT, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_NTHREADS};
+use crate::abi::{
+    self, fnWork, FN_ALGO_DIRECT, FN_ALGO_ONESHOT, FN_ALGO_RECDBL, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_NTHREADS,
+};
 use crate::cuda::CUstream;
 use crate::plan::kernels::direct_p2p;
 use crate::plugin::abi::*;
@@ -31,6 +33,7 @@ fn algo(a: u32) -> (&'static CStr, u8) {
         FN_ALGO_ONESHOT => (c"OneShot", NCCL_ALGO_UNDEF as u8),
         FN_ALGO_SYMMETRIC => (c"Symmetric", NCCL_ALGO_UNDEF as u8),
         FN_ALGO_DIRECT => (c"Direct", NCCL_ALGO_UNDEF as u8),
+        FN_ALGO_RECDBL => (c"RecDoubling", NCCL_ALGO_UNDEF as u8),
         _ => (c"Ring", NCCL_ALGO_RING as u8),
     }
 }

@@ -112,9 +112,16 @@ fn is_direct(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> bool {
     tuner::direct(c.kind, bytes, shape, allowed)
 }
 
-/// The peers a direct broadcast or reduce connects this rank with: every other rank on the root,
-/// the root elsewhere; none for any other collective.
+/// The peers a collective connects this rank with beyond the ring: for a direct broadcast or
+/// reduce every other rank on the root, the root elsewhere; for recursive doubling the partner of
+/// each exchange (rank ^ 1, ^ 2, ^ 4, ...); none for any other collective.
 pub fn direct_peers(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Vec<usize> {
+    let elem = types::dtype_size(c.dtype).expect("validated dtype");
+    let bytes = if c.kind == CollKind::AllGather { c.count * elem * shape.nranks } else { c.count * elem };
+    if tuner::recursive_doubling(c.kind, bytes, shape, allowed) {
+        let n = shape.nranks;
+        return (0..n.trailing_zeros()).map(|b| shape.rank ^ (1 << b)).collect();
+    }
     match is_direct(c, shape, allowed) {
         false => vec![],
         true if shape.rank == c.root => (0..shape.nranks).filter(|&p| p != c.root).collect(),
@@ -312,6 +319,24 @@ mod tests {
     fn bcast(root: usize, send: u64, recv: u64, count: usize) -> CollTask {
         let Task::Coll(c) = coll(CollKind::Broadcast, types::ncclInt8, abi::FN_OP_SUM, count) else { unreachable!() };
         CollTask { root, send, recv, ..c }
+    }
+
+    /// Recursive doubling connects each rank with its partner of every exchange, rank ^ 1, ^ 2, ...
+    #[test]
+    fn recursive_doubling_connects_the_partners() {
+        let eight = |rank| CommShape {
+            tree: crate::topo::tree::TreeShape { nhosts: 8, depth: 3, max_children: 2 },
+            ..CommShape { nranks: 8, ..four_hosts(rank) }
+        };
+        let Task::Coll(ar) = coll(CollKind::AllReduce, types::ncclFloat32, abi::FN_OP_SUM, 16) else { unreachable!() };
+        let Task::Coll(ag) = coll(CollKind::AllGather, types::ncclInt8, abi::FN_OP_SUM, 16) else { unreachable!() };
+        assert_eq!(direct_peers(&ar, &eight(5), &Allowed::ALL), vec![4, 7, 1]);
+        assert_eq!(direct_peers(&ag, &four_hosts(2), &Allowed::ALL), vec![3, 0]);
+        let large = CollTask { count: 1 << 20, ..ar };
+        assert!(direct_peers(&large, &four_hosts(2), &Allowed::ALL).is_empty(), "the ring");
+        assert!(direct_peers(&ar, &SHAPE, &Allowed::ALL).is_empty(), "one host");
+        let w = coll_work(&ag, &eight(0), &Allowed::ALL);
+        assert_eq!((w.algo as u32, w.nChannels), (abi::FN_ALGO_RECDBL, 1));
     }
 
     /// A small broadcast across hosts is the root's sends to every rank (and its own copy when

@@ -392,3 +392,47 @@ fn direct_only_across_hosts_of_one_rank_and_small_enough() {
     assert!(!direct(CollKind::Broadcast, 8, &hosts(4), &bcast_listed));
     assert!(direct(CollKind::Reduce, 8, &hosts(4), &bcast_listed), "only broadcast was listed");
 }
+
+/// Recursive doubling runs all-reduces and all-gathers across a power of two of hosts of one rank
+/// each, from four, up to its byte caps, on one channel; not where NCCL_ALGO lists the algorithms
+/// to use.
+#[test]
+fn recursive_doubling_across_a_power_of_two_of_hosts() {
+    let hosts = |n: usize| CommShape {
+        link: Link::Net,
+        tree: TreeShape { nhosts: n, depth: 3, max_children: 2 },
+        ..shape(n, 4, 4)
+    };
+    let all = &Allowed::ALL;
+    for n in [4, 8, 16] {
+        assert!(recursive_doubling(CollKind::AllReduce, 8, &hosts(n), all), "{n} hosts");
+        assert!(recursive_doubling(CollKind::AllGather, 8 * n, &hosts(n), all), "{n} hosts");
+    }
+    for n in [2, 3, 6] {
+        assert!(!recursive_doubling(CollKind::AllReduce, 8, &hosts(n), all), "{n} hosts");
+    }
+    assert!(recursive_doubling(CollKind::AllReduce, RECDBL_MAX_ALLREDUCE, &hosts(4), all));
+    assert!(!recursive_doubling(CollKind::AllReduce, RECDBL_MAX_ALLREDUCE + 1, &hosts(4), all));
+    assert!(recursive_doubling(CollKind::AllGather, RECDBL_MAX_ALLGATHER, &hosts(4), all));
+    assert!(!recursive_doubling(CollKind::AllGather, RECDBL_MAX_ALLGATHER + 4, &hosts(4), all));
+    for kind in [CollKind::ReduceScatter, CollKind::Broadcast, CollKind::Reduce] {
+        assert!(!recursive_doubling(kind, 8, &hosts(4), all), "{kind:?}");
+    }
+    assert!(!recursive_doubling(CollKind::AllReduce, 0, &hosts(4), all));
+    assert!(!recursive_doubling(CollKind::AllReduce, 8, &CommShape { link: Link::Shm, ..hosts(4) }, all));
+    let two_per_host = CommShape { tree: TreeShape { nhosts: 2, depth: 2, max_children: 1 }, ..hosts(4) };
+    assert!(!recursive_doubling(CollKind::AllReduce, 8, &two_per_host, all));
+    let listed = parse_restrictions(Some("ring,tree"), None).unwrap();
+    assert!(!recursive_doubling(CollKind::AllReduce, 8, &hosts(4), &listed));
+    let excluded = parse_restrictions(Some("^tree"), None).unwrap();
+    assert!(recursive_doubling(CollKind::AllReduce, 8, &hosts(4), &excluded));
+    // The tuner picks it on one channel, LL for a few bytes; the ring when NCCL_ALGO lists it.
+    for kind in [CollKind::AllReduce, CollKind::AllGather] {
+        let c = choose(kind, 2, 4, &hosts(8), all);
+        assert_eq!((c.algo, c.proto, c.nchannels), (FN_ALGO_RECDBL, FN_PROTO_LL, 1), "{kind:?}");
+        assert_ne!(choose(kind, 2, 4, &hosts(8), &listed).algo, FN_ALGO_RECDBL, "{kind:?}");
+        let simple = parse_restrictions(None, Some("Simple")).unwrap();
+        assert_eq!(choose(kind, 2, 4, &hosts(8), &simple).proto, FN_PROTO_SIMPLE, "{kind:?}");
+    }
+    assert_ne!(choose(CollKind::AllReduce, 1 << 20, 4, &hosts(4), all).algo, FN_ALGO_RECDBL);
+}
