@@ -331,32 +331,51 @@ __device__ __noinline__ bool reduceDirect(const Group g, const fnDevComm* comm, 
 // Recursive doubling (FN_ALGO_RECDBL): log2(n) exchanges instead of the ring's n - 1 or 2(n - 1)
 // hops, for small messages between hosts. In exchange d (d = 1, 2, 4, ...) rank r swaps with
 // r ^ d over their own connection, chunk by chunk, each side sending its chunk before it receives
-// the partner's (so at most one step waits in either FIFO). The all-reduce sends everything it has
-// reduced so far and adds the partner's: a + b and b + a are the same bits, so every rank ends with
-// the same result.
+// the partner's (so at most one step waits in either FIFO). A reduction sends everything it has
+// reduced so far and adds the partner's: a + b and b + a are the same bits, so every rank ends
+// with the same result. src -> dst, len elements of channel c.
 template <typename T, typename Op, int P>
-__device__ __noinline__ bool allReduceRecDbl(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
-  const int n = comm->nRanks, c = blockIdx.x;
-  const Part pt = channelPart<T>(w.count, w.nChannels, c);
-  const T* src = static_cast<const T*>(w.sendbuff) + pt.off;
-  T* dst = static_cast<T*>(w.recvbuff) + pt.off;
+__device__ __forceinline__ bool recDblReduce(const Group& g, const fnDevComm* comm, const Op& op, const T* src, T* dst,
+                                             uint64_t len, int c) {
+  const int n = comm->nRanks;
   for (int d = 1; d < n; d <<= 1) {
     fnConn* cn = &comm->conns[(comm->rank ^ d) * FN_MAX_CHANNELS + c];
     Prims<T, Op, P> p(g, comm, op, &cn->send, &cn->recv);
     const bool first = d == 1, last = 2 * d >= n;
-    const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
+    const bool ok = forEachChunk<T>(len, p.slotElems, [&](uint64_t base, uint64_t l) {
       constexpr int F = F_RECV | F_USRC | F_UDST;
       if (first) {
-        if (!p.template step<F_SEND | F_USRC | F_PRE>(src + base, nullptr, len)) return false;
-        return last ? p.template step<F | F_PRE | F_POST>(src + base, dst + base, len)
-                    : p.template step<F | F_PRE>(src + base, dst + base, len);
+        if (!p.template step<F_SEND | F_USRC | F_PRE>(src + base, nullptr, l)) return false;
+        return last ? p.template step<F | F_PRE | F_POST>(src + base, dst + base, l)
+                    : p.template step<F | F_PRE>(src + base, dst + base, l);
       }
-      if (!p.template step<F_SEND | F_USRC>(dst + base, nullptr, len)) return false;
-      return last ? p.template step<F | F_POST>(dst + base, dst + base, len) : p.template step<F>(dst + base, dst + base, len);
+      if (!p.template step<F_SEND | F_USRC>(dst + base, nullptr, l)) return false;
+      return last ? p.template step<F | F_POST>(dst + base, dst + base, l) : p.template step<F>(dst + base, dst + base, l);
     });
     if (!ok) return false;
     p.save();
   }
+  return true;
+}
+
+template <typename T, typename Op, int P>
+__device__ __noinline__ bool allReduceRecDbl(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
+  const Part pt = channelPart<T>(w.count, w.nChannels, blockIdx.x);
+  return recDblReduce<T, Op, P>(g, comm, op, static_cast<const T*>(w.sendbuff) + pt.off,
+                                static_cast<T*>(w.recvbuff) + pt.off, pt.len, blockIdx.x);
+}
+
+// The reduce-scatter all-reduces the whole input into the communicator's scratch (the host keeps
+// it within FN_RECDBL_SCRATCH and on one channel) and copies out its own piece: for the small
+// inputs it runs at, log2(n) hops matter more than the bytes.
+template <typename T, typename Op, int P>
+__device__ __noinline__ bool reduceScatterRecDbl(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
+  if (w.nChannels != 1 || comm->scratch == nullptr) __trap();  // a host bug
+  T* const all = static_cast<T*>(comm->scratch);
+  if (!recDblReduce<T, Op, P>(g, comm, op, static_cast<const T*>(w.sendbuff), all, uint64_t(comm->nRanks) * w.count, 0))
+    return false;
+  reduceCopy<T, Op, F_USRC | F_UDST>(g, op, nullptr, all + uint64_t(comm->rank) * w.count, static_cast<T*>(w.recvbuff),
+                                     nullptr, w.count);
   return true;
 }
 
@@ -565,6 +584,8 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
         ok = byProto(w.proto, [&](auto P) { return reduceDirect<T, Op, decltype(P)::value>(g, comm, w, op); });
       } else if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_RECDBL) {
         ok = byProto(w.proto, [&](auto P) { return allReduceRecDbl<T, Op, decltype(P)::value>(g, comm, w, op); });
+      } else if (w.type == FN_WORK_REDUCESCATTER && w.algo == FN_ALGO_RECDBL) {
+        ok = byProto(w.proto, [&](auto P) { return reduceScatterRecDbl<T, Op, decltype(P)::value>(g, comm, w, op); });
       } else if (w.type == FN_WORK_ALLREDUCE && w.algo == FN_ALGO_TREE) {
         ok = byProto(w.proto, [&](auto P) { return allReduceTree<T, Op, decltype(P)::value>(g, comm, w, op); });
       } else {

@@ -48,11 +48,12 @@ enum fnAlgo {
   FN_ALGO_DIRECT = 4,    /* Reduce: every other rank sends its input straight to the root over their
                             own connection (conns[root], channel = CTA), which reduces them in rank
                             order; one hop. Across hosts of one rank each (src/tuner.rs) */
-  FN_ALGO_RECDBL = 5,    /* AllReduce, AllGather: recursive doubling, log2(n) exchanges, in exchange
-                            d rank r swaps with r ^ 2^d over their own connection (conns[r ^ 2^d],
-                            channel = CTA); all-reduce sends all it has reduced so far, all-gather the
-                            2^d pieces it holds. One channel; a power of two of hosts of one rank
-                            each (src/tuner.rs) */
+  FN_ALGO_RECDBL = 5,    /* AllReduce, AllGather, ReduceScatter: recursive doubling, log2(n)
+                            exchanges, in exchange d rank r swaps with r ^ 2^d over their own
+                            connection (conns[r ^ 2^d], channel = CTA); all-reduce sends all it has
+                            reduced so far, all-gather the 2^d pieces it holds, reduce-scatter
+                            all-reduces the whole input in fnDevComm.scratch and keeps its piece.
+                            One channel; a power of two of hosts of one rank each (src/tuner.rs) */
 };
 
 /* What one work item does. */
@@ -173,6 +174,9 @@ typedef struct fnTree {
  * Counts only grow, so consecutive collectives need no reset. */
 #define FN_SYM_SYNC_WORDS(nRanks) (FN_MAX_CHANNELS * (2 + (nRanks)))
 
+/* Bytes of fnDevComm.scratch: the most input a recursive-doubling reduce-scatter takes. */
+#define FN_RECDBL_SCRATCH (128 * 1024)
+
 /* Per-communicator device state, in device memory, written by the host at init. */
 typedef struct fnDevComm {
   int32_t rank, nRanks, nChannels;
@@ -190,6 +194,8 @@ typedef struct fnDevComm {
   uint32_t chunkSlots;               /* Simple slots a ring collective sends per hop before it waits on
                                         its receive (NCCL's chunk steps): FN_NSTEPS / 2 when some pair
                                         is on NET, 1 otherwise; 0 counts as 1. Alike on every rank */
+  void* scratch;                     /* FN_RECDBL_SCRATCH bytes of device memory where recursive
+                                        doubling can run (FN_ALGO_RECDBL), NULL elsewhere */
 } fnDevComm;
 
 /* One operation. Element counts are in elements of `dtype`, except p2p/copy which are bytes. */

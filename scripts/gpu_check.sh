@@ -490,13 +490,13 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
     n=$(grep -c "connected at runtime" "$1"); echo "pairs connected at runtime: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
     _ "$LOG/check_net_runtime_8.log" "$CHK" --mode procs --devs 0,0,0,0,0,0,0,0 --hosts 4 --quick --failures-only \
     --colls AlltoAll,AllPairs,SendRecv,Gather,Scatter,AllReduce
-  # Recursive doubling between 8 and 4 hosts of one rank each (small all-reduces and all-gathers,
-  # every protocol the tuner picks for them); the log must show it chosen.
+  # Recursive doubling between 8 and 4 hosts of one rank each (small all-reduces, all-gathers and
+  # reduce-scatters, every protocol the tuner picks for them); the log must show it chosen.
   for H in 8 4; do
     step check_net_recdbl_$H net 240 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING "${@:2}"; rc=$?
       n=$(grep -c -- "-> algo RecDoubling" "$1"); echo "collectives by recursive doubling: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
       _ "$LOG/check_net_recdbl_$H.log" "$CHK" --mode procs --devs $(seq -s, 1 $H | sed 's/[0-9]*/0/g') --hosts $H \
-      --quick --failures-only --colls AllReduce,AllGather
+      --quick --failures-only --colls AllReduce,AllGather,ReduceScatter
   done
   net_step check_net_eager_4 150 NCCL_RUNTIME_CONNECT=0 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
   # CUDA graphs over NET: an all-reduce, and every rank sending to and receiving from every other

@@ -18,7 +18,7 @@ use crate::topo::{self, Lsa, PeerInfo, Ring};
 use crate::transport::conn_plan::ConnPlan;
 use crate::transport::net::proxy::FaultHook;
 use crate::transport::{self, net, Connections, Kind, NetNeeds, Path, Settings};
-use crate::tuner::Allowed;
+use crate::tuner::{self, Allowed};
 use crate::types::NCCL_SPLIT_NOCOLOR;
 use parking_lot::Mutex;
 use std::collections::HashSet;
@@ -87,8 +87,11 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let table = transport.table(&plan, rank);
     let proxy_waker = transport.proxy_waker();
     let watchdog = Duration::from_millis(watchdog_timeout_ms().max(0) as u64);
-    let DeviceState { conns, ring_ranks, dev_comm } =
-        DeviceState::new(&table, &plan, &ring, &trees, &flags, rank, nchannels, watchdog, ring_chunk_slots(on_net))?;
+    let link = Link::slowest(on_net, host_fifos);
+    let scratch = tuner::recursive_doubling_shape(nranks, trees.shape().nhosts, link);
+    let tuning = Tuning { chunk_slots: ring_chunk_slots(on_net), scratch };
+    let DeviceState { conns, ring_ranks, scratch, dev_comm } =
+        DeviceState::new(&table, &plan, &ring, &trees, &flags, rank, nchannels, watchdog, tuning)?;
     // Nobody launches until every peer has mapped everyone's buffers.
     bootstrap.barrier()?;
     // From here on a lost peer stops our kernels and is reported by name, within the heartbeat
@@ -134,7 +137,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         conns: plan,
         runtime_peers: Mutex::new(HashSet::new()),
         tree: trees.shape(),
-        link: Link::slowest(on_net, host_fifos),
+        link,
         net: net_link,
         proxy_waker,
         limits,
@@ -155,6 +158,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
                 dev_comm,
                 conns,
                 _ring_ranks: ring_ranks,
+                _scratch: scratch,
                 flags,
                 _watch: watch_gpu,
                 windows: Mutex::new(Windows::default()),
@@ -353,11 +357,20 @@ fn ring_chunk_slots(on_net: bool) -> u32 {
 }
 
 /// What the kernels read of a communicator, in device memory: the connection table, the ring's
-/// user ranks, and the `fnDevComm` pointing at them.
+/// user ranks, the scratch of recursive doubling where it can run, and the `fnDevComm` pointing at
+/// them.
 struct DeviceState {
     conns: DeviceBuffer,
     ring_ranks: DeviceBuffer,
+    scratch: Option<DeviceBuffer>,
     dev_comm: DeviceBuffer,
+}
+
+/// How the kernels cut and stage work, alike on every rank: Simple slots per ring chunk
+/// ([`ring_chunk_slots`]), and whether recursive doubling can run, which needs the scratch.
+struct Tuning {
+    chunk_slots: u32,
+    scratch: bool,
 }
 
 impl DeviceState {
@@ -371,10 +384,11 @@ impl DeviceState {
         rank: usize,
         nchannels: usize,
         watchdog: Duration,
-        chunk_slots: u32,
+        tuning: Tuning,
     ) -> Result<DeviceState> {
         let conns = DeviceBuffer::zeroed(std::mem::size_of_val(table))?;
         conns.write(0, table)?;
+        let scratch = tuning.scratch.then(|| DeviceBuffer::zeroed(abi::FN_RECDBL_SCRATCH as usize)).transpose()?;
         let ring_ranks_host: Vec<i32> = ring.user_ranks.iter().map(|&r| r as i32).collect();
         let ring_ranks = DeviceBuffer::zeroed(4 * plan.nranks)?;
         ring_ranks.write(0, &ring_ranks_host)?;
@@ -387,7 +401,8 @@ impl DeviceState {
             abortFlag: (flags.dev + 4 * FLAG_ABORT as u64) as *mut _,
             errorFlag: (flags.dev + 4 * FLAG_ERROR as u64) as *mut _,
             timeoutNs: watchdog.as_nanos() as u64,
-            chunkSlots: chunk_slots,
+            chunkSlots: tuning.chunk_slots,
+            scratch: scratch.as_ref().map_or(std::ptr::null_mut(), |b| b.ptr as *mut _),
             ..Default::default()
         };
         for c in 0..nchannels {
@@ -402,7 +417,7 @@ impl DeviceState {
         }
         let dev_comm = DeviceBuffer::zeroed(std::mem::size_of::<fnDevComm>())?;
         dev_comm.write(0, std::slice::from_ref(&dc))?;
-        Ok(DeviceState { conns, ring_ranks, dev_comm })
+        Ok(DeviceState { conns, ring_ranks, scratch, dev_comm })
     }
 }
 

@@ -68,6 +68,8 @@ struct Resources {
     /// The kernels' connection table, `conns[peer * FN_MAX_CHANNELS + ch]`.
     conns: DeviceBuffer,
     _ring_ranks: DeviceBuffer,
+    /// `fnDevComm.scratch`, where recursive doubling can run.
+    _scratch: Option<DeviceBuffer>,
     /// [abort requested by the host, error reported by the device]; shared with the liveness
     /// watcher, which raises the abort flag when a peer is lost.
     flags: Arc<HostMapped>,

@@ -117,7 +117,10 @@ fn is_direct(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> bool {
 /// each exchange (rank ^ 1, ^ 2, ^ 4, ...); none for any other collective.
 pub fn direct_peers(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Vec<usize> {
     let elem = types::dtype_size(c.dtype).expect("validated dtype");
-    let bytes = if c.kind == CollKind::AllGather { c.count * elem * shape.nranks } else { c.count * elem };
+    let bytes = match c.kind {
+        CollKind::AllGather | CollKind::ReduceScatter => c.count * elem * shape.nranks,
+        _ => c.count * elem,
+    };
     if tuner::recursive_doubling(c.kind, bytes, shape, allowed) {
         let n = shape.nranks;
         return (0..n.trailing_zeros()).map(|b| shape.rank ^ (1 << b)).collect();
@@ -332,6 +335,12 @@ mod tests {
         let Task::Coll(ag) = coll(CollKind::AllGather, types::ncclInt8, abi::FN_OP_SUM, 16) else { unreachable!() };
         assert_eq!(direct_peers(&ar, &eight(5), &Allowed::ALL), vec![4, 7, 1]);
         assert_eq!(direct_peers(&ag, &four_hosts(2), &Allowed::ALL), vec![3, 0]);
+        let Task::Coll(rs) = coll(CollKind::ReduceScatter, types::ncclFloat32, abi::FN_OP_SUM, 16) else {
+            unreachable!()
+        };
+        assert_eq!(direct_peers(&rs, &eight(6), &Allowed::ALL), vec![7, 4, 2]);
+        let large_rs = CollTask { count: 64 << 10, ..rs };
+        assert!(direct_peers(&large_rs, &eight(6), &Allowed::ALL).is_empty(), "the ring");
         let large = CollTask { count: 1 << 20, ..ar };
         assert!(direct_peers(&large, &four_hosts(2), &Allowed::ALL).is_empty(), "the ring");
         assert!(direct_peers(&ar, &SHAPE, &Allowed::ALL).is_empty(), "one host");

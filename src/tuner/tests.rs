@@ -393,9 +393,9 @@ fn direct_only_across_hosts_of_one_rank_and_small_enough() {
     assert!(direct(CollKind::Reduce, 8, &hosts(4), &bcast_listed), "only broadcast was listed");
 }
 
-/// Recursive doubling runs all-reduces and all-gathers across a power of two of hosts of one rank
-/// each, from four, up to its byte caps, on one channel; not where NCCL_ALGO lists the algorithms
-/// to use.
+/// Recursive doubling runs all-reduces, all-gathers and reduce-scatters across a power of two of
+/// hosts of one rank each, from four, up to its byte caps (a reduce-scatter's input also the scratch),
+/// on one channel; not where NCCL_ALGO lists the algorithms to use.
 #[test]
 fn recursive_doubling_across_a_power_of_two_of_hosts() {
     let hosts = |n: usize| CommShape {
@@ -415,7 +415,14 @@ fn recursive_doubling_across_a_power_of_two_of_hosts() {
     assert!(!recursive_doubling(CollKind::AllReduce, RECDBL_MAX_ALLREDUCE + 1, &hosts(4), all));
     assert!(recursive_doubling(CollKind::AllGather, RECDBL_MAX_ALLGATHER, &hosts(4), all));
     assert!(!recursive_doubling(CollKind::AllGather, RECDBL_MAX_ALLGATHER + 4, &hosts(4), all));
-    for kind in [CollKind::ReduceScatter, CollKind::Broadcast, CollKind::Reduce] {
+    assert!(recursive_doubling(CollKind::ReduceScatter, 8 * 4, &hosts(4), all));
+    let rs_cap = |n: usize| RECDBL_MAX_REDUCESCATTER_PER_RANK * n;
+    assert!(recursive_doubling(CollKind::ReduceScatter, rs_cap(8), &hosts(8), all));
+    assert!(!recursive_doubling(CollKind::ReduceScatter, rs_cap(8) + 8, &hosts(8), all));
+    // However many hosts, no more than the scratch holds.
+    assert!(recursive_doubling(CollKind::ReduceScatter, FN_RECDBL_SCRATCH as usize, &hosts(1 << 10), all));
+    assert!(!recursive_doubling(CollKind::ReduceScatter, FN_RECDBL_SCRATCH as usize + 1024, &hosts(1 << 10), all));
+    for kind in [CollKind::Broadcast, CollKind::Reduce] {
         assert!(!recursive_doubling(kind, 8, &hosts(4), all), "{kind:?}");
     }
     assert!(!recursive_doubling(CollKind::AllReduce, 0, &hosts(4), all));
@@ -427,7 +434,7 @@ fn recursive_doubling_across_a_power_of_two_of_hosts() {
     let excluded = parse_restrictions(Some("^tree"), None).unwrap();
     assert!(recursive_doubling(CollKind::AllReduce, 8, &hosts(4), &excluded));
     // The tuner picks it on one channel, LL for a few bytes; the ring when NCCL_ALGO lists it.
-    for kind in [CollKind::AllReduce, CollKind::AllGather] {
+    for kind in [CollKind::AllReduce, CollKind::AllGather, CollKind::ReduceScatter] {
         let c = choose(kind, 2, 4, &hosts(8), all);
         assert_eq!((c.algo, c.proto, c.nchannels), (FN_ALGO_RECDBL, FN_PROTO_LL, 1), "{kind:?}");
         assert_ne!(choose(kind, 2, 4, &hosts(8), &listed).algo, FN_ALGO_RECDBL, "{kind:?}");
