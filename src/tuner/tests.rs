@@ -356,41 +356,49 @@ fn part_bytes_matches_the_kernels_partition() {
     assert_eq!(part_bytes(7, 8, 2), 32);
 }
 
+/// `n` hosts of one rank each over NET, seen from rank 0.
+fn one_rank_hosts(n: usize) -> CommShape {
+    CommShape { link: Link::Net, tree: TreeShape { nhosts: n, depth: 2, max_children: 2 }, ..shape(n, 4, 4) }
+}
+
+/// `runs` (whether an algorithm NCCL has no name for runs) holds across four hosts of one rank each
+/// over NET, and with NCCL_ALGO excluding others; not over SHM, not with two ranks a host, not
+/// where NCCL_ALGO lists the algorithms to use.
+fn only_net_hosts_of_one_rank_and_unlisted(runs: impl Fn(&CommShape, &Allowed) -> bool) {
+    let hosts = one_rank_hosts(4);
+    assert!(runs(&hosts, &Allowed::ALL));
+    assert!(!runs(&CommShape { link: Link::Shm, ..hosts.clone() }, &Allowed::ALL));
+    let two_per_host = CommShape { tree: TreeShape { nhosts: 2, depth: 2, max_children: 1 }, ..hosts.clone() };
+    assert!(!runs(&two_per_host, &Allowed::ALL));
+    assert!(!runs(&hosts, &parse_restrictions(Some("ring,tree"), None).unwrap()));
+    assert!(runs(&hosts, &parse_restrictions(Some("^tree"), None).unwrap()));
+}
+
 /// A broadcast or reduce runs direct only across hosts of one rank each over NET, from three ranks
 /// on, up to the root's byte budget, and not where NCCL_ALGO lists the algorithms to use; a reduce
 /// then picks the direct algorithm on one channel.
 #[test]
 fn direct_only_across_hosts_of_one_rank_and_small_enough() {
-    let hosts = |n: usize| CommShape {
-        link: Link::Net,
-        tree: TreeShape { nhosts: n, depth: 2, max_children: 2 },
-        ..shape(n, 4, 4)
-    };
     let all = &Allowed::ALL;
-    assert!(direct(CollKind::Broadcast, 8, &hosts(4), all));
-    assert!(direct(CollKind::Broadcast, 1 << 20, &hosts(4), all));
-    assert!(!direct(CollKind::Broadcast, 2 << 20, &hosts(4), all), "the root would send 6 MiB");
-    assert!(direct(CollKind::Broadcast, DIRECT_ROOT_BYTES / 7, &hosts(8), all));
-    assert!(!direct(CollKind::Broadcast, 8, &hosts(2), all), "two ranks: one hop either way");
-    assert!(!direct(CollKind::Broadcast, 8, &hosts(9), all));
-    assert!(!direct(CollKind::Broadcast, 0, &hosts(4), all));
-    assert!(!direct(CollKind::Broadcast, 8, &CommShape { link: Link::Shm, ..hosts(4) }, all));
-    let two_per_host = CommShape { tree: TreeShape { nhosts: 2, depth: 2, max_children: 1 }, ..hosts(4) };
-    assert!(!direct(CollKind::Broadcast, 8, &two_per_host, all));
+    assert!(direct(CollKind::Broadcast, 8, &one_rank_hosts(4), all));
+    assert!(direct(CollKind::Broadcast, 1 << 20, &one_rank_hosts(4), all));
+    assert!(!direct(CollKind::Broadcast, 2 << 20, &one_rank_hosts(4), all), "the root would send 6 MiB");
+    assert!(direct(CollKind::Broadcast, DIRECT_ROOT_BYTES / 7, &one_rank_hosts(8), all));
+    assert!(!direct(CollKind::Broadcast, 8, &one_rank_hosts(2), all), "two ranks: one hop either way");
+    assert!(!direct(CollKind::Broadcast, 8, &one_rank_hosts(9), all));
+    assert!(!direct(CollKind::Broadcast, 0, &one_rank_hosts(4), all));
+    only_net_hosts_of_one_rank_and_unlisted(|shape, allowed| direct(CollKind::Broadcast, 8, shape, allowed));
     let listed = parse_restrictions(Some("ring"), None).unwrap();
-    assert!(!direct(CollKind::Broadcast, 8, &hosts(4), &listed));
-    let excluded = parse_restrictions(Some("^tree"), None).unwrap();
-    assert!(direct(CollKind::Broadcast, 8, &hosts(4), &excluded));
-    assert!(!direct(CollKind::Broadcast, 8, &hosts(4), &all.intersect(&listed)));
-    assert!(direct(CollKind::Reduce, 256 << 10, &hosts(4), all));
-    assert!(!direct(CollKind::Reduce, 512 << 10, &hosts(4), all), "the root would take in 1.5 MiB");
-    assert!(!direct(CollKind::AllReduce, 8, &hosts(4), all));
-    let c = choose(CollKind::Reduce, 2, 4, &hosts(4), all);
+    assert!(!direct(CollKind::Broadcast, 8, &one_rank_hosts(4), &all.intersect(&listed)));
+    assert!(direct(CollKind::Reduce, 256 << 10, &one_rank_hosts(4), all));
+    assert!(!direct(CollKind::Reduce, 512 << 10, &one_rank_hosts(4), all), "the root would take in 1.5 MiB");
+    assert!(!direct(CollKind::AllReduce, 8, &one_rank_hosts(4), all));
+    let c = choose(CollKind::Reduce, 2, 4, &one_rank_hosts(4), all);
     assert_eq!((c.algo, c.nchannels), (FN_ALGO_DIRECT, 1));
-    assert_ne!(choose(CollKind::Reduce, 2, 4, &hosts(4), &listed).algo, FN_ALGO_DIRECT);
+    assert_ne!(choose(CollKind::Reduce, 2, 4, &one_rank_hosts(4), &listed).algo, FN_ALGO_DIRECT);
     let bcast_listed = parse_restrictions(Some("broadcast:ring"), None).unwrap();
-    assert!(!direct(CollKind::Broadcast, 8, &hosts(4), &bcast_listed));
-    assert!(direct(CollKind::Reduce, 8, &hosts(4), &bcast_listed), "only broadcast was listed");
+    assert!(!direct(CollKind::Broadcast, 8, &one_rank_hosts(4), &bcast_listed));
+    assert!(direct(CollKind::Reduce, 8, &one_rank_hosts(4), &bcast_listed), "only broadcast was listed");
 }
 
 /// Recursive doubling runs all-reduces, all-gathers and reduce-scatters across a power of two of
@@ -398,48 +406,45 @@ fn direct_only_across_hosts_of_one_rank_and_small_enough() {
 /// on one channel; not where NCCL_ALGO lists the algorithms to use.
 #[test]
 fn recursive_doubling_across_a_power_of_two_of_hosts() {
-    let hosts = |n: usize| CommShape {
-        link: Link::Net,
-        tree: TreeShape { nhosts: n, depth: 3, max_children: 2 },
-        ..shape(n, 4, 4)
-    };
     let all = &Allowed::ALL;
     for n in [4, 8, 16] {
-        assert!(recursive_doubling(CollKind::AllReduce, 8, &hosts(n), all), "{n} hosts");
-        assert!(recursive_doubling(CollKind::AllGather, 8 * n, &hosts(n), all), "{n} hosts");
+        assert!(recursive_doubling(CollKind::AllReduce, 8, &one_rank_hosts(n), all), "{n} hosts");
+        assert!(recursive_doubling(CollKind::AllGather, 8 * n, &one_rank_hosts(n), all), "{n} hosts");
     }
     for n in [2, 3, 6] {
-        assert!(!recursive_doubling(CollKind::AllReduce, 8, &hosts(n), all), "{n} hosts");
+        assert!(!recursive_doubling(CollKind::AllReduce, 8, &one_rank_hosts(n), all), "{n} hosts");
     }
-    assert!(recursive_doubling(CollKind::AllReduce, RECDBL_MAX_ALLREDUCE, &hosts(4), all));
-    assert!(!recursive_doubling(CollKind::AllReduce, RECDBL_MAX_ALLREDUCE + 1, &hosts(4), all));
-    assert!(recursive_doubling(CollKind::AllGather, RECDBL_MAX_ALLGATHER, &hosts(4), all));
-    assert!(!recursive_doubling(CollKind::AllGather, RECDBL_MAX_ALLGATHER + 4, &hosts(4), all));
-    assert!(recursive_doubling(CollKind::ReduceScatter, 8 * 4, &hosts(4), all));
+    assert!(recursive_doubling(CollKind::AllReduce, RECDBL_MAX_ALLREDUCE, &one_rank_hosts(4), all));
+    assert!(!recursive_doubling(CollKind::AllReduce, RECDBL_MAX_ALLREDUCE + 1, &one_rank_hosts(4), all));
+    assert!(recursive_doubling(CollKind::AllGather, RECDBL_MAX_ALLGATHER, &one_rank_hosts(4), all));
+    assert!(!recursive_doubling(CollKind::AllGather, RECDBL_MAX_ALLGATHER + 4, &one_rank_hosts(4), all));
+    assert!(recursive_doubling(CollKind::ReduceScatter, 8 * 4, &one_rank_hosts(4), all));
     let rs_cap = |n: usize| RECDBL_MAX_REDUCESCATTER_PER_RANK * n;
-    assert!(recursive_doubling(CollKind::ReduceScatter, rs_cap(8), &hosts(8), all));
-    assert!(!recursive_doubling(CollKind::ReduceScatter, rs_cap(8) + 8, &hosts(8), all));
+    assert!(recursive_doubling(CollKind::ReduceScatter, rs_cap(8), &one_rank_hosts(8), all));
+    assert!(!recursive_doubling(CollKind::ReduceScatter, rs_cap(8) + 8, &one_rank_hosts(8), all));
     // However many hosts, no more than the scratch holds.
-    assert!(recursive_doubling(CollKind::ReduceScatter, FN_RECDBL_SCRATCH as usize, &hosts(1 << 10), all));
-    assert!(!recursive_doubling(CollKind::ReduceScatter, FN_RECDBL_SCRATCH as usize + 1024, &hosts(1 << 10), all));
+    assert!(recursive_doubling(CollKind::ReduceScatter, FN_RECDBL_SCRATCH as usize, &one_rank_hosts(1 << 10), all));
+    assert!(!recursive_doubling(
+        CollKind::ReduceScatter,
+        FN_RECDBL_SCRATCH as usize + 1024,
+        &one_rank_hosts(1 << 10),
+        all
+    ));
     for kind in [CollKind::Broadcast, CollKind::Reduce] {
-        assert!(!recursive_doubling(kind, 8, &hosts(4), all), "{kind:?}");
+        assert!(!recursive_doubling(kind, 8, &one_rank_hosts(4), all), "{kind:?}");
     }
-    assert!(!recursive_doubling(CollKind::AllReduce, 0, &hosts(4), all));
-    assert!(!recursive_doubling(CollKind::AllReduce, 8, &CommShape { link: Link::Shm, ..hosts(4) }, all));
-    let two_per_host = CommShape { tree: TreeShape { nhosts: 2, depth: 2, max_children: 1 }, ..hosts(4) };
-    assert!(!recursive_doubling(CollKind::AllReduce, 8, &two_per_host, all));
+    assert!(!recursive_doubling(CollKind::AllReduce, 0, &one_rank_hosts(4), all));
+    only_net_hosts_of_one_rank_and_unlisted(|shape, allowed| {
+        recursive_doubling(CollKind::AllReduce, 8, shape, allowed)
+    });
     let listed = parse_restrictions(Some("ring,tree"), None).unwrap();
-    assert!(!recursive_doubling(CollKind::AllReduce, 8, &hosts(4), &listed));
-    let excluded = parse_restrictions(Some("^tree"), None).unwrap();
-    assert!(recursive_doubling(CollKind::AllReduce, 8, &hosts(4), &excluded));
     // The tuner picks it on one channel, LL for a few bytes; the ring when NCCL_ALGO lists it.
     for kind in [CollKind::AllReduce, CollKind::AllGather, CollKind::ReduceScatter] {
-        let c = choose(kind, 2, 4, &hosts(8), all);
+        let c = choose(kind, 2, 4, &one_rank_hosts(8), all);
         assert_eq!((c.algo, c.proto, c.nchannels), (FN_ALGO_RECDBL, FN_PROTO_LL, 1), "{kind:?}");
-        assert_ne!(choose(kind, 2, 4, &hosts(8), &listed).algo, FN_ALGO_RECDBL, "{kind:?}");
+        assert_ne!(choose(kind, 2, 4, &one_rank_hosts(8), &listed).algo, FN_ALGO_RECDBL, "{kind:?}");
         let simple = parse_restrictions(None, Some("Simple")).unwrap();
-        assert_eq!(choose(kind, 2, 4, &hosts(8), &simple).proto, FN_PROTO_SIMPLE, "{kind:?}");
+        assert_eq!(choose(kind, 2, 4, &one_rank_hosts(8), &simple).proto, FN_PROTO_SIMPLE, "{kind:?}");
     }
-    assert_ne!(choose(CollKind::AllReduce, 1 << 20, 4, &hosts(4), all).algo, FN_ALGO_RECDBL);
+    assert_ne!(choose(CollKind::AllReduce, 1 << 20, 4, &one_rank_hosts(4), all).algo, FN_ALGO_RECDBL);
 }
