@@ -223,10 +223,7 @@ pub fn symmetric(kind: CollKind, count: usize, elem: usize, shape: &CommShape, a
     if n < 2 || !matches!(kind, CollKind::AllReduce | CollKind::AllGather | CollKind::ReduceScatter) {
         return None;
     }
-    let bytes = match kind {
-        CollKind::AllReduce => count * elem,
-        _ => count * elem * n,
-    };
+    let bytes = coll_bytes(kind, count, elem, n);
     if allowed.symmetric != Symmetric::Always {
         return None;
     }
@@ -498,6 +495,15 @@ pub fn recursive_doubling(kind: CollKind, bytes: usize, shape: &CommShape, allow
         && bytes <= cap
 }
 
+/// The bytes the tuner sizes a collective of `count` elements of `elem` bytes by: an all-gather's
+/// output, a reduce-scatter's input (`count` is per rank), the buffer of the others.
+pub fn coll_bytes(kind: CollKind, count: usize, elem: usize, nranks: usize) -> usize {
+    match kind {
+        CollKind::AllGather | CollKind::ReduceScatter => count * elem * nranks,
+        _ => count * elem,
+    }
+}
+
 /// The fastest allowed (algorithm, protocol) for a collective of `count` elements of `elem` bytes.
 pub fn choose(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allowed: &Allowed) -> Choice {
     choose_timed(kind, count, elem, shape, allowed).1
@@ -524,10 +530,7 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
     if n == 1 {
         return (model_us(FN_PROTO_SIMPLE, 0.0, 0.0, 1.0), ring(FN_PROTO_SIMPLE));
     }
-    let bytes = match kind {
-        CollKind::AllGather | CollKind::ReduceScatter => count * elem * n,
-        _ => count * elem,
-    } as f64;
+    let bytes = coll_bytes(kind, count, elem, n) as f64;
     let (hops, wire) = ring_shape(kind, n as f64, bytes);
     // A direct reduce, one channel: the protocol that moves the root's incoming bytes fastest.
     if kind == CollKind::Reduce && direct(kind, bytes as usize, shape, allowed) {

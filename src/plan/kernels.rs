@@ -117,11 +117,7 @@ fn is_direct(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> bool {
 /// each exchange (rank ^ 1, ^ 2, ^ 4, ...); none for any other collective.
 pub fn direct_peers(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Vec<usize> {
     let elem = types::dtype_size(c.dtype).expect("validated dtype");
-    let bytes = match c.kind {
-        CollKind::AllGather | CollKind::ReduceScatter => c.count * elem * shape.nranks,
-        _ => c.count * elem,
-    };
-    if tuner::recursive_doubling(c.kind, bytes, shape, allowed) {
+    if tuner::recursive_doubling(c.kind, tuner::coll_bytes(c.kind, c.count, elem, shape.nranks), shape, allowed) {
         let n = shape.nranks;
         return (0..n.trailing_zeros()).map(|b| shape.rank ^ (1 << b)).collect();
     }
