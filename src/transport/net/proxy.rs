@@ -226,7 +226,7 @@ impl Entry {
     /// Posts the goodbye word once, unless the connection failed or a step is half sent (its size
     /// word went out: the peer expects its data next).
     fn say_goodbye(&mut self) {
-        if self.said_goodbye || self.failed || self.send.size_sent {
+        if self.said_goodbye || self.failed || self.send.size_sent.is_some() {
             return;
         }
         self.said_goodbye = true;

@@ -1,7 +1,7 @@
 //! A NET connection's host block: the memory its kernels and the proxy thread share (pinned host
 //! memory mapped for the GPU), and where the counters, size words and FIFOs sit in it.
 
-use crate::abi::{FN_NSTEPS, FN_NUM_PROTOS, FN_PROTO_LL, FN_PROTO_LL128, FN_SIZE_PROTO_SHIFT};
+use crate::abi::{FN_NSTEPS, FN_NUM_PROTOS, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE, FN_SIZE_PROTO_SHIFT};
 use crate::error::{Error, Result};
 use crate::transport::fifo;
 
@@ -107,6 +107,31 @@ impl Layout {
             && fits(self.stride(FN_PROTO_LL))
             && fits(self.stride(proto))
             && (proto == FN_PROTO_LL || bytes <= INLINE_MAX)
+    }
+
+    /// The size word of a message of `bytes` of `proto`.
+    pub(super) fn encode(proto: u32, bytes: usize) -> u32 {
+        bytes as u32 | proto << FN_SIZE_PROTO_SHIFT
+    }
+
+    /// Checks a size word from the peer for the step at `slot`, and says how many steps its data
+    /// carries: one, checked as [`Layout::decode`] does, or a pair of Simple steps in this slot
+    /// and the next (more than a slot's bytes, at most two, and not from the FIFO's last slot).
+    pub(super) fn decode_peer(&self, word: u32, slot: usize) -> std::result::Result<(u32, usize, u64), String> {
+        let (proto, bytes) = (word >> FN_SIZE_PROTO_SHIFT, (word & SIZE_MASK) as usize);
+        if proto != FN_PROTO_SIMPLE || bytes <= self.slot_bytes {
+            return self.decode(word).map(|(p, b)| (p, b, 1));
+        }
+        if bytes > 2 * self.slot_bytes {
+            return Err(format!(
+                "size word {word:#010x}: {bytes} bytes for a slot of {} (protocol {proto}), or two in a pair",
+                self.slot_bytes
+            ));
+        }
+        if slot + 1 >= FN_NSTEPS as usize {
+            return Err(format!("size word {word:#010x}: a pair of Simple steps from the FIFO's last slot"));
+        }
+        Ok((proto, bytes, 2))
     }
 
     /// Checks a size word (from our kernel or from the peer): a protocol we have, no more bytes
@@ -240,7 +265,6 @@ impl HostBlock {
 mod tests {
     use super::super::GOODBYE;
     use super::*;
-    use crate::abi::FN_PROTO_SIMPLE;
 
     #[test]
     fn layout_fits_and_aligns() {
@@ -297,5 +321,12 @@ mod tests {
         assert_eq!(l.decode(w(FN_PROTO_LL128, 256)), Ok((FN_PROTO_LL128, 256)));
         assert_eq!(l.decode(w(FN_PROTO_SIMPLE, 3)), Ok((FN_PROTO_SIMPLE, 3)));
         assert!(l.decode(w(3, 8)).unwrap_err().contains("protocol 3"));
+        // From the peer, a Simple word of more than a slot is a pair: this slot and the next.
+        assert_eq!(l.decode_peer(w(FN_PROTO_SIMPLE, 1 << 16), 7), Ok((FN_PROTO_SIMPLE, 1 << 16, 1)));
+        assert_eq!(l.decode_peer(w(FN_PROTO_SIMPLE, 2 << 16), 6), Ok((FN_PROTO_SIMPLE, 2 << 16, 2)));
+        assert!(l.decode_peer(w(FN_PROTO_SIMPLE, (1 << 16) + 1), 7).unwrap_err().contains("last slot"));
+        assert!(l.decode_peer(w(FN_PROTO_SIMPLE, (2 << 16) + 1), 0).unwrap_err().contains("or two in a pair"));
+        assert!(l.decode_peer(w(FN_PROTO_LL128, (1 << 16) + 128), 0).unwrap_err().contains("bytes for a slot"));
+        assert_eq!(l.decode_peer(w(FN_PROTO_LL, 32), 3), Ok((FN_PROTO_LL, 32, 1)));
     }
 }

@@ -10,7 +10,7 @@ use super::block::{
 };
 use super::block::{GOODBYE, NSTEPS, TAG_DATA, TAG_SIZE};
 use super::trace::Trace;
-use crate::abi::FN_PROTO_LL;
+use crate::abi::{FN_PROTO_LL, FN_PROTO_SIMPLE};
 use crate::error::{Error, Result};
 use crate::transport::net::{MemHandle, RecvBuf, RecvComm, Request, SendComm};
 
@@ -21,8 +21,9 @@ pub(super) struct SendSide {
     /// Steps whose data send was posted / completed.
     posted: u64,
     done: u64,
-    /// The size word of step `posted` went out, its data has not.
-    pub(super) size_sent: bool,
+    /// The size word of step `posted` went out, announcing these bytes and steps (that step's,
+    /// or with the next a pair's: [`pair`]); its data has not.
+    pub(super) size_sent: Option<(usize, u64)>,
     /// Lines of the untailed LL step `posted` already seen carrying its flag.
     ll_seen: usize,
     /// Requests in posting order, with the step and bytes a data send completes.
@@ -40,7 +41,7 @@ impl SendSide {
             mr: Some(mr),
             posted: 0,
             done: 0,
-            size_sent: false,
+            size_sent: None,
             ll_seen: 0,
             inflight: VecDeque::new(),
             unsent: 0,
@@ -74,7 +75,14 @@ impl SendSide {
             if self.posted >= tail && !(proto == FN_PROTO_LL && ll_complete(&mut self.ll_seen, flag, blk, at, bytes)) {
                 break;
             }
-            if !self.size_sent && self.unsent > 0 && self.unsent + bytes > layout.slot_bytes {
+            // A full Simple step and the next as one message where both are ready (decided once:
+            // a size word sent announces its bytes).
+            let (bytes, steps) = match self.size_sent {
+                Some(announced) => announced,
+                None if self.unsent == 0 && self.posted + 1 < tail => pair(blk, layout, slot, proto, bytes),
+                None => (bytes, 1),
+            };
+            if self.size_sent.is_none() && self.unsent > 0 && self.unsent + bytes > layout.slot_bytes {
                 break;
             }
             fence(Ordering::Acquire);
@@ -91,29 +99,29 @@ impl SendSide {
                 else {
                     break;
                 };
-                self.taken(blk, size_at, r, tail, bytes);
+                self.taken(blk, size_at, r, tail, (bytes, 1));
                 moved = true;
                 continue;
             }
-            if !self.size_sent {
+            if self.size_sent.is_none() {
                 let out = SEND_WORDS + 4 * slot;
-                blk.store_u32(out, word);
+                blk.store_u32(out, Layout::encode(proto, bytes));
                 // SAFETY: our copy of the word stays put until head passes this step, which
                 // waits for the data send posted after this one.
                 let Some(r) = (unsafe { self.comm.isend(blk.ptr(out, 4), 4, TAG_SIZE, registered(&self.mr))? }) else {
                     break;
                 };
                 self.inflight.push_back((r, None));
-                self.size_sent = true;
+                self.size_sent = Some((bytes, steps));
                 moved = true;
             }
-            // SAFETY: the kernel does not write this slot again before head passes the step,
-            // which happens only once this send has completed.
+            // SAFETY: the kernel does not write this slot (or a pair's two) again before head
+            // passes the step, which happens only once this send has completed.
             let Some(r) = (unsafe { self.comm.isend(blk.ptr(at, bytes), bytes, TAG_DATA, registered(&self.mr))? })
             else {
                 break;
             };
-            self.taken(blk, size_at, r, tail, bytes);
+            self.taken(blk, size_at, r, tail, (bytes, steps));
             moved = true;
         }
         while let Some((req, step)) = self.inflight.front() {
@@ -135,23 +143,42 @@ impl SendSide {
         Ok(moved)
     }
 
-    /// Step `posted` is on its way as `r`, whose completion frees its slot.
-    fn taken(&mut self, blk: &HostBlock, size_at: usize, r: Request, tail: u64, bytes: usize) {
-        // The kernel fills the entry again only once head has passed this step.
-        blk.store_u32(size_at, SIZE_EMPTY);
-        self.inflight.push_back((r, Some((self.posted, bytes))));
-        self.unsent += bytes;
-        if let Some(t) = &mut self.trace {
-            t.step(self.posted, bytes, tail.saturating_sub(self.posted).max(1));
+    /// Step `posted` (with the next in a pair: `steps` 2) is on its way as `r`, whose completion
+    /// frees its slot.
+    fn taken(&mut self, blk: &HostBlock, size_at: usize, r: Request, tail: u64, (bytes, steps): (usize, u64)) {
+        for s in 0..steps {
+            // The kernel fills an entry again only once head has passed its step.
+            blk.store_u32(size_at + 4 * s as usize, SIZE_EMPTY);
+            if let Some(t) = &mut self.trace {
+                // A pair's bytes are counted half to each step.
+                t.step(self.posted + s, bytes / steps as usize, tail.saturating_sub(self.posted).max(1));
+            }
         }
-        self.size_sent = false;
+        self.inflight.push_back((r, Some((self.posted + steps - 1, bytes))));
+        self.unsent += bytes;
+        self.size_sent = None;
         self.ll_seen = 0;
-        self.posted += 1;
+        self.posted += steps;
     }
 
     pub(super) fn busy(&self, blk: &HostBlock) -> bool {
         let waiting = blk.load_u32(SEND_SIZES + 4 * (self.posted % NSTEPS) as usize) != SIZE_EMPTY;
         !self.inflight.is_empty() || self.posted < blk.load_u64(SEND_TAIL) || waiting
+    }
+}
+
+/// The bytes of step `posted` at `slot` (`proto`, `bytes`) and the next together, where this one
+/// is a full Simple slot and the next, already handed over (its tail passed), is a Simple step of
+/// at least a byte in the FIFO's next slot: both then cross as one message, as NCCL's proxy sends
+/// a slice of two steps (docs/NET.md, "Two Simple steps a message"). Returns the message's bytes
+/// and steps.
+fn pair(blk: &HostBlock, layout: &Layout, slot: usize, proto: u32, bytes: usize) -> (usize, u64) {
+    if proto != FN_PROTO_SIMPLE || bytes != layout.slot_bytes || slot + 1 == NSTEPS as usize {
+        return (bytes, 1);
+    }
+    match layout.decode(blk.load_u32(SEND_SIZES + 4 * (slot + 1))) {
+        Ok((FN_PROTO_SIMPLE, next)) if next > 0 => (bytes + next, 2),
+        _ => (bytes, 1),
     }
 }
 
@@ -187,7 +214,7 @@ impl Drop for SendSide {
 pub(super) enum Expect {
     /// The size word of this step.
     Size(u64),
-    /// The bytes of this step: (step, bytes).
+    /// The bytes of the steps up to this one: (last step, bytes), one step's or a pair's.
     Data(u64, usize),
 }
 
@@ -200,8 +227,8 @@ pub(super) struct RecvSide {
     /// A size word's receive is in flight (its data's receive is posted after it lands).
     size_pending: bool,
     /// A step whose size word arrived but whose data receive could not be posted yet:
-    /// (step, protocol, bytes).
-    data_next: Option<(u64, u32, usize)>,
+    /// (step, protocol, bytes, steps: 2 for a pair).
+    data_next: Option<(u64, u32, usize, u64)>,
     pub(super) inflight: VecDeque<(Request, Expect)>,
     /// The peer said goodbye: its communicator is closing, and its comm will close next.
     pub(super) peer_closed: bool,
@@ -235,11 +262,15 @@ impl RecvSide {
     pub(super) fn progress(&mut self, blk: &HostBlock, layout: &Layout) -> Result<bool> {
         let (mut moved, mut turn_over) = (false, false);
         loop {
-            if let Some((step, proto, bytes)) = self.data_next {
+            if let Some((step, proto, bytes, steps)) = self.data_next {
+                // A pair's second step lands in the next slot, once the kernel is done with it.
+                if step + steps > blk.load_u64(RECV_HEAD) + NSTEPS {
+                    return Ok(moved);
+                }
                 let slot = (step % NSTEPS) as usize;
                 let at = blk.ptr(layout.recv_fifo(proto) + slot * layout.stride(proto), bytes);
                 let Some(r) = self.post(at, bytes, TAG_DATA)? else { return Ok(moved) };
-                self.inflight.push_back((r, Expect::Data(step, bytes)));
+                self.inflight.push_back((r, Expect::Data(step + steps - 1, bytes)));
                 self.data_next = None;
                 moved = true;
             }
@@ -270,16 +301,19 @@ impl RecvSide {
                         self.peer_closed = true;
                         return Ok(true);
                     }
-                    let (proto, bytes) =
-                        layout.decode(word).map_err(|e| Error::Remote(format!("step {step}: garbage: {e}")))?;
+                    let (proto, bytes, steps) = layout
+                        .decode_peer(word, slot)
+                        .map_err(|e| Error::Remote(format!("step {step}: garbage: {e}")))?;
                     if let Some(t) = &mut self.trace {
-                        t.step(step, bytes, 1);
+                        for s in 0..steps {
+                            t.step(step + s, bytes / steps as usize, 1);
+                        }
                     }
                     self.size_pending = false;
-                    self.sized += 1;
+                    self.sized += steps;
                     if !whole {
-                        self.data_next = Some((step, proto, bytes));
-                    } else if got != Layout::inline_len(bytes) || !layout.inline(proto, bytes) {
+                        self.data_next = Some((step, proto, bytes, steps));
+                    } else if steps > 1 || got != Layout::inline_len(bytes) || !layout.inline(proto, bytes) {
                         return Err(Error::Remote(format!(
                             "step {step}: a {got}-byte message whose size word announces {bytes} bytes"
                         )));
@@ -309,7 +343,8 @@ impl RecvSide {
         }
     }
 
-    /// Step `step`'s data is in its slot, from the receive at the front: the kernel may have it.
+    /// The data of the steps up to `step` is in their slots, from the receive at the front: the
+    /// kernel may have them.
     fn landed(&mut self, blk: &HostBlock, step: u64) {
         self.inflight.pop_front();
         // The data is in place before the kernel sees the tail.
@@ -355,8 +390,9 @@ mod tests {
     use crate::abi::FN_NSTEPS;
     use crate::abi::{FN_PROTO_SIMPLE, FN_SIZE_PROTO_SHIFT};
     use crate::transport::net::{PtrKind, SendComm};
+    use parking_lot::Mutex;
+    use std::sync::atomic::AtomicBool;
     use std::sync::atomic::Ordering::Relaxed;
-    use std::sync::atomic::{AtomicBool, AtomicUsize};
     use std::sync::Arc;
 
     /// A receive comm whose peer has already sent `messages`: each receive takes the next one.
@@ -393,9 +429,9 @@ mod tests {
     }
 
     /// A send comm that keeps every send in flight until the test says the net took them all,
-    /// through `open`; counts the bytes posted.
+    /// through `open`; records each message's bytes.
     struct Slow {
-        posted: Arc<AtomicUsize>,
+        posted: Arc<Mutex<Vec<usize>>>,
         open: Arc<AtomicBool>,
     }
 
@@ -407,7 +443,7 @@ mod tests {
             Ok(())
         }
         unsafe fn isend(&mut self, _: *const u8, size: usize, _: i32, _: &MemHandle) -> Result<Option<Request>> {
-            self.posted.fetch_add(size, Relaxed);
+            self.posted.lock().push(size);
             Ok(Some(Request(size)))
         }
         fn test(&mut self, req: &Request) -> Result<Option<usize>> {
@@ -430,11 +466,12 @@ mod tests {
             blk.store_u32(SEND_SIZES + 4 * step, bytes as u32 | FN_PROTO_SIMPLE << FN_SIZE_PROTO_SHIFT);
         }
         blk.store_u64(SEND_TAIL, 3);
-        let (posted, open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let (posted, open) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicBool::new(false)));
+        let sum = |p: &Mutex<Vec<usize>>| p.lock().iter().sum::<usize>();
         let comm = Slow { posted: posted.clone(), open: open.clone() };
         let mut send = SendSide::new(Box::new(comm), MemHandle(1), None);
         assert!(send.progress(&blk, &layout).unwrap());
-        assert_eq!(posted.load(Relaxed), 4 + bytes, "step 0's word and data, not step 1's");
+        assert_eq!(sum(&posted), 4 + bytes, "step 0's word and data, not step 1's");
         assert!(!send.progress(&blk, &layout).unwrap(), "nothing more while step 0 is in flight");
         open.store(true, Relaxed);
         let mut head = 0;
@@ -442,7 +479,7 @@ mod tests {
             send.progress(&blk, &layout).unwrap();
             head = blk.load_u64(SEND_HEAD);
         }
-        assert_eq!((head, posted.load(Relaxed)), (3, 3 * (4 + bytes)), "every step went, in turn");
+        assert_eq!((head, sum(&posted)), (3, 3 * (4 + bytes)), "every step went, in turn");
     }
 
     /// With several steps already arrived, a call lands one: the thread's other halves get their
@@ -477,6 +514,96 @@ mod tests {
                 assert!(got.iter().all(|&b| b == s as u8 + 1), "step {s}'s bytes in its slot");
             }
             assert!(!recv.progress(&blk, &layout).unwrap(), "nothing more arrived");
+        }
+    }
+
+    /// The kernel's side of a send step: its size word, and the tail for Simple.
+    fn hand_over(blk: &HostBlock, step: u64, proto: u32, bytes: usize) {
+        blk.store_u32(SEND_SIZES + 4 * (step % NSTEPS) as usize, Layout::encode(proto, bytes));
+        blk.store_u64(SEND_TAIL, step + 1);
+    }
+
+    /// A full Simple step and the next, both handed over, go as one message from the two slots,
+    /// unless the next is empty or not Simple, or the first fills the FIFO's last slot; and only
+    /// with nothing else unsent, so that a pair never waits behind a step.
+    #[test]
+    fn full_simple_steps_go_in_pairs() {
+        let layout = Layout { slot_bytes: 1 << 16, one_message: true };
+        let blk = HostBlock::plain(layout.block_bytes()).unwrap();
+        for slot in 0..FN_NSTEPS as usize {
+            blk.store_u32(SEND_SIZES + 4 * slot, SIZE_EMPTY);
+        }
+        let full = layout.slot_bytes;
+        let steps = [(0, full), (0, 1000), (0, full), (0, 0), (0, 100), (0, full), (0, full), (0, full)];
+        for (s, &(_, bytes)) in steps.iter().enumerate() {
+            hand_over(&blk, s as u64, FN_PROTO_SIMPLE, bytes);
+        }
+        let (posted, open) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicBool::new(true)));
+        let comm = Slow { posted: posted.clone(), open };
+        let mut send = SendSide::new(Box::new(comm), MemHandle(1), None);
+        for _ in 0..16 {
+            send.progress(&blk, &layout).unwrap();
+        }
+        let inline = Layout::inline_len(0);
+        let expect = [4, full + 1000, 4, full, inline, Layout::inline_len(100), 4, 2 * full, 4, full];
+        assert_eq!(*posted.lock(), expect, "pairs (0, 1) and (5, 6); step 7 in the last slot alone");
+        assert_eq!(blk.load_u64(SEND_HEAD), 8);
+        // The FIFO's next round starts at slot 0 again: a pair.
+        hand_over(&blk, 8, FN_PROTO_SIMPLE, full);
+        hand_over(&blk, 9, FN_PROTO_SIMPLE, full);
+        send.progress(&blk, &layout).unwrap();
+        assert_eq!(posted.lock()[expect.len()..], [4, 2 * full]);
+        assert_eq!((blk.load_u64(SEND_HEAD), blk.load_u32(SEND_SIZES + 4)), (10, SIZE_EMPTY), "both entries emptied");
+    }
+
+    /// A pair's size word, then its bytes: they land in the step's slot and the next, once the
+    /// kernel has freed the next, and tail passes both at once.
+    #[test]
+    fn a_pair_lands_in_two_slots() {
+        let layout = Layout { slot_bytes: 1 << 12, one_message: false };
+        let blk = HostBlock::plain(layout.block_bytes()).unwrap();
+        let full = layout.slot_bytes;
+        let mut messages = VecDeque::new();
+        for s in 0..8u8 {
+            messages.push_back(Layout::encode(FN_PROTO_SIMPLE, 1).to_ne_bytes().to_vec());
+            messages.push_back(vec![s]);
+        }
+        let pair: Vec<u8> = (0..full + 300).map(|i| (i % 251) as u8).collect();
+        messages.push_back(Layout::encode(FN_PROTO_SIMPLE, pair.len()).to_ne_bytes().to_vec());
+        messages.push_back(pair.clone());
+        let mut recv = RecvSide::new(Box::new(Arrived { messages, posted: VecDeque::new() }), MemHandle(1), None);
+        blk.store_u64(RECV_HEAD, 1);
+        for _ in 0..32 {
+            recv.progress(&blk, &layout).unwrap();
+        }
+        assert_eq!(blk.load_u64(RECV_TAIL), 8, "steps 8 and 9 wait for slot 1");
+        blk.store_u64(RECV_HEAD, 2);
+        for _ in 0..4 {
+            recv.progress(&blk, &layout).unwrap();
+        }
+        assert_eq!(blk.load_u64(RECV_TAIL), 10, "both steps at once");
+        // SAFETY: slots 0 and 1 of the Simple FIFO, in the block; nothing else writes them now.
+        let got =
+            unsafe { std::slice::from_raw_parts(blk.ptr(layout.recv_fifo(FN_PROTO_SIMPLE), pair.len()), pair.len()) };
+        assert!(got == pair, "the pair's bytes across slots 0 and 1");
+    }
+
+    /// A pair announced from the FIFO's last slot, or of more than two slots, fails the connection.
+    #[test]
+    fn a_pair_that_cannot_fit_is_refused() {
+        let layout = Layout { slot_bytes: 1 << 12, one_message: false };
+        for (before, bytes) in [(7u8, 2 * 4096), (0, 2 * 4096 + 1)] {
+            let blk = HostBlock::plain(layout.block_bytes()).unwrap();
+            let mut messages = VecDeque::new();
+            for s in 0..before {
+                messages.push_back(Layout::encode(FN_PROTO_SIMPLE, 1).to_ne_bytes().to_vec());
+                messages.push_back(vec![s]);
+            }
+            messages.push_back(Layout::encode(FN_PROTO_SIMPLE, bytes).to_ne_bytes().to_vec());
+            let mut recv = RecvSide::new(Box::new(Arrived { messages, posted: VecDeque::new() }), MemHandle(1), None);
+            let err = (0..64).find_map(|_| recv.progress(&blk, &layout).err()).expect("refused");
+            assert!(err.to_string().contains("pair"), "{err}");
+            assert_eq!(blk.load_u64(RECV_TAIL), u64::from(before), "nothing of it landed");
         }
     }
 }
