@@ -393,10 +393,10 @@ pub fn net_hop_and_gbps(net: Option<&NetLink>) -> (f64, f64) {
     (cost.hop_us[simple], cost.gbps[simple])
 }
 
-/// The modelled time of an algorithm's kernel and the channels to run it on, at most `max_nch`.
-/// Over P2P every channel is used (the measured costs assume it); over host memory the fewest
-/// channels that pay for themselves.
-fn price(shape: &CommShape, proto: u32, hops: f64, wire: f64, bw_scale: f64, max_nch: usize) -> (f64, usize) {
+/// The modelled time of an algorithm's kernel and the channels to run it on, from `min_nch` (or
+/// `max_nch` where fewer) to `max_nch`. Over P2P every channel is used (the measured costs assume
+/// it); over host memory the fewest channels that pay for themselves.
+fn price(shape: &CommShape, proto: u32, hops: f64, wire: f64, bw_scale: f64, min_nch: usize, max_nch: usize) -> (f64, usize) {
     let plugin_net;
     let cost = match (shape.link, &shape.net) {
         (Link::P2p, _) => return (model_us(proto, hops, wire, bw_scale), max_nch),
@@ -407,9 +407,33 @@ fn price(shape: &CommShape, proto: u32, hops: f64, wire: f64, bw_scale: f64, max
             &plugin_net
         }
     };
-    (1..=max_nch.max(1))
+    let max_nch = max_nch.max(1);
+    (min_nch.clamp(1, max_nch)..=max_nch)
         .map(|nch| (cost.us(proto, hops, wire, bw_scale, nch), nch))
         .fold((f64::INFINITY, 1), |best, c| if c.0 < best.0 { c } else { best })
+}
+
+/// Wire bytes from which a broadcast or reduce between two ranks through a net plugin runs on two
+/// channels.
+const ONE_WAY_TWO_CHANNELS_WIRE: f64 = (1 << 20) as f64;
+
+/// The fewest channels of a ring `kind` in `proto` with `wire` bytes a rank: two for a Simple
+/// broadcast or reduce of at least [`ONE_WAY_TWO_CHANNELS_WIRE`] between two ranks through a net
+/// plugin, one otherwise. There each proxy carries one direction only, and a second channel (a
+/// second connection through the plugin, a second CTA) kept more bytes moving, though the
+/// plugin's 10 Gbps report prices one channel as enough: on one H200 with the test plugin,
+/// 1–64 MB, the reduce 7–9 % faster in two calls on two machines, the broadcast 0–12 %. Where a
+/// proxy carries both directions it did not pay: over four ranks 3 % faster in one call and up to
+/// 17 % slower in the other, the all-reduce and all-gather 6–11 % slower (docs/NET.md, "What a
+/// net plugin's properties change").
+fn one_way_channels(kind: CollKind, proto: u32, wire: f64, shape: &CommShape) -> usize {
+    let one_way = matches!(kind, CollKind::Broadcast | CollKind::Reduce) && shape.nranks == 2;
+    let plugin = shape.link == Link::Net && shape.net.is_some();
+    if one_way && plugin && proto == FN_PROTO_SIMPLE && wire >= ONE_WAY_TWO_CHANNELS_WIRE {
+        2
+    } else {
+        1
+    }
 }
 
 /// Bytes of the largest per-channel part when `count` elements of `elem` bytes are spread over
@@ -537,7 +561,7 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         let priced = [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE]
             .into_iter()
             .filter(|&p| allowed.protos[p as usize])
-            .map(|proto| (price(shape, proto, 1.0, (n - 1) as f64 * bytes, 1.0, 1).0, proto));
+            .map(|proto| (price(shape, proto, 1.0, (n - 1) as f64 * bytes, 1.0, 1, 1).0, proto));
         if let Some((t, proto)) = priced.min_by(|a, b| a.0.total_cmp(&b.0)) {
             return (t, Choice { algo: FN_ALGO_DIRECT, proto, nchannels: 1 });
         }
@@ -549,7 +573,7 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         let priced = [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE]
             .into_iter()
             .filter(|&p| allowed.protos[p as usize])
-            .map(|proto| (price(shape, proto, hops, wire, 1.0, 1).0, proto));
+            .map(|proto| (price(shape, proto, hops, wire, 1.0, 1, 1).0, proto));
         if let Some((t, proto)) = priced.min_by(|a, b| a.0.total_cmp(&b.0)) {
             return (t, Choice { algo: FN_ALGO_RECDBL, proto, nchannels: 1 });
         }
@@ -558,7 +582,8 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
     let mut offered: Vec<(f64, Choice)> = Vec::new();
     for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
         if allowed.protos[proto as usize] && allowed.ring_for(kind) {
-            let (t, nchannels) = price(shape, proto, hops, wire, 1.0, shape.nchannels);
+            let least = one_way_channels(kind, proto, wire, shape);
+            let (t, nchannels) = price(shape, proto, hops, wire, 1.0, least, shape.nchannels);
             offered.push((t, Choice { algo: FN_ALGO_RING, proto, nchannels }));
         }
     }
@@ -571,7 +596,7 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         let (hops, wire) = tree_shape(shape, bytes);
         for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
             if allowed.protos[proto as usize] {
-                let (t, nchannels) = price(shape, proto, hops, wire, TREE_BW, tch);
+                let (t, nchannels) = price(shape, proto, hops, wire, TREE_BW, 1, tch);
                 offered.push((t, Choice { algo: FN_ALGO_TREE, proto, nchannels }));
             }
         }
@@ -588,7 +613,7 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
                 let scale = if n == 2 { ONESHOT_PAIR_BW } else { 1.0 };
                 // More than two ranks: one LL slot per channel holds the part, so every channel.
                 let (t, nchannels) = if n == 2 {
-                    price(shape, proto, 1.0, (n - 1) as f64 * bytes, scale, nch)
+                    price(shape, proto, 1.0, (n - 1) as f64 * bytes, scale, 1, nch)
                 } else {
                     (model_us(proto, 1.0, (n - 1) as f64 * bytes, scale), nch)
                 };

@@ -276,6 +276,27 @@ fn a_net_plugins_properties_price_net_and_size_its_channels() {
     assert!((us(Some(fast), 6, 2) - us(None, 8, 2) - 5.0).abs() < 1e-9);
 }
 
+/// Through a plugin a broadcast or reduce of 1 MiB and more between two ranks runs on two channels
+/// where two are connected, though the slow link prices one as enough; with more ranks, and the
+/// all-reduce, the all-gather and the reduce-scatter, one.
+#[test]
+fn through_a_plugin_one_way_pairs_take_two_channels() {
+    let slow = NetLink::new(10_000, 0.0, 1024);
+    for (nranks, nch, two) in [(2, 2, 2), (2, 1, 1), (4, 2, 1)] {
+        let allowed = Allowed::for_connections(nranks, true, false);
+        let on = CommShape { link: Link::Net, net: Some(slow), ..shape(nranks, nch, nch) };
+        let pick = |kind, bytes: usize| choose(kind, bytes / 4, 4, &on, &allowed);
+        for kind in [CollKind::Broadcast, CollKind::Reduce] {
+            assert_eq!(pick(kind, 1 << 20).nchannels, two, "{kind:?} of 1 MiB, {nranks} ranks, {nch} connected");
+            assert_eq!(pick(kind, 64 << 20).nchannels, two, "{kind:?} of 64 MiB");
+            assert_eq!(pick(kind, (1 << 20) - 64).nchannels, 1, "{kind:?} under 1 MiB");
+        }
+        for kind in [CollKind::AllReduce, CollKind::AllGather, CollKind::ReduceScatter] {
+            assert_eq!(pick(kind, 64 << 20).nchannels, 1, "{kind:?}");
+        }
+    }
+}
+
 /// Through a plugin LL runs where it wins, whatever speed the plugin reports: its steps move at the
 /// proxies' pace (NET_COST's), bounded by the link only where the link carries less of its lines.
 /// Measured through the test plugin (10 Gbps) on one H200, two hosts, each protocol forced:
