@@ -396,7 +396,15 @@ pub fn net_hop_and_gbps(net: Option<&NetLink>) -> (f64, f64) {
 /// The modelled time of an algorithm's kernel and the channels to run it on, from `min_nch` (or
 /// `max_nch` where fewer) to `max_nch`. Over P2P every channel is used (the measured costs assume
 /// it); over host memory the fewest channels that pay for themselves.
-fn price(shape: &CommShape, proto: u32, hops: f64, wire: f64, bw_scale: f64, min_nch: usize, max_nch: usize) -> (f64, usize) {
+fn price(
+    shape: &CommShape,
+    proto: u32,
+    hops: f64,
+    wire: f64,
+    bw_scale: f64,
+    min_nch: usize,
+    max_nch: usize,
+) -> (f64, usize) {
     let plugin_net;
     let cost = match (shape.link, &shape.net) {
         (Link::P2p, _) => return (model_us(proto, hops, wire, bw_scale), max_nch),
@@ -422,7 +430,7 @@ const ONE_WAY_TWO_CHANNELS_WIRE: f64 = (1 << 20) as f64;
 /// plugin, one otherwise. There each proxy carries one direction only, and a second channel (a
 /// second connection through the plugin, a second CTA) kept more bytes moving, though the
 /// plugin's 10 Gbps report prices one channel as enough: on one H200 with the test plugin,
-/// 1–64 MB, the reduce 7–9 % faster in two calls on two machines, the broadcast 0–12 %. Where a
+/// 1–64 MB, the reduce 7–9 % faster in three calls on three machines, the broadcast 0–12 %. Where a
 /// proxy carries both directions it did not pay: over four ranks 3 % faster in one call and up to
 /// 17 % slower in the other, the all-reduce and all-gather 6–11 % slower (docs/NET.md, "What a
 /// net plugin's properties change").
