@@ -109,6 +109,12 @@ impl Layout {
             && (proto == FN_PROTO_LL || bytes <= INLINE_MAX)
     }
 
+    /// Whether two full Simple slots fit a size word's bytes, so that they may cross as a pair
+    /// (not with NCCL_BUFFSIZE's largest FIFOs, whose slots are 512 MiB).
+    pub(super) fn pairs_fit(&self) -> bool {
+        2 * self.slot_bytes <= SIZE_MASK as usize
+    }
+
     /// The size word of a message of `bytes` of `proto`.
     pub(super) fn encode(proto: u32, bytes: usize) -> u32 {
         bytes as u32 | proto << FN_SIZE_PROTO_SHIFT
@@ -328,5 +334,8 @@ mod tests {
         assert!(l.decode_peer(w(FN_PROTO_SIMPLE, (2 << 16) + 1), 0).unwrap_err().contains("or two in a pair"));
         assert!(l.decode_peer(w(FN_PROTO_LL128, (1 << 16) + 128), 0).unwrap_err().contains("bytes for a slot"));
         assert_eq!(l.decode_peer(w(FN_PROTO_LL, 32), 3), Ok((FN_PROTO_LL, 32, 1)));
+        // A pair's bytes must fit the word: not with NCCL_BUFFSIZE's largest FIFO (4 GiB).
+        assert!(l.pairs_fit() && Layout { slot_bytes: 1 << 28, ..l }.pairs_fit());
+        assert!(!Layout { slot_bytes: 1 << 29, ..l }.pairs_fit());
     }
 }

@@ -168,12 +168,13 @@ impl SendSide {
 }
 
 /// The bytes of step `posted` at `slot` (`proto`, `bytes`) and the next together, where this one
-/// is a full Simple slot and the next, already handed over (its tail passed), is a Simple step of
-/// at least a byte in the FIFO's next slot: both then cross as one message, as NCCL's proxy sends
-/// a slice of two steps (docs/NET.md, "Two Simple steps a message"). Returns the message's bytes
-/// and steps.
+/// is a full Simple slot, two of which fit a size word, and the next, already handed over (its
+/// tail passed), is a Simple step of at least a byte in the FIFO's next slot: both then cross as
+/// one message, as NCCL's proxy sends a slice of two steps (docs/NET.md, "Two Simple steps a
+/// message"). Returns the message's bytes and steps.
 fn pair(blk: &HostBlock, layout: &Layout, slot: usize, proto: u32, bytes: usize) -> (usize, u64) {
-    if proto != FN_PROTO_SIMPLE || bytes != layout.slot_bytes || slot + 1 == NSTEPS as usize {
+    let first = proto == FN_PROTO_SIMPLE && bytes == layout.slot_bytes && layout.pairs_fit();
+    if !first || slot + 1 == NSTEPS as usize {
         return (bytes, 1);
     }
     match layout.decode(blk.load_u32(SEND_SIZES + 4 * (slot + 1))) {
