@@ -667,10 +667,12 @@ fn peer_gone_mid_transfer(plugin: bool) {
     drop(t0);
 }
 
-/// Sends steps until the slots run out (the peer is gone, nothing frees them).
+/// Sends steps until the slots run out (the peer is gone, nothing frees them): mixed steps, then
+/// full Simple slots, which go in pairs.
 fn fake_sender_until_stuck(b: &HostBlock, l: Layout) {
     for s in 0..FN_NSTEPS as u64 {
-        let (proto, bytes) = step_shape(&l, 9, s);
+        let (proto, bytes) =
+            if s < FN_NSTEPS as u64 / 2 { step_shape(&l, 9, s) } else { (FN_PROTO_SIMPLE, l.slot_bytes) };
         b.store_u32(
             proxy::SEND_SIZES + 4 * (s % FN_NSTEPS as u64) as usize,
             bytes as u32 | proto << FN_SIZE_PROTO_SHIFT,
