@@ -525,6 +525,13 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
       n=$(grep -c "ready: 6 channels" "$1"); echo "communicators on 6 channels: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
       _ "$LOG/plugin_net_fast_2.log" env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcpfast.so" \
       "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
+    # NCCL_MIN_NCHANNELS raises the NET channels past what the link needs, as in NCCL, and large
+    # ring collectives run on all of them: four through the 10 Gbps plugin (alone: two), four hosts.
+    step plugin_net_minch_4 net 240 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING NCCL_MIN_NCHANNELS=4 "${@:2}"; rc=$?
+      n=$(grep -c "ready: 4 channels" "$1"); m=$(grep -c "proto Simple channels 4" "$1")
+      echo "communicators on 4 channels: $n, collectives on 4: $m"; [ $rc = 0 ] && [ "$n" -gt 0 ] && [ "$m" -gt 0 ]' \
+      _ "$LOG/plugin_net_minch_4.log" env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp11.so" \
+      "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
   fi
   [ "$LIB" = ours ] && net_step faults_net_2 90 "$BUILD/faults" --devs 0,0 --hosts 2
   [ "$LIB" = ours ] && net_step faults_net_4 90 "$BUILD/faults" --devs 0,0,0,0 --hosts 4

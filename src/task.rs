@@ -90,6 +90,9 @@ pub struct CommShape {
     pub nranks: usize,
     /// CTAs one rank may use for a launch (its channel budget).
     pub nchannels: usize,
+    /// The channels the user asked for at least (NCCL_MIN_NCHANNELS, the config's minCTAs; 0: none),
+    /// which ring and tree collectives use but for small messages (`tuner`).
+    pub min_channels: usize,
     /// Channels that connect every pair of ranks: the most a one-shot all-reduce can use.
     pub all_pairs_channels: usize,
     /// The Tree algorithm's hosts, depth and fan-out.
@@ -135,6 +138,7 @@ impl CommShape {
             rank: 0,
             nranks,
             nchannels,
+            min_channels: 0,
             all_pairs_channels,
             tree: TreeShape::chain(nranks),
             link: Link::P2p,

@@ -370,11 +370,13 @@ fn plugin_net_cost(link: &NetLink) -> HostLinkCost {
 /// NET channels a communicator connects, out of its budget `nchannels` and the transport's most,
 /// `max`: enough that every channel's Simple rate (NET_COST's per channel) adds up to the link's
 /// bandwidth (the built-in Socket net's, NET_COST's, when `net` is `None`: 4 channels), never
-/// fewer than the two NCCL gives a NET peer (a link often carries more than its report), and no
-/// more than a plugin's `maxComms`. More would never be picked by the tuner, which prices no
-/// channel past the link's bandwidth, yet each costs pinned memory and a receive the proxy
-/// thread polls every round. The tuner still picks, per collective, how many to use.
-pub fn net_channels(net: Option<&NetLink>, nchannels: usize, max: usize) -> usize {
+/// fewer than the two NCCL gives a NET peer (a link often carries more than its report) nor than
+/// `least`, the channels the user asks for at least (NCCL_MIN_NCHANNELS, the config's minCTAs:
+/// NCCL copies its rings up to them), and no more than a plugin's `maxComms`. More would never be
+/// picked by the tuner unless asked for, as it prices no channel past the link's bandwidth, yet
+/// each costs pinned memory and a receive the proxy thread polls every round. The tuner still
+/// picks, per collective, how many to use ([`asked_channels`]).
+pub fn net_channels(net: Option<&NetLink>, nchannels: usize, max: usize, least: usize) -> usize {
     const FLOOR: usize = 2;
     let most = nchannels.min(max).max(1);
     let simple = FN_PROTO_SIMPLE as usize;
@@ -382,7 +384,7 @@ pub fn net_channels(net: Option<&NetLink>, nchannels: usize, max: usize) -> usiz
         None => (NET_COST.gbps[simple], most),
         Some(link) => (link.gbps(), most.min(link.max_comms)),
     };
-    ((gbps / NET_COST.channel_gbps[simple]).ceil() as usize).max(FLOOR).clamp(1, most)
+    ((gbps / NET_COST.channel_gbps[simple]).ceil() as usize).max(FLOOR).max(least).clamp(1, most)
 }
 
 /// What the tuner takes of a NET link, for `ferronickel plan`: one hop of Simple on one channel
@@ -442,6 +444,22 @@ fn one_way_channels(kind: CollKind, proto: u32, wire: f64, shape: &CommShape) ->
     } else {
         1
     }
+}
+
+/// The fewest channels of a ring or tree collective of `bytes` in `proto` where the user asked
+/// for channels (`CommShape::min_channels`): as many as asked, less one for each channel that
+/// would carry under NCCL's per-channel threshold (its threads per channel times its bytes per
+/// thread: LL 512 × 8, times the ranks for a ring; LL128 640 × 8; Simple 512 × 64), as NCCL
+/// lowers a collective's channels below the communicator's only for such small messages. Where
+/// nothing was asked, 1: the cost model picks.
+fn asked_channels(shape: &CommShape, algo: u32, proto: u32, bytes: f64) -> usize {
+    let per_channel = match proto {
+        FN_PROTO_LL if algo == FN_ALGO_RING => 512.0 * 8.0 * shape.nranks as f64,
+        FN_PROTO_LL => 512.0 * 8.0,
+        FN_PROTO_LL128 => 640.0 * 8.0,
+        _ => 512.0 * 64.0,
+    };
+    shape.min_channels.min((bytes / per_channel) as usize).max(1)
 }
 
 /// Bytes of the largest per-channel part when `count` elements of `elem` bytes are spread over
@@ -590,7 +608,8 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
     let mut offered: Vec<(f64, Choice)> = Vec::new();
     for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
         if allowed.protos[proto as usize] && allowed.ring_for(kind) {
-            let least = one_way_channels(kind, proto, wire, shape);
+            let least =
+                one_way_channels(kind, proto, wire, shape).max(asked_channels(shape, FN_ALGO_RING, proto, bytes));
             let (t, nchannels) = price(shape, proto, hops, wire, 1.0, least, shape.nchannels);
             offered.push((t, Choice { algo: FN_ALGO_RING, proto, nchannels }));
         }
@@ -604,7 +623,8 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         let (hops, wire) = tree_shape(shape, bytes);
         for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
             if allowed.protos[proto as usize] {
-                let (t, nchannels) = price(shape, proto, hops, wire, TREE_BW, 1, tch);
+                let least = asked_channels(shape, FN_ALGO_TREE, proto, bytes);
+                let (t, nchannels) = price(shape, proto, hops, wire, TREE_BW, least, tch);
                 offered.push((t, Choice { algo: FN_ALGO_TREE, proto, nchannels }));
             }
         }

@@ -231,6 +231,12 @@ fn plan_matches_rings_worked_out_by_hand() {
     assert!(out.contains("ring (every channel): 0 -> 2 -> 1 -> 3 -> 4 -> 6 -> 5 -> 7"), "{out}");
     // Ranks on two hosts: the channels the built-in net's link can use (tuner::net_channels).
     assert!(out.contains("4 ring channels") && out.contains("connect over NET"), "{out}");
+    // NCCL_MIN_NCHANNELS raises them, as NCCL copies its rings up to it, and large collectives
+    // use them all.
+    let j = ok_json(&["plan", "--nranks", "4", "--hosts", "4"], &[("NCCL_MIN_NCHANNELS", "6")]);
+    assert_eq!(j["ring_channels"], 6);
+    let largest = j["sizes"].as_array().unwrap().last().unwrap();
+    assert_eq!(largest["choices"]["all_gather"]["channels"], 6, "{largest}");
 }
 
 #[test]

@@ -301,8 +301,8 @@ fn warn_lazy_loading(me: &PeerInfo, peers: &[PeerInfo]) {
 }
 
 /// The communicator's channel count: from the ranks sharing a GPU, sized for the NET link when
-/// any pair is on NET (`net`: `Some` then, holding a plugin's link or `None` for Socket), then
-/// bounded by the config's CTA limits.
+/// any pair is on NET (`net`: `Some` then, holding a plugin's link or `None` for Socket) but no
+/// fewer than the user asks for, then bounded by the config's CTA limits.
 fn channel_count(me: &PeerInfo, peers: &[PeerInfo], net: Option<Option<&NetLink>>, config: &CommConfig) -> usize {
     let sharing = peers.iter().filter(|p| p.same_gpu(me)).count();
     if sharing > 1 {
@@ -316,7 +316,8 @@ fn channel_count(me: &PeerInfo, peers: &[PeerInfo], net: Option<Option<&NetLink>
     let max_per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
     let mut nchannels = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
     if let Some(link) = net {
-        nchannels = crate::tuner::net_channels(link, nchannels, net::conn::MAX_CHANNELS);
+        nchannels =
+            crate::tuner::net_channels(link, nchannels, net::conn::MAX_CHANNELS, topo::least_channels(config.min_ctas));
     }
     if let Some(max) = config.max_ctas {
         nchannels = nchannels.min(max.max(1));

@@ -298,6 +298,7 @@ impl Comm {
             rank: self.rank,
             nranks: self.nranks,
             nchannels: self.conns.ring_channels,
+            min_channels: crate::topo::least_channels(self.config.min_ctas).min(self.conns.ring_channels),
             all_pairs_channels: self.conns.all_pairs_channels(),
             tree: self.tree,
             link: self.link,

@@ -137,6 +137,12 @@ pub fn channel_count(ranks_per_gpu: usize, min_env: i64, max_env: i64) -> usize 
     DEFAULT.min(fit).max(min).min(max).max(1)
 }
 
+/// The channels the user asks for at least: NCCL_MIN_NCHANNELS or the config's `min_ctas`
+/// (minCTAs), whichever is more (0: neither).
+pub fn least_channels(min_ctas: Option<usize>) -> usize {
+    min_ctas.unwrap_or(0).max(min_nchannels().max(0) as usize)
+}
+
 /// This rank's LSA team (load/store accessible): consecutive world ranks, all of them reachable
 /// from one another by P2P loads and stores, as the device API's `ncclTeamLsa` (stride 1) and
 /// `ncclTeamRail` (the world cut into teams of `size`) need.

@@ -10,6 +10,7 @@ const CLUSTER: CommShape = CommShape {
     rank: 0,
     nranks: 1024,
     nchannels: 16,
+    min_channels: 0,
     all_pairs_channels: 4,
     tree: TreeShape { nhosts: 128, depth: 7 + 7, max_children: 3 },
     link: Link::P2p,
@@ -244,19 +245,27 @@ fn a_net_plugins_properties_price_net_and_size_its_channels() {
     let fast = NetLink::new(100_000, 5.0, 65536);
     let slow = NetLink::new(10_000, 0.0, 1024);
     // The built-in Socket net, its measured constants: 8.2 GB/s in all at 2.3 a channel.
-    assert_eq!(net_channels(None, 64, 8), 4);
-    assert_eq!(net_channels(None, 3, 8), 3);
+    assert_eq!(net_channels(None, 64, 8, 0), 4);
+    assert_eq!(net_channels(None, 3, 8, 0), 3);
     assert_eq!(net_hop_and_gbps(None), (36.0, 8.2));
     // 100 Gbps is 12.5 GB/s: six channels of 2.3; 10 Gbps fits in one, but two are connected.
-    assert_eq!(net_channels(Some(&fast), 64, 8), 6);
-    assert_eq!(net_channels(Some(&slow), 64, 8), 2);
-    assert_eq!(net_channels(Some(&NetLink::new(10_000, 0.0, 1)), 64, 8), 1);
+    assert_eq!(net_channels(Some(&fast), 64, 8, 0), 6);
+    assert_eq!(net_channels(Some(&slow), 64, 8, 0), 2);
+    assert_eq!(net_channels(Some(&NetLink::new(10_000, 0.0, 1)), 64, 8, 0), 1);
     assert_eq!(net_hop_and_gbps(Some(&fast)), (41.0, 12.5));
     assert_eq!(net_hop_and_gbps(Some(&slow)), (36.0, 1.25));
     // Bounded by maxComms, the budget and the transport; a 400 Gbps link wants more than 8.
-    assert_eq!(net_channels(Some(&NetLink::new(100_000, 0.0, 2)), 64, 8), 2);
-    assert_eq!(net_channels(Some(&fast), 3, 8), 3);
-    assert_eq!(net_channels(Some(&NetLink::new(400_000, 0.0, 65536)), 64, 8), 8);
+    assert_eq!(net_channels(Some(&NetLink::new(100_000, 0.0, 2)), 64, 8, 0), 2);
+    assert_eq!(net_channels(Some(&fast), 3, 8, 0), 3);
+    assert_eq!(net_channels(Some(&NetLink::new(400_000, 0.0, 65536)), 64, 8, 0), 8);
+    // NCCL_MIN_NCHANNELS (or minCTAs) raises them within the budget and maxComms, as NCCL copies
+    // its rings up to it.
+    assert_eq!(net_channels(Some(&slow), 64, 8, 4), 4);
+    assert_eq!(net_channels(None, 64, 8, 6), 6);
+    assert_eq!(net_channels(None, 64, 8, 1), 4);
+    assert_eq!(net_channels(Some(&slow), 3, 8, 4), 3);
+    assert_eq!(net_channels(Some(&NetLink::new(10_000, 0.0, 2)), 64, 8, 4), 2);
+    assert_eq!(net_channels(None, 64, 8, 16), 8);
     // Untrusted reports are bounded: no speed is NCCL's 10 Gbps, no connections is one.
     assert_eq!(NetLink::new(-1, f32::NAN, -5), NetLink { speed_mbps: 10_000, latency_us: 0.0, max_comms: 1 });
     assert_eq!(fast.weakest(slow), NetLink { speed_mbps: 10_000, latency_us: 5.0, max_comms: 1024 });
@@ -295,6 +304,41 @@ fn through_a_plugin_one_way_pairs_take_two_channels() {
             assert_eq!(pick(kind, 64 << 20).nchannels, 1, "{kind:?}");
         }
     }
+}
+
+/// Channels the user asks for (NCCL_MIN_NCHANNELS, minCTAs) carry ring and tree collectives over
+/// host memory as in NCCL: all of them once each carries NCCL's per-channel threshold (Simple
+/// 32 KiB), fewer below, one for the smallest; without a request the cost model's count stands
+/// (one channel through a plugin reporting 10 Gbps).
+#[test]
+fn asked_channels_carry_collectives_but_small_ones() {
+    let slow = NetLink::new(10_000, 0.0, 1024);
+    let allowed = Allowed::for_connections(4, true, false);
+    let on = |min_channels| CommShape {
+        link: Link::Net,
+        net: Some(slow),
+        min_channels,
+        tree: TreeShape { nhosts: 4, depth: 2, max_children: 2 },
+        ..shape(4, 4, 4)
+    };
+    for kind in [CollKind::AllReduce, CollKind::AllGather, CollKind::ReduceScatter] {
+        let pick = |min, bytes: usize| choose(kind, bytes / 4, 4, &on(min), &allowed);
+        assert_eq!(pick(0, 64 << 20).nchannels, 1, "{kind:?}: the model's count");
+        assert_eq!(pick(4, 64 << 20).nchannels, 4, "{kind:?}: as asked");
+        assert_eq!(pick(4, 16 << 20).nchannels, 4, "{kind:?}: as asked");
+        assert_eq!(pick(2, 64 << 20).nchannels, 2, "{kind:?}: as asked");
+    }
+    // NCCL's threshold: a Simple ring channel per 32 KiB, an LL ring channel per 4 KiB a rank.
+    let shape4 = on(4);
+    assert_eq!(asked_channels(&shape4, FN_ALGO_RING, FN_PROTO_SIMPLE, (3 * (32 << 10)) as f64), 3);
+    assert_eq!(asked_channels(&shape4, FN_ALGO_RING, FN_PROTO_SIMPLE, (64 << 20) as f64), 4);
+    assert_eq!(asked_channels(&shape4, FN_ALGO_RING, FN_PROTO_SIMPLE, 100.0), 1);
+    assert_eq!(asked_channels(&shape4, FN_ALGO_RING, FN_PROTO_LL, (32 << 10) as f64), 2);
+    assert_eq!(asked_channels(&shape4, FN_ALGO_TREE, FN_PROTO_LL, (32 << 10) as f64), 4);
+    assert_eq!(asked_channels(&on(0), FN_ALGO_RING, FN_PROTO_SIMPLE, (64 << 20) as f64), 1);
+    // Over P2P every channel runs anyway.
+    let p2p = CommShape { min_channels: 2, ..shape(4, 8, 4) };
+    assert_eq!(choose(CollKind::AllReduce, 16 << 20, 4, &p2p, &Allowed::ALL).nchannels, 8);
 }
 
 /// Through a plugin LL runs where it wins, whatever speed the plugin reports: its steps move at the

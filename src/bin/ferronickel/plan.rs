@@ -117,7 +117,8 @@ pub fn run(args: PlanArgs) -> CmdResult {
     };
     let net_link = net_props.as_ref().map(|p| NetLink::new(p.speed_mbps, p.latency_us, p.max_comms));
     if on_net {
-        nchannels = tuner::net_channels(net_link.as_ref(), nchannels, net::conn::MAX_CHANNELS);
+        nchannels =
+            tuner::net_channels(net_link.as_ref(), nchannels, net::conn::MAX_CHANNELS, topo::least_channels(None));
     }
     let order = topo::ring_order(&peers);
     let host_of: Vec<u64> = peers.iter().map(|p| p.host_hash).collect();
@@ -144,6 +145,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         rank: 0,
         nranks,
         nchannels,
+        min_channels: topo::least_channels(None).min(nchannels),
         all_pairs_channels: conns.all_pairs_channels(),
         tree,
         link,
