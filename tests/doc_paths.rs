@@ -2,7 +2,7 @@
 //! READMEs and docs/*.md cite in backticks exists, and no tracked text file refers to work by
 //! ticket or issue number or to the sittings it was done in; it says what and why instead.
 //! (BENCHMARKS.md and GPU_RESULTS.md are records of past commits and may name files those commits
-//! had, so only the second check covers them.)
+//! had, so of their paths only the results files they cite must exist.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -70,6 +70,34 @@ fn every_path_the_docs_cite_exists() {
     }
     assert!(checked > 50, "only {checked} paths cited: is the extraction broken?");
     assert!(missing.is_empty(), "the docs cite paths that are not in the repository:\n{}", missing.join("\n"));
+}
+
+/// The results files that BENCHMARKS.md and GPU_RESULTS.md cite: the measurements behind their
+/// tables are kept, so each must be in the repository even where the code it measured is gone.
+#[test]
+fn every_results_file_the_records_cite_exists() {
+    let root = root();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for doc in ["BENCHMARKS.md", "GPU_RESULTS.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).expect("the record reads");
+        for (n, line) in text.lines().enumerate() {
+            for (at, _) in line.match_indices("docs/results/") {
+                let path: String =
+                    line[at..].chars().take_while(|c| c.is_alphanumeric() || "/._-".contains(*c)).collect();
+                let path = path.trim_end_matches('.');
+                if path.contains('<') || !path.contains('.') {
+                    continue; // a directory or a pattern, not one file
+                }
+                checked += 1;
+                if !root.join(path).exists() {
+                    missing.push(format!("{doc}:{}: {path} does not exist", n + 1));
+                }
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} results files cited: is the extraction broken?");
+    assert!(missing.is_empty(), "the records cite results that are not in the repository:\n{}", missing.join("\n"));
 }
 
 /// The prose of a line of `path`: a doc's whole line, a source file's comment (after `//`, `/*`,
