@@ -54,6 +54,8 @@ OUT=$(cd "$OUT" && pwd)
 LOG=$OUT/logs
 BUILD=${BUILD:-$ROOT/build/gpu}
 mkdir -p "$BUILD"
+# Absolute, as OUT: steps that change directory (nccl-tests' make) are handed paths under it.
+BUILD=$(cd "$BUILD" && pwd)
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 NVCC=$CUDA/bin/nvcc
 REF=${NCCL_REF:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl}
@@ -323,8 +325,11 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
     step nccl_tests_p1 exit 240 bash -c 'set -e; src=$1 b=$2 ref=$3 lib=$4 arch=$5
       mkdir -p "$b/home/lib"; ln -sfn "$ref" "$b/home/include"
       ln -sf "$lib" "$b/home/lib/libnccl.so"; ln -sf "$lib" "$b/home/lib/libnccl.so.2"
-      mkdir -p "$b/mpi"; set -- "$@" $(mpicc --showme:incdirs) $(mpicc --showme:libdirs)
-      ln -sfn "$7" "$b/mpi/include"; ln -sfn "${@: -1}" "$b/mpi/lib"
+      # nccl-tests wants MPI_HOME/include/mpi.h and MPI_HOME/lib: the directories mpicc names that hold them.
+      mpiinc=$(for d in $(mpicc --showme:incdirs); do [ -f "$d/mpi.h" ] && echo "$d"; done | head -n 1)
+      mpilib=$(for d in $(mpicc --showme:libdirs); do ls "$d"/libmpi.so* >/dev/null 2>&1 && echo "$d"; done | head -n 1)
+      [ -n "$mpiinc" ] && [ -n "$mpilib" ] || { echo "nccl-tests: no mpi.h or libmpi.so where mpicc says"; exit 1; }
+      mkdir -p "$b/mpi"; ln -sfn "$mpiinc" "$b/mpi/include"; ln -sfn "$mpilib" "$b/mpi/lib"
       make -s -j16 -C "$src/src" MPI=1 MPI_HOME="$b/mpi" \
         NCCL_HOME="$b/home" CUDA_HOME="$6" BUILDDIR="$b/bin" \
         NVCC_GENCODE="-gencode=arch=compute_${arch#sm_},code=$arch" "$b/bin/all_reduce_perf" >/dev/null
