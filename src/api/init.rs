@@ -23,15 +23,16 @@ pub unsafe extern "C" fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclRes
 }
 
 /// Reads an `ncclConfig_t`, touching only the fields its `size` covers (older callers pass a
-/// smaller struct), and checks every value NCCL checks.
+/// smaller struct), and checks every value NCCL checks; the environment's overrides then apply
+/// (`CommConfig::with_env`).
 ///
 /// # Safety
 /// `config` is NULL or points to at least `config->size` readable bytes.
 pub unsafe fn read_config(config: *const ncclConfig_t) -> Result<CommConfig> {
-    let mut out = CommConfig { blocking: true, ..Default::default() };
     if config.is_null() {
-        return Ok(out);
+        return Ok(CommConfig::from_env());
     }
+    let mut out = CommConfig { blocking: true, ..Default::default() };
     let base = config as *const u8;
     // SAFETY: the header fields (size, magic, version) exist in every config version.
     let (size, magic) = unsafe { ((*config).size, (*config).magic) };
@@ -100,7 +101,7 @@ pub unsafe fn read_config(config: *const ncclConfig_t) -> Result<CommConfig> {
     positive("nvlsCTAs", offset_of!(ncclConfig_t, nvlsCTAs))?;
     positive("nChannelsPerNetPeer", offset_of!(ncclConfig_t, nChannelsPerNetPeer))?;
     flag("nvlinkCentricSched", offset_of!(ncclConfig_t, nvlinkCentricSched))?;
-    Ok(out)
+    Ok(out.with_env())
 }
 
 fn check_ranks(nranks: c_int, rank: c_int) -> Result<(usize, usize)> {
@@ -168,7 +169,7 @@ pub unsafe extern "C" fn ncclCommInitRank(
     boundary("ncclCommInitRank", || {
         non_null(comm, "comm")?;
         let (n, r) = check_ranks(nranks, rank)?;
-        init_on_current_device(comm, id_arg(&commId)?, n, r, CommConfig { blocking: true, ..Default::default() })
+        init_on_current_device(comm, id_arg(&commId)?, n, r, CommConfig::from_env())
     })
 }
 
@@ -253,9 +254,9 @@ pub unsafe extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, dev
             .iter()
             .enumerate()
             .map(|(rank, &dev)| {
-                std::thread::Builder::new().name(format!("fn-initall-r{rank}")).spawn(move || {
-                    comm::init_rank(&id, n, rank, dev, CommConfig { blocking: true, ..Default::default() })
-                })
+                std::thread::Builder::new()
+                    .name(format!("fn-initall-r{rank}"))
+                    .spawn(move || comm::init_rank(&id, n, rank, dev, CommConfig::from_env()))
             })
             .collect::<std::io::Result<_>>()
             .map_err(|e| Error::System(format!("could not start init threads: {e}")))?;

@@ -52,6 +52,55 @@ pub struct CommConfig {
     pub net: crate::transport::net::NetConfig,
 }
 
+crate::int_param!(
+    /// NCCL_COMM_BLOCKING: 0 or 1 overrides every communicator's config `blocking`.
+    comm_blocking_env, "NCCL_COMM_BLOCKING", -1
+);
+crate::int_param!(
+    /// NCCL_MIN_CTAS: 1 or more overrides every communicator's config `minCTAs`.
+    min_ctas_env, "NCCL_MIN_CTAS", 0
+);
+crate::int_param!(
+    /// NCCL_MAX_CTAS: 1 or more overrides every communicator's config `maxCTAs`.
+    max_ctas_env, "NCCL_MAX_CTAS", 0
+);
+
+impl CommConfig {
+    /// NCCL's defaults (blocking, nothing else set) with the environment's overrides: the config
+    /// of a communicator made without one.
+    pub fn from_env() -> CommConfig {
+        CommConfig { blocking: true, ..Default::default() }.with_env()
+    }
+
+    /// The config with the environment's overrides, which NCCL applies to every communicator's
+    /// config: NCCL_COMM_BLOCKING, NCCL_MIN_CTAS and NCCL_MAX_CTAS.
+    pub fn with_env(self) -> CommConfig {
+        self.overridden(comm_blocking_env(), min_ctas_env(), max_ctas_env())
+    }
+
+    /// `blocking` (0 or 1), `min` and `max` (1 or more, at most FN_MAX_CHANNELS) replace the
+    /// config's; other values leave it. A minimum above the maximum becomes the maximum, as in
+    /// NCCL.
+    fn overridden(mut self, blocking: i64, min: i64, max: i64) -> CommConfig {
+        if blocking == 0 || blocking == 1 {
+            self.blocking = blocking == 1;
+        }
+        let ctas = |v: i64| (v >= 1).then(|| (v as usize).min(abi::FN_MAX_CHANNELS as usize));
+        self.min_ctas = ctas(min).or(self.min_ctas);
+        self.max_ctas = ctas(max).or(self.max_ctas);
+        if let (Some(lo), Some(hi)) = (self.min_ctas, self.max_ctas) {
+            if lo > hi {
+                crate::nccl_info!(
+                    crate::debug::Subsys::ENV,
+                    "minCTAs {lo} is larger than maxCTAs {hi}: both set to {hi}, as NCCL does"
+                );
+                self.min_ctas = Some(hi);
+            }
+        }
+        self
+    }
+}
+
 /// A user reduction operator from `ncclRedOpCreatePreMulSum`.
 #[derive(Debug, Clone, Copy)]
 pub struct UserOp {
@@ -407,5 +456,28 @@ impl Drop for Comm {
         if let Ok(_g) = gpu.ctx.enter() {
             gpu.res.take();
         }
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    /// NCCL_COMM_BLOCKING, NCCL_MIN_CTAS and NCCL_MAX_CTAS replace what the config says, as NCCL's
+    /// environment overrides do; out-of-range values leave it, and a minimum above the maximum
+    /// becomes the maximum.
+    #[test]
+    fn the_environment_overrides_the_config() {
+        let given = CommConfig { blocking: false, min_ctas: Some(2), max_ctas: Some(8), ..Default::default() };
+        let same = given.clone().overridden(-1, 0, 0);
+        assert_eq!((same.blocking, same.min_ctas, same.max_ctas), (false, Some(2), Some(8)));
+        let env = given.clone().overridden(1, 4, 16);
+        assert_eq!((env.blocking, env.min_ctas, env.max_ctas), (true, Some(4), Some(16)));
+        let bad = given.clone().overridden(2, -3, 0);
+        assert_eq!((bad.blocking, bad.min_ctas, bad.max_ctas), (false, Some(2), Some(8)));
+        let crossed = given.clone().overridden(-1, 12, 0);
+        assert_eq!((crossed.min_ctas, crossed.max_ctas), (Some(8), Some(8)));
+        let capped = CommConfig::default().overridden(0, 1000, 1000);
+        assert_eq!((capped.blocking, capped.min_ctas, capped.max_ctas), (false, Some(64), Some(64)));
     }
 }
