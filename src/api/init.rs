@@ -145,7 +145,7 @@ fn init_on_current_device(
             *phase.lock() = match result {
                 Ok(Ok(c)) => Phase::Ready(Arc::new(c)),
                 Ok(Err(e)) => {
-                    crate::nccl_warn!("ncclCommInitRankConfig (nonblocking) rank {rank}: {e}");
+                    crate::nccl_warn!("nonblocking communicator init, rank {rank}: {e}");
                     Phase::Failed(e)
                 }
                 Err(_) => Phase::Failed(Error::Internal("panic during nonblocking init".into())),
