@@ -665,6 +665,16 @@ fn the_config_names_the_net_and_its_traffic_class() {
     // SAFETY: as above; fewer fields are read.
     let old = unsafe { init::read_config(&cfg) }.expect("a valid older config");
     assert_eq!((old.net.net_name, old.net.traffic_class, old.name), (None, None, None));
+    // A hint not implemented yet (send/recv channels over NET) is read, said to be ignored, and
+    // leaves the config valid; zero is refused as NCCL refuses it.
+    cfg.size = std::mem::size_of::<ncclConfig_t>();
+    cfg.nChannelsPerNetPeer = 2;
+    // SAFETY: as above.
+    assert!(unsafe { init::read_config(&cfg) }.is_ok());
+    cfg.nChannelsPerNetPeer = 0;
+    // SAFETY: as above.
+    let zero = unsafe { init::read_config(&cfg) }.unwrap_err().to_string();
+    assert!(zero.contains("nChannelsPerNetPeer"), "{zero}");
     // Unset stays unset: NCCL_NET and the plugin's own class then apply.
     // SAFETY: as above.
     let unset = unsafe { init::read_config(&config()) }.expect("a valid config");

@@ -99,7 +99,9 @@ pub unsafe fn read_config(config: *const ncclConfig_t) -> Result<CommConfig> {
     }
     flag("shrinkShare", offset_of!(ncclConfig_t, shrinkShare))?;
     positive("nvlsCTAs", offset_of!(ncclConfig_t, nvlsCTAs))?;
-    positive("nChannelsPerNetPeer", offset_of!(ncclConfig_t, nChannelsPerNetPeer))?;
+    if let Some(n) = positive("nChannelsPerNetPeer", offset_of!(ncclConfig_t, nChannelsPerNetPeer))? {
+        comm::warn_net_peer_channels_ignored("config.nChannelsPerNetPeer", n as i64);
+    }
     flag("nvlinkCentricSched", offset_of!(ncclConfig_t, nvlinkCentricSched))?;
     Ok(out.with_env())
 }

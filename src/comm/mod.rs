@@ -65,6 +65,20 @@ crate::int_param!(
     max_ctas_env, "NCCL_MAX_CTAS", 0
 );
 
+crate::int_param!(
+    /// NCCL_NCHANNELS_PER_NET_PEER: NCCL's channels for send/recv over NET; not implemented yet.
+    nchannels_per_net_peer_env, "NCCL_NCHANNELS_PER_NET_PEER", 0
+);
+
+/// Says that `what` (set to `n`) has no effect here: send/recv over NET runs on
+/// NCCL_NCHANNELS_PER_PEER's channels, whatever the transport (a hint, so init goes on).
+pub fn warn_net_peer_channels_ignored(what: &str, n: i64) {
+    crate::nccl_warn!(
+        "{what} = {n} is not implemented yet and has no effect: send/recv peers off the ring, NET ones too, get \
+         NCCL_NCHANNELS_PER_PEER channels"
+    );
+}
+
 impl CommConfig {
     /// NCCL's defaults (blocking, nothing else set) with the environment's overrides: the config
     /// of a communicator made without one.
@@ -75,6 +89,12 @@ impl CommConfig {
     /// The config with the environment's overrides, which NCCL applies to every communicator's
     /// config: NCCL_COMM_BLOCKING, NCCL_MIN_CTAS and NCCL_MAX_CTAS.
     pub fn with_env(self) -> CommConfig {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        if nchannels_per_net_peer_env() > 0 {
+            ONCE.call_once(|| {
+                warn_net_peer_channels_ignored("NCCL_NCHANNELS_PER_NET_PEER", nchannels_per_net_peer_env())
+            });
+        }
         self.overridden(comm_blocking_env(), min_ctas_env(), max_ctas_env())
     }
 
