@@ -300,9 +300,10 @@ fn warn_lazy_loading(me: &PeerInfo, peers: &[PeerInfo]) {
     });
 }
 
-/// The communicator's channel count: from the ranks sharing a GPU, sized for the NET link when
-/// any pair is on NET (`net`: `Some` then, holding a plugin's link or `None` for Socket) but no
-/// fewer than the user asks for, then bounded by the config's CTA limits.
+/// The communicator's channel count: from the ranks sharing a GPU, within the config's maxCTAs;
+/// when any pair is on NET (`net`: `Some` then, holding a plugin's link or `None` for Socket)
+/// what the NET link needs but no fewer than the user asks for, within the NET transport's most
+/// and a plugin's `maxComms` (`tuner::net_channels`); otherwise raised to the config's minCTAs.
 fn channel_count(me: &PeerInfo, peers: &[PeerInfo], net: Option<Option<&NetLink>>, config: &CommConfig) -> usize {
     let sharing = peers.iter().filter(|p| p.same_gpu(me)).count();
     if sharing > 1 {
@@ -314,18 +315,14 @@ fn channel_count(me: &PeerInfo, peers: &[PeerInfo], net: Option<Option<&NetLink>
         );
     }
     let max_per_gpu = peers.iter().map(|p| peers.iter().filter(|q| q.same_gpu(p)).count()).max().unwrap_or(1);
-    let mut nchannels = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
-    if let Some(link) = net {
-        nchannels =
-            crate::tuner::net_channels(link, nchannels, net::conn::MAX_CHANNELS, topo::least_channels(config.min_ctas));
+    let budget = topo::channel_count(max_per_gpu, topo::min_nchannels(), topo::max_nchannels());
+    let budget = config.max_ctas.map_or(budget, |max| budget.min(max.max(1)));
+    match net {
+        Some(link) => {
+            crate::tuner::net_channels(link, budget, net::conn::MAX_CHANNELS, topo::least_channels(config.min_ctas))
+        }
+        None => config.min_ctas.map_or(budget, |min| budget.max(min).min(abi::FN_MAX_CHANNELS as usize)),
     }
-    if let Some(max) = config.max_ctas {
-        nchannels = nchannels.min(max.max(1));
-    }
-    if let Some(min) = config.min_ctas {
-        nchannels = nchannels.max(min).min(abi::FN_MAX_CHANNELS as usize);
-    }
-    nchannels
 }
 
 /// The communicator's flags the kernels poll, where the first lost peer's text goes, and the
@@ -499,6 +496,36 @@ mod tests {
         assert_eq!(ring_chunk_slots(false), 1);
         assert!(ring_chunk_slots(true) > 1);
         assert!(2 * ring_chunk_slots(true) <= abi::FN_NSTEPS);
+    }
+
+    /// The config's CTA limits bound the channels; over NET the user's minimum raises them only
+    /// within the NET transport's most and a plugin's maxComms, whose connections those are.
+    #[test]
+    fn channel_limits_apply_within_the_net_caps() {
+        let peer = |rank: u32| PeerInfo {
+            rank,
+            host_hash: u64::from(rank),
+            pid: rank,
+            dev: 0,
+            bus_id: [rank as u8 + 1; 16],
+            host: PeerInfo::host_field("h"),
+        };
+        let peers: Vec<PeerInfo> = (0..2).map(peer).collect();
+        let cfg =
+            |min: Option<usize>, max: Option<usize>| CommConfig { min_ctas: min, max_ctas: max, ..Default::default() };
+        let count = |net, c: &CommConfig| channel_count(&peers[0], &peers, net, c);
+        let slow = NetLink::new(10_000, 0.0, 1024);
+        let narrow = NetLink::new(10_000, 0.0, 3);
+        // One host: every channel, within maxCTAs; minCTAs raises a smaller budget.
+        assert_eq!(count(None, &cfg(None, None)), 64);
+        assert_eq!(count(None, &cfg(None, Some(8))), 8);
+        assert_eq!(count(None, &cfg(Some(16), Some(16))), 16);
+        // Over NET: the link's need, raised to minCTAs but never past 8 or maxComms.
+        assert_eq!(count(Some(Some(&slow)), &cfg(None, None)), 2);
+        assert_eq!(count(Some(Some(&slow)), &cfg(Some(6), None)), 6);
+        assert_eq!(count(Some(Some(&slow)), &cfg(Some(16), None)), net::conn::MAX_CHANNELS);
+        assert_eq!(count(Some(Some(&narrow)), &cfg(Some(6), None)), 3);
+        assert_eq!(count(Some(None), &cfg(None, Some(1))), 1);
     }
 
     #[test]
