@@ -89,6 +89,12 @@ const ONESHOT_PAIR_BW: f64 = 0.93;
 /// and 20 µs (all-gather: two copies per rank) longer than the kernels.
 const CE_GBPS: f64 = 388.0;
 const CE_SYNC_US: f64 = 20.0;
+/// A copy within one GPU (a broadcast root's own copy, a rank's own all-gather chunk) runs on the
+/// same stream after its pushes. On 2× H200 (`proto_sweep.sh --no-graph`, 2026-11-26) a broadcast
+/// by copies took 124 µs (256 MB) and 244 µs (512 MB) longer than a send/recv's single push of the
+/// same size: about 2200 GB/s. Left out, the model ran broadcast and all-gather from 64 MB on the
+/// copy engines, 8 % slower than the kernels.
+const CE_LOCAL_GBPS: f64 = 2200.0;
 
 /// The tree all-reduce (kernels/collectives.cuh) reduces every chunk up the tree, then broadcasts
 /// it down; NCCL models its bandwidth at 92 % of the ring's link rate. Not measured here: no two
@@ -569,9 +575,10 @@ pub fn p2p_us(bytes: usize) -> f64 {
     model_us(FN_PROTO_SIMPLE, 1.0, bytes as f64, 1.0)
 }
 
-/// A group of copy-engine copies in which the busiest rank pushes `bytes` to its peers.
-pub fn copy_engine_us(bytes: usize) -> f64 {
-    CE_SYNC_US + bytes as f64 / (CE_GBPS * 1e3)
+/// A group of copy-engine copies whose busiest rank queues `remote` bytes of pushes to its peers
+/// and `local` bytes of copies within its GPU, one after another on its stream.
+pub fn copy_engine_us(remote: usize, local: usize) -> f64 {
+    CE_SYNC_US + remote as f64 / (CE_GBPS * 1e3) + local as f64 / (CE_LOCAL_GBPS * 1e3)
 }
 
 fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, allowed: &Allowed) -> (f64, Choice) {
