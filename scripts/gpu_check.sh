@@ -186,6 +186,13 @@ if [ "$NG" -ge 2 ]; then
 else
   PAIR=0,0
 fi
+# One thread makes every rank's communicator with ncclCommInitRank inside a group, as nccl-tests
+# -g N and single-process multi-GPU programs do: the inits must run at the group's end, together.
+if [ "$NG" -ge 2 ]; then
+  step check_group_init_2gpu check 200 "$CHK" --mode threads --init group --devs 0,1 --quick --failures-only
+elif [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
+  step check_group_init_1gpu_2 check 200 "$CHK" --mode threads --init group --devs 0,0 --quick --failures-only
+fi
 # Each protocol forced (NCCL_PROTO), and the ring alone (NCCL_ALGO=Ring: no one-shot all-reduce,
 # so small all-reduces run the ring over LL); 2 GPUs (or 2 ranks on one) and 4 ranks on one GPU.
 if [ "$NG" -ge 1 ]; then

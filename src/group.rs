@@ -2,6 +2,12 @@
 //! are queued and launched together at the outermost end. A call outside any group is an
 //! implicit group of one. An error inside a group is returned by that call, and again by the
 //! `ncclGroupEnd` that closes the group, which then launches nothing.
+//!
+//! A communicator init inside a group (`ncclCommInitRank` and its variants) is deferred to the
+//! outermost end too, as in NCCL: that is how one thread initializes several ranks of one
+//! communicator (one per GPU), whose rendezvous needs them all at once. The end runs every
+//! deferred init on a thread of its own, waits for the blocking ones, and only then launches
+//! what was queued.
 
 use crate::comm::{launch, Comm};
 use crate::error::{Error, Result};
@@ -11,11 +17,17 @@ use std::sync::Arc;
 /// One queued operation of this library: on a live communicator.
 pub type Queued = crate::task::Queued<Arc<Comm>>;
 
+/// A communicator init deferred to the outermost group end: it makes the communicator and
+/// settles its handle's phase, and says how that went.
+pub type DeferredInit = Box<dyn FnOnce() -> Result<()> + Send>;
+
 #[derive(Default)]
 struct GroupState {
     depth: usize,
     queued: Vec<Queued>,
     error: Option<Error>,
+    /// Deferred inits, each with whether its config is blocking.
+    inits: Vec<(DeferredInit, bool)>,
 }
 
 thread_local! {
@@ -34,39 +46,89 @@ pub fn start() -> Result<()> {
     with_group(|g| g.depth += 1)
 }
 
-/// Closes one level; at the outermost level launches everything queued (or reports the error
-/// that happened inside the group).
-pub fn end() -> Result<()> {
-    let (queued, error) = with_group(|g| {
+/// Whether this thread has a group open: a communicator init then waits for its end
+/// ([`defer_init`]).
+pub fn open() -> Result<bool> {
+    with_group(|g| g.depth > 0)
+}
+
+/// Defers a communicator init to the outermost end of this thread's open group.
+pub fn defer_init(init: DeferredInit, blocking: bool) -> Result<()> {
+    with_group(|g| g.inits.push((init, blocking)))
+}
+
+/// What the outermost end of a group found: whether a nonblocking communicator init it started
+/// is still running (`ncclGroupEnd` then returns `ncclInProgress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Done,
+    InitInProgress,
+}
+
+/// Closes one level; at the outermost level runs the deferred inits, then launches everything
+/// queued (or reports the error that happened inside the group).
+pub fn end() -> Result<Ended> {
+    let (queued, error, inits) = with_group(|g| {
         if g.depth == 0 {
             return Err(Error::InvalidUsage("ncclGroupEnd called without a matching ncclGroupStart".into()));
         }
         g.depth -= 1;
         if g.depth > 0 {
-            return Ok((Vec::new(), None));
+            return Ok((Vec::new(), None, Vec::new()));
         }
-        Ok((std::mem::take(&mut g.queued), g.error.take()))
+        Ok((std::mem::take(&mut g.queued), g.error.take(), std::mem::take(&mut g.inits)))
     })??;
+    let ended = run_inits(inits)?;
     if let Some(e) = error {
         return Err(e.context("an operation inside this group failed, so the group launched nothing"));
     }
     // SAFETY: everything queued came through `submit`, whose contract covers the buffers.
-    unsafe { launch::launch_group(queued) }
+    unsafe { launch::launch_group(queued) }?;
+    Ok(ended)
 }
 
-/// Drops everything queued in the current group (`ncclGroupSimulateEnd` reads it first).
+/// Drops everything queued in the current group (`ncclGroupSimulateEnd` reads it first); the
+/// deferred inits still run, since their handles are the caller's.
 pub fn end_without_launch() -> Result<Vec<Queued>> {
-    with_group(|g| {
+    let (queued, inits) = with_group(|g| {
         if g.depth == 0 {
             return Err(Error::InvalidUsage("ncclGroupSimulateEnd called without a matching ncclGroupStart".into()));
         }
         g.depth -= 1;
         if g.depth > 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
         g.error = None;
-        Ok(std::mem::take(&mut g.queued))
-    })?
+        Ok((std::mem::take(&mut g.queued), std::mem::take(&mut g.inits)))
+    })??;
+    run_inits(inits)?;
+    Ok(queued)
+}
+
+/// Runs deferred inits side by side, each on a thread of its own (their rendezvous needs them
+/// all at once), and waits for the blocking ones; the first failure among those is the result.
+/// Every init has a deadline of its own (the bootstrap's), so the wait ends.
+fn run_inits(inits: Vec<(DeferredInit, bool)>) -> Result<Ended> {
+    let mut ended = Ended::Done;
+    let mut waits = Vec::new();
+    for (init, blocking) in inits {
+        let started = std::thread::Builder::new()
+            .name("fn-group-init".into())
+            .spawn(init)
+            .map_err(|e| Error::System(format!("could not start a communicator init thread: {e}")))?;
+        match blocking {
+            true => waits.push(started),
+            false => ended = Ended::InitInProgress,
+        }
+    }
+    let mut first = None;
+    for t in waits {
+        let r = t.join().unwrap_or_else(|_| Err(Error::Internal("panic during communicator init".into())));
+        if let (Err(e), None) = (r, &first) {
+            first = Some(e);
+        }
+    }
+    first.map_or(Ok(ended), Err)
 }
 
 /// Queues operations (several for AlltoAll/Gather/Scatter) as one unit, launching them
@@ -99,4 +161,47 @@ pub fn record_error(e: &Error) {
             g.error = Some(e.clone());
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    /// Deferred inits run side by side at the outermost end, as one thread's ranks of one
+    /// communicator must (each waits for the others, here at a barrier); the first failure of a
+    /// blocking one is what the end returns, and a nonblocking one leaves the end in progress.
+    #[test]
+    fn the_outermost_end_runs_deferred_inits_side_by_side() {
+        let meet = Arc::new(Barrier::new(2));
+        start().unwrap();
+        start().unwrap();
+        assert!(open().unwrap());
+        for _ in 0..2 {
+            let m = meet.clone();
+            defer_init(
+                Box::new(move || {
+                    m.wait();
+                    Ok(())
+                }),
+                true,
+            )
+            .unwrap();
+        }
+        assert_eq!(end().unwrap(), Ended::Done);
+        assert_eq!(with_group(|g| g.inits.len()).unwrap(), 2, "an inner end runs nothing");
+        assert_eq!(end().unwrap(), Ended::Done);
+        assert!(!open().unwrap());
+
+        start().unwrap();
+        defer_init(Box::new(|| Err(Error::Remote("rank 1 never came".into()))), true).unwrap();
+        defer_init(Box::new(|| Ok(())), false).unwrap();
+        let e = end().unwrap_err();
+        assert!(e.to_string().contains("rank 1 never came"), "{e}");
+
+        start().unwrap();
+        defer_init(Box::new(|| Ok(())), false).unwrap();
+        assert_eq!(end().unwrap(), Ended::InitInProgress);
+        assert!(end().is_err(), "no group is open any more");
+    }
 }

@@ -13,9 +13,9 @@ pub unsafe extern "C" fn ncclGroupStart() -> ncclResult_t {
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclGroupEnd() -> ncclResult_t {
-    boundary("ncclGroupEnd", || {
-        crate::group::end()?;
-        SUCCESS
+    boundary("ncclGroupEnd", || match crate::group::end()? {
+        crate::group::Ended::Done => SUCCESS,
+        crate::group::Ended::InitInProgress => Ok(ncclResult_t::ncclInProgress),
     })
 }
 

@@ -130,29 +130,45 @@ fn init_on_current_device(
 ) -> Result<ncclResult_t> {
     cuda::init()?;
     let dev = cuda::current_device()?;
-    if config.blocking {
+    let in_group = crate::group::open()?;
+    if config.blocking && !in_group {
         let c = comm::init_rank(&id, nranks, rank, dev, config)?;
         let (ptr, _) = registry::publish(Phase::Ready(Arc::new(c)));
         // SAFETY: newcomm was checked non-NULL by the caller.
         unsafe { write_out(newcomm, ptr) };
         return SUCCESS;
     }
-    let (ptr, phase) = registry::publish(Phase::Initializing);
+    let blocking = config.blocking;
+    let (ptr, phase) = registry::publish(if in_group { Phase::Deferred } else { Phase::Initializing });
     // SAFETY: as above.
     unsafe { write_out(newcomm, ptr) };
+    // Settles the handle's phase; the group end that runs a blocking one reports its failure.
+    let init = move || {
+        *phase.lock() = Phase::Initializing;
+        let result = std::panic::catch_unwind(|| comm::init_rank(&id, nranks, rank, dev, config));
+        let (next, outcome) = match result {
+            Ok(Ok(c)) => (Phase::Ready(Arc::new(c)), Ok(())),
+            Ok(Err(e)) => {
+                if !blocking {
+                    crate::nccl_warn!("nonblocking communicator init, rank {rank}: {e}");
+                }
+                (Phase::Failed(e.clone()), Err(e))
+            }
+            Err(_) => {
+                let e = Error::Internal(format!("panic during the init of rank {rank}"));
+                (Phase::Failed(e.clone()), Err(e))
+            }
+        };
+        *phase.lock() = next;
+        outcome
+    };
+    if in_group {
+        crate::group::defer_init(Box::new(init), blocking)?;
+        return if blocking { SUCCESS } else { Ok(ncclResult_t::ncclInProgress) };
+    }
     std::thread::Builder::new()
         .name(format!("fn-init-r{rank}"))
-        .spawn(move || {
-            let result = std::panic::catch_unwind(|| comm::init_rank(&id, nranks, rank, dev, config));
-            *phase.lock() = match result {
-                Ok(Ok(c)) => Phase::Ready(Arc::new(c)),
-                Ok(Err(e)) => {
-                    crate::nccl_warn!("nonblocking communicator init, rank {rank}: {e}");
-                    Phase::Failed(e)
-                }
-                Err(_) => Phase::Failed(Error::Internal("panic during nonblocking init".into())),
-            };
-        })
+        .spawn(init)
         .map_err(|e| Error::System(format!("could not start the init thread: {e}")))?;
     Ok(ncclResult_t::ncclInProgress)
 }
@@ -367,9 +383,15 @@ pub unsafe extern "C" fn ncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) ->
     })
 }
 
-/// Waits out a background init so teardown sees a settled phase.
-fn settled(handle: &CommHandle) {
-    while matches!(*handle.phase.lock(), Phase::Initializing) {
+/// Waits out a background init so teardown sees a settled phase. One deferred to the end of
+/// the group it was called in has not started, and would never settle before that end.
+fn settled(handle: &CommHandle) -> Result<()> {
+    loop {
+        match *handle.phase.lock() {
+            Phase::Deferred => return Err(Error::InvalidUsage(registry::DEFERRED.into())),
+            Phase::Initializing => {}
+            _ => return Ok(()),
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -378,7 +400,7 @@ fn settled(handle: &CommHandle) {
 pub unsafe extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
     boundary("ncclCommFinalize", || {
         let handle = comm_arg(comm)?;
-        settled(&handle);
+        settled(&handle)?;
         let c = handle.ready()?;
         c.wait_idle(None)?;
         *handle.phase.lock() = Phase::Finalized(c);
@@ -394,7 +416,7 @@ fn teardown(comm: ncclComm_t, stop: impl FnOnce(&Comm) -> Result<()>) -> Result<
         return SUCCESS;
     }
     let handle = comm_arg(comm)?;
-    settled(&handle);
+    settled(&handle)?;
     let live = match &*handle.phase.lock() {
         Phase::Ready(c) | Phase::Finalized(c) => Some(c.clone()),
         _ => None,

@@ -15,12 +15,18 @@ use std::sync::Arc;
 
 /// Where a communicator is in its life.
 pub enum Phase {
+    /// Called inside a group: the init runs at the outermost `ncclGroupEnd` of that thread.
+    Deferred,
     Initializing,
     Ready(Arc<Comm>),
     Failed(Error),
     /// After ncclCommFinalize: queries work, new operations don't.
     Finalized(Arc<Comm>),
 }
+
+/// Why a communicator whose init waits for its group's end cannot be used yet.
+pub const DEFERRED: &str =
+    "communicator was created inside a group: its init runs at the outermost ncclGroupEnd, so end the group first";
 
 /// What an `ncclComm_t` stands for.
 pub struct CommHandle {
@@ -96,6 +102,7 @@ impl CommHandle {
                 c.check_health()?;
                 Ok(c.clone())
             }
+            Phase::Deferred => Err(Error::InvalidUsage(DEFERRED.into())),
             Phase::Initializing => Err(Error::InvalidUsage(
                 "communicator is still initializing (poll ncclCommGetAsyncError until it returns ncclSuccess)".into(),
             )),
@@ -110,6 +117,7 @@ impl CommHandle {
     pub fn queryable(&self) -> Result<Arc<Comm>> {
         match &*self.phase.lock() {
             Phase::Ready(c) | Phase::Finalized(c) => Ok(c.clone()),
+            Phase::Deferred => Err(Error::InvalidUsage(DEFERRED.into())),
             Phase::Initializing => Err(Error::InvalidUsage("communicator is still initializing".into())),
             Phase::Failed(e) => Err(e.clone().context("communicator initialization failed earlier")),
         }
@@ -118,7 +126,7 @@ impl CommHandle {
     /// ncclCommGetAsyncError: InProgress while initializing, the failure if any, else Success.
     pub fn async_error(&self) -> ncclResult_t {
         match &*self.phase.lock() {
-            Phase::Initializing => ncclResult_t::ncclInProgress,
+            Phase::Deferred | Phase::Initializing => ncclResult_t::ncclInProgress,
             Phase::Failed(e) => {
                 // Logged when init failed; the text may have been replaced since.
                 crate::debug::set_last_error(&e.to_string());
