@@ -431,6 +431,12 @@ if [ "$NG" -ge 1 ]; then
 fi
 # several ranks on one GPU (ours only)
 if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
+  # A group's sends and receives beyond one launch run as several, a round of NCCL's schedule
+  # each here (FERRONICKEL_P2P_LAUNCH_WORKS=2): all-to-all, gather, scatter and every pair at once.
+  step check_p2p_rounds_1gpu_4 onegpu 200 env FERRONICKEL_P2P_LAUNCH_WORKS=2 "$CHK" --mode threads --devs 0,0,0,0 \
+    --colls AlltoAll,Gather,Scatter,SendRecv,AllPairs --quick --failures-only
+  step check_p2p_rounds_procs_1gpu_4 onegpu 200 env FERRONICKEL_P2P_LAUNCH_WORKS=2 "$CHK" --mode procs --devs 0,0,0,0 \
+    --colls AlltoAll,Gather,Scatter,SendRecv,AllPairs --quick --failures-only
   [ "$NG" -ge 2 ] && step check_threads_1gpu_2 onegpu 200 "$CHK" --mode threads --devs 0,0 --quick --failures-only
   step check_threads_1gpu_4 onegpu 200 "$CHK" --mode threads --devs 0,0,0,0 --quick --failures-only
   step check_threads_1gpu_8 onegpu 240 "$CHK" --mode threads --devs 0,0,0,0,0,0,0,0 --quick --failures-only

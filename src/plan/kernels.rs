@@ -1,6 +1,7 @@
 //! From queued operations to kernel launches: one launch per run of collectives that share a
 //! kernel (same dtype and op) and stream, and one launch for all of a communicator's sends and
-//! receives in a group, so that they progress together whatever order the ranks issued them in.
+//! receives in a group, so that they progress together whatever order the ranks issued them in
+//! (several, by rounds of NCCL's schedule, where they are more than one launch carries).
 
 use crate::abi::{self, fnWork, FN_MAX_WORKS};
 use crate::cuda::module::KernelId;
@@ -69,29 +70,56 @@ fn coll_work(t: &CollTask, shape: &CommShape, allowed: &Allowed) -> fnWork {
     }
 }
 
-fn p2p_work(ty: u32, send: u64, recv: u64, bytes: usize, peer: usize, lane: &Lane, parts: usize) -> fnWork {
+fn p2p_work(m: &Msg, peer: usize, first_cta: usize) -> fnWork {
     fnWork {
-        sendbuff: send as *const _,
-        recvbuff: recv as *mut _,
-        count: bytes as u64,
-        type_: ty as i32,
+        sendbuff: m.send as *const _,
+        recvbuff: m.recv as *mut _,
+        count: m.bytes as u64,
+        type_: m.ty as i32,
         root: peer as i32,
-        blk: lane.first_cta as i32,
+        blk: first_cta as i32,
         chan: 0,
         dtype: abi::FN_UINT8 as u8,
-        nParts: parts as u8,
+        nParts: m.parts as u8,
         ..Default::default()
     }
 }
 
-/// The CTAs serving one (peer, direction): parts of each message run on its first CTAs, over
-/// channels 0, 1, ... of the connection, in issue order, so both ends agree part by part.
+/// One (peer, direction) of a group's sends and receives: parts of each message run on the
+/// lane's first CTAs of the launch, over channels 0, 1, ... of the connection, in issue order,
+/// so both ends agree part by part.
 struct Lane {
     is_send: bool,
     peer: usize,
-    first_cta: usize,
-    ctas: usize,
 }
+
+impl Lane {
+    /// The round of NCCL's point-to-point schedule the lane's messages belong to: in round r a
+    /// rank sends to rank + r and receives from rank - r, so a send and the receive that matches
+    /// it are in the same round on both ends (round 0: copies to itself).
+    fn round(&self, rank: usize, nranks: usize) -> usize {
+        match self.is_send {
+            true => (self.peer + nranks - rank) % nranks,
+            false => (rank + nranks - self.peer) % nranks,
+        }
+    }
+}
+
+/// A message of a group's sends and receives, in one lane.
+struct Msg {
+    lane: usize,
+    ty: u32,
+    send: u64,
+    recv: u64,
+    bytes: usize,
+    parts: usize,
+}
+
+crate::int_param!(
+    /// FERRONICKEL_P2P_LAUNCH_WORKS: the most sends and receives one launch carries (2 to
+    /// FN_MAX_WORKS, the default). Tests lower it to split small groups into several launches.
+    p2p_launch_works, "FERRONICKEL_P2P_LAUNCH_WORKS", FN_MAX_WORKS as i64
+);
 
 /// A message is split over this many parts (channels): enough that each part carries at least
 /// P2P_MIN_PART bytes, at most the channels the connection has, and at most an equal share of the
@@ -151,8 +179,9 @@ pub fn direct_p2p(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Option<
 
 /// Plans one communicator's share of a group: collectives first, in issue order (every rank
 /// issues them in the same order), each with the tuner's choice (a direct broadcast as a launch
-/// of its own sends and receives, so that they never match a user's), then one launch with every
-/// send and receive.
+/// of its own sends and receives, so that they never match a user's), then the sends and
+/// receives: one launch, or one per block of rounds of NCCL's schedule when they are more than a
+/// launch carries ([`plan_p2p`]).
 pub fn plan(
     shape: &CommShape,
     allowed: &Allowed,
@@ -167,7 +196,7 @@ pub fn plan(
         }
         if let Some(tasks) = direct_p2p(c, shape, allowed) {
             let ops: Vec<(CUstream, Task)> = tasks.into_iter().map(|t| (*stream, t)).collect();
-            launches.extend(plan_p2p(shape, conn_channels, &ops)?);
+            launches.extend(plan_p2p(shape, conn_channels, &ops, works_per_launch())?);
             continue;
         }
         let kernel = kernel_id(c)?;
@@ -186,21 +215,28 @@ pub fn plan(
             _ => launches.push(Launch { kernel, grid, stream: *stream, joined: vec![], works: vec![work] }),
         }
     }
-    if let Some(p2p) = plan_p2p(shape, conn_channels, ops)? {
-        launches.push(p2p);
-    }
+    launches.extend(plan_p2p(shape, conn_channels, ops, works_per_launch())?);
     Ok(launches)
 }
 
+/// The most sends and receives one launch carries (FERRONICKEL_P2P_LAUNCH_WORKS, within 2 and
+/// FN_MAX_WORKS).
+fn works_per_launch() -> usize {
+    p2p_launch_works().clamp(2, FN_MAX_WORKS as i64) as usize
+}
+
+/// A communicator's sends and receives of one group as launches of the copy kernel, every lane
+/// (peer and direction) on CTAs of its own so that they all progress together.
 fn plan_p2p(
     shape: &CommShape,
     conn_channels: &dyn Fn(usize) -> usize,
     ops: &[(CUstream, Task)],
-) -> Result<Option<Launch>> {
+    per_launch: usize,
+) -> Result<Vec<Launch>> {
     let rank = shape.rank;
     // Messages in issue order per lane, with their part counts.
     let mut lanes: Vec<Lane> = Vec::new();
-    let mut msgs: Vec<(usize, u32, u64, u64, usize, usize)> = Vec::new(); // (lane, type, send, recv, bytes, parts)
+    let mut msgs: Vec<Msg> = Vec::new();
     let mut streams: Vec<CUstream> = Vec::new();
     let mut self_sends = std::collections::VecDeque::new();
     let mut self_recvs = std::collections::VecDeque::new();
@@ -208,7 +244,7 @@ fn plan_p2p(
         |is_send: bool, peer: usize| match lanes.iter().position(|l| (l.is_send, l.peer) == (is_send, peer)) {
             Some(i) => i,
             None => {
-                lanes.push(Lane { is_send, peer, first_cta: 0, ctas: 0 });
+                lanes.push(Lane { is_send, peer });
                 lanes.len() - 1
             }
         };
@@ -235,7 +271,7 @@ fn plan_p2p(
         let lane = lane_of(is_send, peer);
         let parts = p2p_parts(shape, conn_channels(peer), bytes);
         let (ty, send, recv) = if is_send { (abi::FN_WORK_SEND, buf, 0) } else { (abi::FN_WORK_RECV, 0, buf) };
-        msgs.push((lane, ty, send, recv, bytes, parts));
+        msgs.push(Msg { lane, ty, send, recv, bytes, parts });
     }
     if self_sends.len() != self_recvs.len() {
         return Err(Error::InvalidUsage(format!(
@@ -252,38 +288,53 @@ fn plan_p2p(
         }
         let lane = lane_of(true, rank);
         let parts = p2p_parts(shape, shape.nchannels, sb);
-        msgs.push((lane, abi::FN_WORK_COPY, src, dst, sb, parts));
+        msgs.push(Msg { lane, ty: abi::FN_WORK_COPY, send: src, recv: dst, bytes: sb, parts });
     }
-    if msgs.is_empty() {
-        return Ok(None);
+    if msgs.len() <= per_launch {
+        return Ok(Vec::from_iter((!msgs.is_empty()).then(|| p2p_launch(&lanes, &msgs, &streams))));
     }
-    if msgs.len() > FN_MAX_WORKS as usize {
-        return Err(Error::InvalidUsage(format!(
-            "{} send/recv operations on one communicator in one group; at most {FN_MAX_WORKS} are supported",
-            msgs.len()
-        )));
+    // More than a launch carries: one launch per block of rounds, the same blocks on every rank,
+    // so that each send is in the launch of the same rank as its receive on the peer, and a
+    // launch only ever waits for launches of the same block elsewhere (a rank that needed no
+    // split has them all in its one launch). The stable sort keeps each lane's issue order.
+    let rounds = (per_launch / 2).max(1);
+    let block = |m: &Msg| lanes[m.lane].round(rank, shape.nranks) / rounds;
+    msgs.sort_by_key(|m| block(m));
+    let mut launches = Vec::new();
+    for batch in msgs.chunk_by(|a, b| block(a) == block(b)) {
+        if batch.len() > per_launch {
+            let first = block(&batch[0]) * rounds;
+            return Err(Error::InvalidUsage(format!(
+                "{} sends and receives with the peers of rounds {first}..{} (rank + r, rank - r) in one group; one \
+                 launch carries at most {per_launch}, so at most that many messages per {rounds} peers each way",
+                batch.len(),
+                first + rounds - 1
+            )));
+        }
+        launches.push(p2p_launch(&lanes, batch, &streams));
     }
-    for &(lane, .., parts) in &msgs {
-        lanes[lane].ctas = lanes[lane].ctas.max(parts);
+    Ok(launches)
+}
+
+/// One launch of `msgs`: each lane gets as many CTAs as its largest message has parts.
+fn p2p_launch(lanes: &[Lane], msgs: &[Msg], streams: &[CUstream]) -> Launch {
+    let mut first = vec![0; lanes.len()];
+    let mut ctas = vec![0; lanes.len()];
+    for m in msgs {
+        ctas[m.lane] = ctas[m.lane].max(m.parts);
     }
     let mut next = 0;
-    for l in &mut lanes {
-        l.first_cta = next;
-        next += l.ctas;
+    for (f, c) in first.iter_mut().zip(&ctas) {
+        *f = next;
+        next += c;
     }
-    let works = msgs
-        .iter()
-        .map(|&(lane, ty, send, recv, bytes, parts)| {
-            p2p_work(ty, send, recv, bytes, lanes[lane].peer, &lanes[lane], parts)
-        })
-        .collect();
-    Ok(Some(Launch {
+    Launch {
         kernel: KernelId::COPY,
         grid: next as u32,
         stream: streams[0],
         joined: streams[1..].to_vec(),
-        works,
-    }))
+        works: msgs.iter().map(|m| p2p_work(m, lanes[m.lane].peer, first[m.lane])).collect(),
+    }
 }
 
 #[cfg(test)]
@@ -291,6 +342,7 @@ mod tests {
     use super::*;
     use crate::task::DevOp;
     use crate::types::ncclDataType_t;
+    use std::collections::HashMap;
 
     fn coll(kind: CollKind, dtype: ncclDataType_t, op: u32, count: usize) -> Task {
         Task::Coll(CollTask {
@@ -568,6 +620,57 @@ mod tests {
         let l = plan(&two, &Allowed::ALL, &|_| 64, &ops).unwrap();
         assert_eq!(l[0].works.iter().map(|w| (w.blk, w.nParts)).collect::<Vec<_>>(), [(0, 32), (32, 16)]);
         assert_eq!(l[0].grid, 48);
+    }
+
+    /// An all-to-all of 8 ranks with launches of 4 works: each rank runs the rounds two at a
+    /// time (4 launches), and every send is in the launch of the same index as its receive on
+    /// the peer, whose turn comes in the same round.
+    #[test]
+    fn sends_and_receives_beyond_a_launch_go_by_rounds_both_ends_share() {
+        let n = 8;
+        let s = std::ptr::null_mut();
+        let launch_of = |rank: usize| -> HashMap<(bool, usize), usize> {
+            let shape = CommShape { rank, ..CommShape::one_host(n, 8, 4) };
+            let ops: Vec<_> = (0..n)
+                .flat_map(|p| {
+                    [(s, Task::Send { buf: 1, bytes: 64, peer: p }), (s, Task::Recv { buf: 2, bytes: 64, peer: p })]
+                })
+                .collect();
+            let l = plan_p2p(&shape, &|_| 4, &ops, 4).unwrap();
+            assert_eq!(l.len(), 4);
+            assert!(l.iter().all(|l| l.works.len() <= 4 && l.kernel == KernelId::COPY));
+            let mut at = HashMap::new();
+            for (i, l) in l.iter().enumerate() {
+                for w in &l.works {
+                    let peer = if w.type_ as u32 == abi::FN_WORK_COPY { rank } else { w.root as usize };
+                    at.insert((w.type_ as u32 != abi::FN_WORK_RECV, peer), i);
+                }
+            }
+            assert_eq!(at.len(), 2 * n - 1);
+            at
+        };
+        let all: Vec<_> = (0..n).map(launch_of).collect();
+        for a in 0..n {
+            for b in (0..n).filter(|&b| b != a) {
+                assert_eq!(all[a][&(true, b)], all[b][&(false, a)], "{a} -> {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_round_beyond_a_launch_is_refused_and_lanes_keep_their_order() {
+        let s = std::ptr::null_mut();
+        let shape = CommShape { rank: 0, ..CommShape::one_host(8, 8, 4) };
+        let to = |peer, buf| (s, Task::Send { buf, bytes: 64, peer });
+        // Five messages, launches of 4: rounds 0-1 (three to rank 1), then rounds 2-3 (two to
+        // rank 2), each lane in issue order.
+        let ops = [to(1, 1), to(2, 2), to(1, 3), to(2, 4), to(1, 5)];
+        let l = plan_p2p(&shape, &|_| 4, &ops, 4).unwrap();
+        let bufs: Vec<Vec<u64>> = l.iter().map(|l| l.works.iter().map(|w| w.sendbuff as u64).collect()).collect();
+        assert_eq!(bufs, [vec![1, 3, 5], vec![2, 4]]);
+        // Launches of 2 take one round each: round 1's three messages do not fit.
+        let e = plan_p2p(&shape, &|_| 4, &ops, 2).unwrap_err();
+        assert!(matches!(e, Error::InvalidUsage(_)) && e.to_string().contains("rounds 1..1"), "{e}");
     }
 
     #[test]
