@@ -108,6 +108,8 @@ impl Lane {
 /// A message of a group's sends and receives, in one lane.
 struct Msg {
     lane: usize,
+    /// Where a group split over several launches runs it: (block of rounds, place in its lane).
+    key: (usize, usize),
     ty: u32,
     send: u64,
     recv: u64,
@@ -271,7 +273,7 @@ fn plan_p2p(
         let lane = lane_of(is_send, peer);
         let parts = p2p_parts(shape, conn_channels(peer), bytes);
         let (ty, send, recv) = if is_send { (abi::FN_WORK_SEND, buf, 0) } else { (abi::FN_WORK_RECV, 0, buf) };
-        msgs.push(Msg { lane, ty, send, recv, bytes, parts });
+        msgs.push(Msg { lane, key: (0, 0), ty, send, recv, bytes, parts });
     }
     if self_sends.len() != self_recvs.len() {
         return Err(Error::InvalidUsage(format!(
@@ -288,32 +290,25 @@ fn plan_p2p(
         }
         let lane = lane_of(true, rank);
         let parts = p2p_parts(shape, shape.nchannels, sb);
-        msgs.push(Msg { lane, ty: abi::FN_WORK_COPY, send: src, recv: dst, bytes: sb, parts });
+        msgs.push(Msg { lane, key: (0, 0), ty: abi::FN_WORK_COPY, send: src, recv: dst, bytes: sb, parts });
     }
     if msgs.len() <= per_launch {
         return Ok(Vec::from_iter((!msgs.is_empty()).then(|| p2p_launch(&lanes, &msgs, &streams))));
     }
-    // More than a launch carries: one launch per block of rounds, the same blocks on every rank,
-    // so that each send is in the launch of the same rank as its receive on the peer, and a
-    // launch only ever waits for launches of the same block elsewhere (a rank that needed no
-    // split has them all in its one launch). The stable sort keeps each lane's issue order.
+    // More than a launch carries: launches keyed by (block of rounds, the message's place in its
+    // lane), in that order on every rank. In round r a rank sends to rank + r and receives from
+    // rank - r, so a send and its receive have the same key on both ends, and a launch only ever
+    // waits for launches of the same key elsewhere (a rank that needed no split has them all in
+    // its one launch, where each lane takes its messages in order). A key holds at most one
+    // message a lane, and a block's rounds have two lanes each: a launch never overflows.
     let rounds = (per_launch / 2).max(1);
-    let block = |m: &Msg| lanes[m.lane].round(rank, shape.nranks) / rounds;
-    msgs.sort_by_key(|m| block(m));
-    let mut launches = Vec::new();
-    for batch in msgs.chunk_by(|a, b| block(a) == block(b)) {
-        if batch.len() > per_launch {
-            let first = block(&batch[0]) * rounds;
-            return Err(Error::InvalidUsage(format!(
-                "{} sends and receives with the peers of rounds {first}..{} (rank + r, rank - r) in one group; one \
-                 launch carries at most {per_launch}, so at most that many messages per {rounds} peers each way",
-                batch.len(),
-                first + rounds - 1
-            )));
-        }
-        launches.push(p2p_launch(&lanes, batch, &streams));
+    let mut seen = vec![0usize; lanes.len()];
+    for m in &mut msgs {
+        m.key = (lanes[m.lane].round(rank, shape.nranks) / rounds, seen[m.lane]);
+        seen[m.lane] += 1;
     }
-    Ok(launches)
+    msgs.sort_by_key(|m| m.key);
+    Ok(msgs.chunk_by(|a, b| a.key == b.key).map(|batch| p2p_launch(&lanes, batch, &streams)).collect())
 }
 
 /// One launch of `msgs`: each lane gets as many CTAs as its largest message has parts.
@@ -622,55 +617,60 @@ mod tests {
         assert_eq!(l[0].grid, 48);
     }
 
-    /// An all-to-all of 8 ranks with launches of 4 works: each rank runs the rounds two at a
-    /// time (4 launches), and every send is in the launch of the same index as its receive on
-    /// the peer, whose turn comes in the same round.
+    /// An all-to-all of 8 ranks, two messages each way per pair, with launches of 4 works: every
+    /// send is in the launch of the same index as its receive on the peer, and no launch holds
+    /// more than 4.
     #[test]
     fn sends_and_receives_beyond_a_launch_go_by_rounds_both_ends_share() {
         let n = 8;
         let s = std::ptr::null_mut();
-        let launch_of = |rank: usize| -> HashMap<(bool, usize), usize> {
+        // (is a send, peer, the message's place among those to or from that peer) -> launch index
+        let launch_of = |rank: usize| -> HashMap<(bool, usize, u64), usize> {
             let shape = CommShape { rank, ..CommShape::one_host(n, 8, 4) };
-            let ops: Vec<_> = (0..n)
-                .flat_map(|p| {
-                    [(s, Task::Send { buf: 1, bytes: 64, peer: p }), (s, Task::Recv { buf: 2, bytes: 64, peer: p })]
+            let ops: Vec<_> = (0..2u64)
+                .flat_map(|k| {
+                    (0..n).flat_map(move |p| {
+                        let buf = 0x1000 * (k + 1);
+                        [(s, Task::Send { buf, bytes: 64, peer: p }), (s, Task::Recv { buf, bytes: 64, peer: p })]
+                    })
                 })
                 .collect();
             let l = plan_p2p(&shape, &|_| 4, &ops, 4).unwrap();
-            assert_eq!(l.len(), 4);
-            assert!(l.iter().all(|l| l.works.len() <= 4 && l.kernel == KernelId::COPY));
+            assert!(l.iter().all(|l| !l.works.is_empty() && l.works.len() <= 4 && l.kernel == KernelId::COPY));
             let mut at = HashMap::new();
             for (i, l) in l.iter().enumerate() {
                 for w in &l.works {
-                    let peer = if w.type_ as u32 == abi::FN_WORK_COPY { rank } else { w.root as usize };
-                    at.insert((w.type_ as u32 != abi::FN_WORK_RECV, peer), i);
+                    let copy = w.type_ as u32 == abi::FN_WORK_COPY;
+                    let peer = if copy { rank } else { w.root as usize };
+                    let buf = if w.type_ as u32 == abi::FN_WORK_RECV { w.recvbuff as u64 } else { w.sendbuff as u64 };
+                    assert!(at.insert((w.type_ as u32 != abi::FN_WORK_RECV, peer, buf), i).is_none());
                 }
             }
-            assert_eq!(at.len(), 2 * n - 1);
+            assert_eq!(at.len(), 2 * (2 * n - 1));
             at
         };
         let all: Vec<_> = (0..n).map(launch_of).collect();
         for a in 0..n {
             for b in (0..n).filter(|&b| b != a) {
-                assert_eq!(all[a][&(true, b)], all[b][&(false, a)], "{a} -> {b}");
+                for buf in [0x1000, 0x2000] {
+                    assert_eq!(all[a][&(true, b, buf)], all[b][&(false, a, buf)], "{a} -> {b}, buffer {buf:#x}");
+                }
             }
         }
     }
 
     #[test]
-    fn a_round_beyond_a_launch_is_refused_and_lanes_keep_their_order() {
+    fn a_lane_beyond_a_launch_takes_its_messages_in_order_one_a_launch() {
         let s = std::ptr::null_mut();
         let shape = CommShape { rank: 0, ..CommShape::one_host(8, 8, 4) };
         let to = |peer, buf| (s, Task::Send { buf, bytes: 64, peer });
-        // Five messages, launches of 4: rounds 0-1 (three to rank 1), then rounds 2-3 (two to
-        // rank 2), each lane in issue order.
+        // Launches of 4 works: rank 1 is in rounds 0-1, rank 2 in rounds 2-3.
         let ops = [to(1, 1), to(2, 2), to(1, 3), to(2, 4), to(1, 5)];
         let l = plan_p2p(&shape, &|_| 4, &ops, 4).unwrap();
         let bufs: Vec<Vec<u64>> = l.iter().map(|l| l.works.iter().map(|w| w.sendbuff as u64).collect()).collect();
-        assert_eq!(bufs, [vec![1, 3, 5], vec![2, 4]]);
-        // Launches of 2 take one round each: round 1's three messages do not fit.
-        let e = plan_p2p(&shape, &|_| 4, &ops, 2).unwrap_err();
-        assert!(matches!(e, Error::InvalidUsage(_)) && e.to_string().contains("rounds 1..1"), "{e}");
+        assert_eq!(bufs, [vec![1], vec![3], vec![5], vec![2], vec![4]]);
+        // Within one launch's capacity, one launch.
+        assert_eq!(plan_p2p(&shape, &|_| 4, &ops, 5).unwrap().len(), 1);
     }
 
     #[test]
