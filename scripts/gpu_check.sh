@@ -188,10 +188,13 @@ else
 fi
 # One thread makes every rank's communicator with ncclCommInitRank inside a group, as nccl-tests
 # -g N and single-process multi-GPU programs do: the inits must run at the group's end, together.
+# Splits inside a group likewise (the tests then run on the children).
 if [ "$NG" -ge 2 ]; then
   step check_group_init_2gpu check 200 "$CHK" --mode threads --init group --devs 0,1 --quick --failures-only
+  step check_group_split_2gpu check 200 "$CHK" --mode threads --init group-split --devs 0,1 --quick --failures-only
 elif [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   step check_group_init_1gpu_2 check 200 "$CHK" --mode threads --init group --devs 0,0 --quick --failures-only
+  step check_group_split_1gpu_2 check 200 "$CHK" --mode threads --init group-split --devs 0,0 --quick --failures-only
 fi
 # Each protocol forced (NCCL_PROTO), and the ring alone (NCCL_ALGO=Ring: no one-shot all-reduce,
 # so small all-reduces run the ring over LL); 2 GPUs (or 2 ranks on one) and 4 ranks on one GPU.

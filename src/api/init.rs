@@ -142,25 +142,10 @@ fn init_on_current_device(
     let (ptr, phase) = registry::publish(if in_group { Phase::Deferred } else { Phase::Initializing });
     // SAFETY: as above.
     unsafe { write_out(newcomm, ptr) };
-    // Settles the handle's phase; the group end that runs a blocking one reports its failure.
     let init = move || {
-        *phase.lock() = Phase::Initializing;
-        let result = std::panic::catch_unwind(|| comm::init_rank(&id, nranks, rank, dev, config));
-        let (next, outcome) = match result {
-            Ok(Ok(c)) => (Phase::Ready(Arc::new(c)), Ok(())),
-            Ok(Err(e)) => {
-                if !blocking {
-                    crate::nccl_warn!("nonblocking communicator init, rank {rank}: {e}");
-                }
-                (Phase::Failed(e.clone()), Err(e))
-            }
-            Err(_) => {
-                let e = Error::Internal(format!("panic during the init of rank {rank}"));
-                (Phase::Failed(e.clone()), Err(e))
-            }
-        };
-        *phase.lock() = next;
-        outcome
+        settle(Some(phase), blocking, &format!("init of rank {rank}"), || {
+            comm::init_rank(&id, nranks, rank, dev, config).map(Some)
+        })
     };
     if in_group {
         crate::group::defer_init(Box::new(init), blocking)?;
@@ -171,6 +156,34 @@ fn init_on_current_device(
         .spawn(init)
         .map_err(|e| Error::System(format!("could not start the init thread: {e}")))?;
     Ok(ncclResult_t::ncclInProgress)
+}
+
+/// Makes a communicator away from its call (in the background, or at the end of the group it
+/// was called in) and settles its handle's `phase` (none: the caller gets no communicator, as
+/// a split with NCCL_SPLIT_NOCOLOR): Ready, or Failed with the error, which is also returned
+/// for the group end to report. A nonblocking one's failure is logged, since no call returns it.
+fn settle(
+    phase: Option<Arc<parking_lot::Mutex<Phase>>>,
+    blocking: bool,
+    what: &str,
+    make: impl FnOnce() -> Result<Option<Comm>>,
+) -> Result<()> {
+    if let Some(p) = &phase {
+        *p.lock() = Phase::Initializing;
+    }
+    let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(make))
+        .unwrap_or_else(|_| Err(Error::Internal(format!("panic during the {what}"))));
+    if let (Err(e), false) = (&made, blocking) {
+        crate::nccl_warn!("nonblocking communicator {what}: {e}");
+    }
+    let (next, outcome) = match made {
+        Ok(c) => (c.map(|c| Phase::Ready(Arc::new(c))), Ok(())),
+        Err(e) => (Some(Phase::Failed(e.clone())), Err(e)),
+    };
+    if let (Some(p), Some(next)) = (phase, next) {
+        *p.lock() = next;
+    }
+    outcome
 }
 
 fn id_arg(id: &ncclUniqueId) -> Result<BootstrapId> {
@@ -310,6 +323,23 @@ pub unsafe extern "C" fn ncclCommSplit(
         }
         // SAFETY: as in ncclCommInitRankConfig. Without a config the child inherits the parent's.
         let cfg = if config.is_null() { parent.config.clone() } else { unsafe { read_config(config) }? };
+        if crate::group::open()? {
+            // As an init inside a group: the split's rendezvous runs at the group's end, with
+            // the splits of the other ranks this thread drives.
+            let blocking = cfg.blocking;
+            let (ptr, phase) = match color {
+                NCCL_SPLIT_NOCOLOR => (std::ptr::null_mut(), None),
+                _ => {
+                    let (ptr, phase) = registry::publish(Phase::Deferred);
+                    (ptr, Some(phase))
+                }
+            };
+            // SAFETY: checked non-NULL above.
+            unsafe { write_out(newcomm, ptr) };
+            let split = move || settle(phase, blocking, "split", || comm::split(&parent, color, key, cfg));
+            crate::group::defer_init(Box::new(split), blocking)?;
+            return if blocking { SUCCESS } else { Ok(ncclResult_t::ncclInProgress) };
+        }
         let child = comm::split(&parent, color, key, cfg)?;
         let ptr = match child {
             Some(c) => registry::publish(Phase::Ready(Arc::new(c))).0,

@@ -72,7 +72,9 @@ static const uint8_t POISON = 0xA5;
 struct Opts {
   std::string mode = "threads";
   // threads mode: how one thread makes its ranks' communicators. "all": ncclCommInitAll;
-  // "group": ncclCommInitRank per rank inside ncclGroupStart/End, as nccl-tests -g N does.
+  // "group": ncclCommInitRank per rank inside ncclGroupStart/End, as nccl-tests -g N does;
+  // "group-split": then ncclCommSplit per rank inside another group, and the tests run on the
+  // children.
   std::string init = "all";
   std::vector<int> devs;
   bool quick = false;
@@ -107,7 +109,7 @@ static Opts g;
 
 static void usage() {
   printf(
-      "usage: check [--mode threads|procs|mpi] [--init all|group (threads)] [--devs 0,1,...] [--hosts H [--uts] (procs)] [--quick] [--seed N]\n"
+      "usage: check [--mode threads|procs|mpi] [--init all|group|group-split (threads)] [--devs 0,1,...] [--hosts H [--uts] (procs)] [--quick] [--seed N]\n"
       "             [--counts a,b,c] [--large-bytes N (0=off)] [--colls AllReduce,Reduce,...]\n"
       "             [--dtypes float32,int8,...] [--ops sum,prod,max,min,avg,pmsH,pmsD]\n"
       "             [--roots all|ends] [--no-unaligned] [--failures-only] [--dry-run (list case counts)]\n"
@@ -151,7 +153,10 @@ static void parseArgs(int argc, char** argv) {
     if (a == "--mode") g.mode = need();
     else if (a == "--init") {
       g.init = need();
-      if (g.init != "all" && g.init != "group") { fprintf(stderr, "--init %s: all or group\n", g.init.c_str()); exit(2); }
+      if (g.init != "all" && g.init != "group" && g.init != "group-split") {
+        fprintf(stderr, "--init %s: all, group or group-split\n", g.init.c_str());
+        exit(2);
+      }
     }
     else if (a == "--devs") { g.devs.clear(); for (auto& s : splitList(need())) g.devs.push_back(atoi(s.c_str())); }
     else if (a == "--quick") g.quick = true;
@@ -323,7 +328,7 @@ static ncclUniqueId getId(int k) {
 
 static double initComms(int idIndex) {
   double t0 = nowS();
-  if (g.mode == "threads" && g.init == "group") {
+  if (g.mode == "threads" && g.init != "all") {
     // Every rank's init returns at once inside the group; the group's end makes them all.
     ncclUniqueId id = getId(idIndex);
     NCCLCHECK(ncclGroupStart());
@@ -332,6 +337,21 @@ static double initComms(int idIndex) {
       NCCLCHECK(ncclCommInitRank(&C.local[r].comm, C.nranks, id, r));
     }
     NCCLCHECK(ncclGroupEnd());
+    if (g.init == "group-split") {
+      // The same for splits: every rank takes color 0 and keeps its rank (key = rank).
+      std::vector<ncclComm_t> kids(C.nranks);
+      NCCLCHECK(ncclGroupStart());
+      for (int r = 0; r < C.nranks; r++) {
+        CUDACHECK(cudaSetDevice(C.local[r].dev));
+        NCCLCHECK(ncclCommSplit(C.local[r].comm, 0, r, &kids[r], nullptr));
+      }
+      NCCLCHECK(ncclGroupEnd());
+      for (int r = 0; r < C.nranks; r++) {
+        CUDACHECK(cudaSetDevice(C.local[r].dev));
+        NCCLCHECK(ncclCommDestroy(C.local[r].comm));
+        C.local[r].comm = kids[r];
+      }
+    }
   } else if (g.mode == "threads") {
     std::vector<ncclComm_t> comms(C.nranks);
     NCCLCHECK(ncclCommInitAll(comms.data(), C.nranks, C.devs.data()));
