@@ -147,14 +147,26 @@ fn init_on_current_device(
             comm::init_rank(&id, nranks, rank, dev, config).map(Some)
         })
     };
+    away(init, in_group, blocking, format!("fn-init-r{rank}"))
+}
+
+/// Runs `make` (see [`settle`]) at the end of the caller's group, or else on a thread of its own
+/// named `thread`, and says what the call returns: ncclInProgress unless a group end will make
+/// a blocking one.
+fn away(
+    make: impl FnOnce() -> Result<()> + Send + 'static,
+    in_group: bool,
+    blocking: bool,
+    thread: String,
+) -> Result<ncclResult_t> {
     if in_group {
-        crate::group::defer_init(Box::new(init), blocking)?;
+        crate::group::defer_init(Box::new(make), blocking)?;
         return if blocking { SUCCESS } else { Ok(ncclResult_t::ncclInProgress) };
     }
     std::thread::Builder::new()
-        .name(format!("fn-init-r{rank}"))
-        .spawn(init)
-        .map_err(|e| Error::System(format!("could not start the init thread: {e}")))?;
+        .name(thread)
+        .spawn(make)
+        .map_err(|e| Error::System(format!("could not start a communicator init thread: {e}")))?;
     Ok(ncclResult_t::ncclInProgress)
 }
 
@@ -323,31 +335,33 @@ pub unsafe extern "C" fn ncclCommSplit(
         }
         // SAFETY: as in ncclCommInitRankConfig. Without a config the child inherits the parent's.
         let cfg = if config.is_null() { parent.config.clone() } else { unsafe { read_config(config) }? };
-        if crate::group::open()? {
-            // As an init inside a group: the split's rendezvous runs at the group's end, with
-            // the splits of the other ranks this thread drives.
-            let blocking = cfg.blocking;
-            let (ptr, phase) = match color {
-                NCCL_SPLIT_NOCOLOR => (std::ptr::null_mut(), None),
-                _ => {
-                    let (ptr, phase) = registry::publish(Phase::Deferred);
-                    (ptr, Some(phase))
-                }
+        // As an init: blocking here, or at the end of the caller's group (with the splits of the
+        // other ranks this thread drives), or in the background for a nonblocking config.
+        let in_group = crate::group::open()?;
+        if cfg.blocking && !in_group {
+            let ptr = match comm::split(&parent, color, key, cfg)? {
+                Some(c) => registry::publish(Phase::Ready(Arc::new(c))).0,
+                None => std::ptr::null_mut(),
             };
             // SAFETY: checked non-NULL above.
             unsafe { write_out(newcomm, ptr) };
-            let split = move || settle(phase, blocking, "split", || comm::split(&parent, color, key, cfg));
-            crate::group::defer_init(Box::new(split), blocking)?;
-            return if blocking { SUCCESS } else { Ok(ncclResult_t::ncclInProgress) };
+            return SUCCESS;
         }
-        let child = comm::split(&parent, color, key, cfg)?;
-        let ptr = match child {
-            Some(c) => registry::publish(Phase::Ready(Arc::new(c))).0,
-            None => std::ptr::null_mut(),
+        let blocking = cfg.blocking;
+        let (ptr, phase) = match color {
+            // No communicator for this rank, but it takes part in the rendezvous all the same.
+            NCCL_SPLIT_NOCOLOR => (std::ptr::null_mut(), None),
+            _ => {
+                let (ptr, phase) = registry::publish(if in_group { Phase::Deferred } else { Phase::Initializing });
+                (ptr, Some(phase))
+            }
         };
         // SAFETY: checked non-NULL above.
         unsafe { write_out(newcomm, ptr) };
-        SUCCESS
+        let split = move || settle(phase, blocking, "split", || comm::split(&parent, color, key, cfg));
+        let returned = away(split, in_group, blocking, "fn-split".into())?;
+        // Without a communicator there is nothing for the caller to wait for.
+        Ok(if ptr.is_null() { ncclResult_t::ncclSuccess } else { returned })
     })
 }
 
