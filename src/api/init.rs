@@ -183,8 +183,12 @@ fn settle(
     if let Some(p) = &phase {
         *p.lock() = Phase::Initializing;
     }
-    let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(make))
-        .unwrap_or_else(|_| Err(Error::Internal(format!("panic during the {what}"))));
+    let made = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(make)) {
+        Err(_) => Err(Error::Internal(format!("panic during the {what}"))),
+        // A handle waits for a communicator: it must not stay initializing for ever.
+        Ok(Ok(None)) if phase.is_some() => Err(Error::Internal(format!("the {what} made no communicator"))),
+        Ok(made) => made,
+    };
     if let (Err(e), false) = (&made, blocking) {
         crate::nccl_warn!("nonblocking communicator {what}: {e}");
     }
@@ -525,4 +529,42 @@ twins! {
     ncclCommFinalize => pncclCommFinalize(comm: ncclComm_t) -> ncclResult_t;
     ncclCommDestroy => pncclCommDestroy(comm: ncclComm_t) -> ncclResult_t;
     ncclCommAbort => pncclCommAbort(comm: ncclComm_t) -> ncclResult_t;
+}
+
+#[cfg(test)]
+mod settle_tests {
+    use super::*;
+
+    fn phase() -> Arc<parking_lot::Mutex<Phase>> {
+        Arc::new(parking_lot::Mutex::new(Phase::Deferred))
+    }
+
+    fn failed(p: &Arc<parking_lot::Mutex<Phase>>) -> String {
+        match &*p.lock() {
+            Phase::Failed(e) => e.to_string(),
+            _ => "not failed".into(),
+        }
+    }
+
+    /// A communicator made away from its call always leaves its handle settled: failed with the
+    /// error (also returned, for a group end to report), whether the init failed, panicked or
+    /// made nothing; a split without a color has no handle and succeeds with nothing.
+    #[test]
+    fn a_handle_never_stays_initializing() {
+        let p = phase();
+        let e = settle(Some(p.clone()), true, "init of rank 3", || Err(Error::Remote("rank 1 is gone".into())));
+        assert!(e.unwrap_err().to_string().contains("rank 1 is gone"));
+        assert!(failed(&p).contains("rank 1 is gone"));
+
+        let p = phase();
+        let e = settle(Some(p.clone()), false, "split", || panic!("boom"));
+        assert!(e.unwrap_err().to_string().contains("panic during the split"));
+        assert!(failed(&p).contains("panic during the split"));
+
+        let p = phase();
+        assert!(settle(Some(p.clone()), true, "split", || Ok(None)).is_err());
+        assert!(failed(&p).contains("made no communicator"));
+
+        assert!(settle(None, true, "split", || Ok(None)).is_ok());
+    }
 }
