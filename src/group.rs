@@ -5,9 +5,9 @@
 //!
 //! A communicator init inside a group (`ncclCommInitRank` and its variants, `ncclCommSplit`) is
 //! deferred to the outermost end too, as in NCCL: that is how one thread initializes several
-//! ranks of one communicator (one per GPU), whose rendezvous needs them all at once. The end runs every
-//! deferred init on a thread of its own, waits for the blocking ones, and only then launches
-//! what was queued.
+//! ranks of one communicator (one per GPU), whose rendezvous needs them all at once. The end
+//! runs every deferred init on a thread of its own, waits for the blocking ones, and only then
+//! launches what was queued.
 
 use crate::comm::{launch, Comm};
 use crate::error::{Error, Result};
@@ -166,27 +166,26 @@ pub fn record_error(e: &Error) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Barrier};
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
 
     /// Deferred inits run side by side at the outermost end, as one thread's ranks of one
-    /// communicator must (each waits for the others, here at a barrier); the first failure of a
-    /// blocking one is what the end returns, and a nonblocking one leaves the end in progress.
+    /// communicator must (each waits for the other here, as a rendezvous does, and gives up
+    /// after a while if it never comes); the first failure of a blocking one is what the end
+    /// returns, and a nonblocking one leaves the end in progress.
     #[test]
     fn the_outermost_end_runs_deferred_inits_side_by_side() {
-        let meet = Arc::new(Barrier::new(2));
         start().unwrap();
         start().unwrap();
         assert!(open().unwrap());
-        for _ in 0..2 {
-            let m = meet.clone();
-            defer_init(
-                Box::new(move || {
-                    m.wait();
-                    Ok(())
-                }),
-                true,
-            )
-            .unwrap();
+        let ((to_b, from_a), (to_a, from_b)) = (channel(), channel());
+        for (tell, hear) in [(to_b, from_b), (to_a, from_a)] {
+            let meet = move || {
+                tell.send(()).ok();
+                hear.recv_timeout(Duration::from_secs(10))
+                    .map_err(|_| Error::Remote("the other rank never came".into()))
+            };
+            defer_init(Box::new(meet), true).unwrap();
         }
         assert_eq!(end().unwrap(), Ended::Done);
         assert_eq!(with_group(|g| g.inits.len()).unwrap(), 2, "an inner end runs nothing");
