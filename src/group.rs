@@ -3,11 +3,11 @@
 //! implicit group of one. An error inside a group is returned by that call, and again by the
 //! `ncclGroupEnd` that closes the group, which then launches nothing.
 //!
-//! A communicator init inside a group (`ncclCommInitRank` and its variants, `ncclCommSplit`) is
-//! deferred to the outermost end too, as in NCCL: that is how one thread initializes several
-//! ranks of one communicator (one per GPU), whose rendezvous needs them all at once. The end
-//! runs every deferred init on a thread of its own, waits for the blocking ones, and only then
-//! launches what was queued.
+//! A communicator init inside a group (`ncclCommInitRank` and its variants, `ncclCommSplit`,
+//! `ncclCommShrink`) is deferred to the outermost end too, as in NCCL: that is how one thread
+//! initializes several ranks of one communicator (one per GPU), whose rendezvous needs them all
+//! at once. The end runs every deferred init on a thread of its own, waits for the blocking
+//! ones, and only then launches what was queued.
 
 use crate::comm::{launch, Comm};
 use crate::error::{Error, Result};

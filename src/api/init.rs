@@ -409,11 +409,22 @@ pub unsafe extern "C" fn ncclCommShrink(
             parent.request_abort();
             parent.wait_idle(Some(Instant::now() + Duration::from_secs(10)))?;
         }
-        let child = comm::shrink(&parent, &excluded, cfg)?;
-        let (ptr, _) = registry::publish(Phase::Ready(Arc::new(child)));
+        // As a split: here, at the end of the caller's group, or in the background.
+        let in_group = crate::group::open()?;
+        if cfg.blocking && !in_group {
+            let child = comm::shrink(&parent, &excluded, cfg)?;
+            let (ptr, _) = registry::publish(Phase::Ready(Arc::new(child)));
+            // SAFETY: checked non-NULL above.
+            unsafe { write_out(newcomm, ptr) };
+            return SUCCESS;
+        }
+        let blocking = cfg.blocking;
+        let (ptr, phase) = registry::publish(if in_group { Phase::Deferred } else { Phase::Initializing });
         // SAFETY: checked non-NULL above.
         unsafe { write_out(newcomm, ptr) };
-        SUCCESS
+        let shrink =
+            move || settle(Some(phase), blocking, "shrink", || comm::shrink(&parent, &excluded, cfg).map(Some));
+        away(shrink, in_group, blocking, "fn-shrink".into())
     })
 }
 
