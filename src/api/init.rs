@@ -339,33 +339,34 @@ pub unsafe extern "C" fn ncclCommSplit(
         }
         // SAFETY: as in ncclCommInitRankConfig. Without a config the child inherits the parent's.
         let cfg = if config.is_null() { parent.config.clone() } else { unsafe { read_config(config) }? };
-        // As an init: blocking here, or at the end of the caller's group (with the splits of the
-        // other ranks this thread drives), or in the background for a nonblocking config.
-        let in_group = crate::group::open()?;
-        if cfg.blocking && !in_group {
-            let ptr = match comm::split(&parent, color, key, cfg)? {
-                Some(c) => registry::publish(Phase::Ready(Arc::new(c))).0,
-                None => std::ptr::null_mut(),
+        // Inside a group the split's rendezvous runs at the group's end, with the splits of the
+        // other ranks this thread drives; the end waits for it. A nonblocking config runs it in
+        // the call all the same: in the background it would share the parent's bootstrap with
+        // the caller's next operations on the parent.
+        if crate::group::open()? {
+            let (ptr, phase) = match color {
+                // No communicator for this rank, but it takes part in the rendezvous all the same.
+                NCCL_SPLIT_NOCOLOR => (std::ptr::null_mut(), None),
+                _ => {
+                    let (ptr, phase) = registry::publish(Phase::Deferred);
+                    (ptr, Some(phase))
+                }
             };
             // SAFETY: checked non-NULL above.
             unsafe { write_out(newcomm, ptr) };
+            crate::group::defer_init(
+                Box::new(move || settle(phase, true, "split", || comm::split(&parent, color, key, cfg))),
+                true,
+            )?;
             return SUCCESS;
         }
-        let blocking = cfg.blocking;
-        let (ptr, phase) = match color {
-            // No communicator for this rank, but it takes part in the rendezvous all the same.
-            NCCL_SPLIT_NOCOLOR => (std::ptr::null_mut(), None),
-            _ => {
-                let (ptr, phase) = registry::publish(if in_group { Phase::Deferred } else { Phase::Initializing });
-                (ptr, Some(phase))
-            }
+        let ptr = match comm::split(&parent, color, key, cfg)? {
+            Some(c) => registry::publish(Phase::Ready(Arc::new(c))).0,
+            None => std::ptr::null_mut(),
         };
         // SAFETY: checked non-NULL above.
         unsafe { write_out(newcomm, ptr) };
-        let split = move || settle(phase, blocking, "split", || comm::split(&parent, color, key, cfg));
-        let returned = away(split, in_group, blocking, "fn-split".into())?;
-        // Without a communicator there is nothing for the caller to wait for.
-        Ok(if ptr.is_null() { ncclResult_t::ncclSuccess } else { returned })
+        SUCCESS
     })
 }
 
@@ -409,22 +410,21 @@ pub unsafe extern "C" fn ncclCommShrink(
             parent.request_abort();
             parent.wait_idle(Some(Instant::now() + Duration::from_secs(10)))?;
         }
-        // As a split: here, at the end of the caller's group, or in the background.
-        let in_group = crate::group::open()?;
-        if cfg.blocking && !in_group {
-            let child = comm::shrink(&parent, &excluded, cfg)?;
-            let (ptr, _) = registry::publish(Phase::Ready(Arc::new(child)));
+        // As a split: inside a group at the group's end, which waits for it; else in the call.
+        if crate::group::open()? {
+            let (ptr, phase) = registry::publish(Phase::Deferred);
             // SAFETY: checked non-NULL above.
             unsafe { write_out(newcomm, ptr) };
+            let shrink =
+                move || settle(Some(phase), true, "shrink", || comm::shrink(&parent, &excluded, cfg).map(Some));
+            crate::group::defer_init(Box::new(shrink), true)?;
             return SUCCESS;
         }
-        let blocking = cfg.blocking;
-        let (ptr, phase) = registry::publish(if in_group { Phase::Deferred } else { Phase::Initializing });
+        let child = comm::shrink(&parent, &excluded, cfg)?;
+        let (ptr, _) = registry::publish(Phase::Ready(Arc::new(child)));
         // SAFETY: checked non-NULL above.
         unsafe { write_out(newcomm, ptr) };
-        let shrink =
-            move || settle(Some(phase), blocking, "shrink", || comm::shrink(&parent, &excluded, cfg).map(Some));
-        away(shrink, in_group, blocking, "fn-shrink".into())
+        SUCCESS
     })
 }
 
