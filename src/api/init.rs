@@ -147,26 +147,14 @@ fn init_on_current_device(
             comm::init_rank(&id, nranks, rank, dev, config).map(Some)
         })
     };
-    away(init, in_group, blocking, format!("fn-init-r{rank}"))
-}
-
-/// Runs `make` (see [`settle`]) at the end of the caller's group, or else on a thread of its own
-/// named `thread`, and says what the call returns: ncclInProgress unless a group end will make
-/// a blocking one.
-fn away(
-    make: impl FnOnce() -> Result<()> + Send + 'static,
-    in_group: bool,
-    blocking: bool,
-    thread: String,
-) -> Result<ncclResult_t> {
     if in_group {
-        crate::group::defer_init(Box::new(make), blocking)?;
+        crate::group::defer_init(Box::new(init), blocking)?;
         return if blocking { SUCCESS } else { Ok(ncclResult_t::ncclInProgress) };
     }
     std::thread::Builder::new()
-        .name(thread)
-        .spawn(make)
-        .map_err(|e| Error::System(format!("could not start a communicator init thread: {e}")))?;
+        .name(format!("fn-init-r{rank}"))
+        .spawn(init)
+        .map_err(|e| Error::System(format!("could not start the init thread: {e}")))?;
     Ok(ncclResult_t::ncclInProgress)
 }
 
