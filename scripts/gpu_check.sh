@@ -489,6 +489,13 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   net_step check_net_4 300 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 $Q --failures-only
   # Ring forced across hosts (Tree forced: the tree group's tree_hosts_4_* steps).
   net_step check_net_ring_4 150 NCCL_ALGO=Ring "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
+  # NCCL_NCHANNELS_PER_NET_PEER=1: peers on other hosts that connect when first needed (recursive
+  # doubling's partners, direct roots, send/recv peers off the ring) connect one channel, and every
+  # send/recv across hosts runs on one.
+  step check_net_peerch_4 net 200 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_NCHANNELS_PER_NET_PEER=1 "${@:2}"; rc=$?
+    one=$(grep -c "Channel 00-00 : .*connected at runtime" "$1"); more=$(grep -cE "Channel 00-([0-9][1-9]|[1-9][0-9]) : .*connected at runtime" "$1")
+    echo "peers connected at runtime on 1 channel: $one, on more: $more"; [ $rc = 0 ] && [ "$one" -gt 0 ] && [ "$more" = 0 ]' \
+    _ "$LOG/check_net_peerch_4.log" "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
   for P in LL LL128 Simple; do
     net_step check_net_${P}_2 200 NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
   done

@@ -237,6 +237,15 @@ fn plan_matches_rings_worked_out_by_hand() {
     assert_eq!(j["ring_channels"], 6);
     let largest = j["sizes"].as_array().unwrap().last().unwrap();
     assert_eq!(largest["choices"]["all_gather"]["channels"], 6, "{largest}");
+    // Send/recv peers on other hosts: NCCL_NCHANNELS_PER_PEER's channels, or as many as
+    // NCCL_NCHANNELS_PER_NET_PEER asks for.
+    let j = ok_json(&["plan", "--nranks", "4", "--hosts", "4"], &[]);
+    assert_eq!(j["net_peer_channels"], 4);
+    let out = ok_text(&["plan", "--nranks", "4", "--hosts", "4"], &[("NCCL_NCHANNELS_PER_NET_PEER", "1")]);
+    assert!(out.contains("1 channel(s) each, connected when first used") && out.contains("at most 1"), "{out}");
+    // Not on one host, where no peer is over NET.
+    let out = ok_text(&["plan", "--nranks", "4", "--gpus-per-host", "4"], &[("NCCL_NCHANNELS_PER_NET_PEER", "1")]);
+    assert!(!out.contains("peers on other hosts"), "{out}");
 }
 
 #[test]

@@ -665,16 +665,21 @@ fn the_config_names_the_net_and_its_traffic_class() {
     // SAFETY: as above; fewer fields are read.
     let old = unsafe { init::read_config(&cfg) }.expect("a valid older config");
     assert_eq!((old.net.net_name, old.net.traffic_class, old.name), (None, None, None));
-    // A hint not implemented yet (send/recv channels over NET) is read, said to be ignored, and
-    // leaves the config valid; zero is refused as NCCL refuses it.
+    // Send/recv channels over NET are read; zero and more than the channels there are are refused,
+    // as NCCL refuses them (NCCL_NCHANNELS_PER_NET_PEER, when set, would replace the value).
     cfg.size = std::mem::size_of::<ncclConfig_t>();
     cfg.nChannelsPerNetPeer = 2;
     // SAFETY: as above.
-    assert!(unsafe { init::read_config(&cfg) }.is_ok());
-    cfg.nChannelsPerNetPeer = 0;
-    // SAFETY: as above.
-    let zero = unsafe { init::read_config(&cfg) }.unwrap_err().to_string();
-    assert!(zero.contains("nChannelsPerNetPeer"), "{zero}");
+    let two = unsafe { init::read_config(&cfg) }.expect("a valid config");
+    if std::env::var_os("NCCL_NCHANNELS_PER_NET_PEER").is_none() {
+        assert_eq!(two.net_peer_channels, Some(2));
+    }
+    for bad in [0, -2, 65] {
+        cfg.nChannelsPerNetPeer = bad;
+        // SAFETY: as above.
+        let e = unsafe { init::read_config(&cfg) }.unwrap_err().to_string();
+        assert!(e.contains("nChannelsPerNetPeer"), "{bad}: {e}");
+    }
     // Unset stays unset: NCCL_NET and the plugin's own class then apply.
     // SAFETY: as above.
     let unset = unsafe { init::read_config(&config()) }.expect("a valid config");

@@ -1,6 +1,7 @@
 //! Communicator creation and teardown.
 
 use super::{boundary, comm_arg, non_null, write_out, SUCCESS};
+use crate::abi;
 use crate::bootstrap::{self, BootstrapId};
 use crate::comm::{self, registry, Comm, CommConfig, CommHandle, Phase};
 use crate::cuda;
@@ -99,8 +100,9 @@ pub unsafe fn read_config(config: *const ncclConfig_t) -> Result<CommConfig> {
     }
     flag("shrinkShare", offset_of!(ncclConfig_t, shrinkShare))?;
     positive("nvlsCTAs", offset_of!(ncclConfig_t, nvlsCTAs))?;
-    if let Some(n) = positive("nChannelsPerNetPeer", offset_of!(ncclConfig_t, nChannelsPerNetPeer))? {
-        comm::warn_net_peer_channels_ignored("config.nChannelsPerNetPeer", n as i64);
+    out.net_peer_channels = positive("nChannelsPerNetPeer", offset_of!(ncclConfig_t, nChannelsPerNetPeer))?;
+    if let Some(n) = out.net_peer_channels.filter(|&n| n > abi::FN_MAX_CHANNELS as usize) {
+        crate::bail_arg!("config.nChannelsPerNetPeer = {n}: must be at most {}", abi::FN_MAX_CHANNELS);
     }
     flag("nvlinkCentricSched", offset_of!(ncclConfig_t, nvlinkCentricSched))?;
     Ok(out.with_env())

@@ -53,6 +53,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let me = peer_info(rank, dev)?;
     let (peers, kinds) = gather_peers(&bootstrap, &me)?;
     let on_net = transport::net_pairs(&kinds);
+    let over_net: Vec<bool> = kinds[rank].iter().map(|k| *k == Kind::Net).collect();
     // One net for the communicator: its properties size the channels, its connections carry them.
     let net = match on_net {
         true => Some(net::init(&net::NetConfig { comm_id: bootstrap.magic(), ..config.net.clone() })?),
@@ -67,7 +68,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let order = topo::ring_order(&peers);
     let ring = Ring::new(&order, rank);
     let trees = Trees::new(&order, &peers.iter().map(|p| p.host_hash).collect::<Vec<_>>());
-    let plan = ConnPlan::from_env(nchannels, order, &trees);
+    let plan = ConnPlan::from_env(nchannels, order, &trees, config.net_peer_channels);
 
     let (flags, lost, fault) = fault_hook()?;
     let (tuner_plugin, profiler) = plugins(&bootstrap, &peers, &config, rank);
@@ -136,6 +137,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         bootstrap,
         conns: plan,
         runtime_peers: Mutex::new(HashSet::new()),
+        over_net,
         tree: trees.shape(),
         link,
         net: net_link,

@@ -68,15 +68,15 @@ pub unsafe fn launch_group(queued: Vec<Queued<Arc<Comm>>>) -> Result<()> {
         }
     }
     let allowed = tuner::restrictions()?;
-    let conn_channels: Vec<_> = per_comm.iter().map(|(c, _)| move |peer| c.conn_channels(peer)).collect();
+    let p2p_channels: Vec<_> = per_comm.iter().map(|(c, _)| move |peer| c.p2p_channels(peer)).collect();
     let members: Vec<Member> = per_comm
         .iter()
-        .zip(&conn_channels)
+        .zip(&p2p_channels)
         .map(|((c, ops), ch)| Member {
             key: c.bootstrap.magic(),
             shape: c.shape(),
             limits: c.limits,
-            conn_channels: ch,
+            p2p_channels: ch,
             ops,
         })
         .collect();

@@ -50,6 +50,9 @@ pub struct CommConfig {
     pub name: Option<String>,
     /// `netName` and `trafficClass`: which net the NET transport uses and what it asks of it.
     pub net: crate::transport::net::NetConfig,
+    /// `nChannelsPerNetPeer` (or NCCL_NCHANNELS_PER_NET_PEER): the channels a send/recv with a
+    /// peer on another host splits over (`ConnPlan::net_peer_channels`).
+    pub net_peer_channels: Option<usize>,
 }
 
 crate::int_param!(
@@ -66,18 +69,10 @@ crate::int_param!(
 );
 
 crate::int_param!(
-    /// NCCL_NCHANNELS_PER_NET_PEER: NCCL's channels for send/recv over NET; not implemented yet.
+    /// NCCL_NCHANNELS_PER_NET_PEER: 1 or more overrides every communicator's config
+    /// `nChannelsPerNetPeer`.
     nchannels_per_net_peer_env, "NCCL_NCHANNELS_PER_NET_PEER", 0
 );
-
-/// Says that `what` (set to `n`) has no effect here: send/recv over NET runs on
-/// NCCL_NCHANNELS_PER_PEER's channels, whatever the transport (a hint, so init goes on).
-pub fn warn_net_peer_channels_ignored(what: &str, n: i64) {
-    crate::nccl_warn!(
-        "{what} = {n} is not implemented yet and has no effect: send/recv peers off the ring, NET ones too, get \
-         NCCL_NCHANNELS_PER_PEER channels"
-    );
-}
 
 impl CommConfig {
     /// NCCL's defaults (blocking, nothing else set) with the environment's overrides: the config
@@ -87,23 +82,20 @@ impl CommConfig {
     }
 
     /// The config with the environment's overrides, which NCCL applies to every communicator's
-    /// config: NCCL_COMM_BLOCKING, NCCL_MIN_CTAS and NCCL_MAX_CTAS.
+    /// config: NCCL_COMM_BLOCKING, NCCL_MIN_CTAS, NCCL_MAX_CTAS and NCCL_NCHANNELS_PER_NET_PEER.
     pub fn with_env(self) -> CommConfig {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        if nchannels_per_net_peer_env() > 0 {
-            ONCE.call_once(|| {
-                warn_net_peer_channels_ignored("NCCL_NCHANNELS_PER_NET_PEER", nchannels_per_net_peer_env())
-            });
-        }
-        self.overridden(comm_blocking_env(), min_ctas_env(), max_ctas_env())
+        self.overridden(comm_blocking_env(), min_ctas_env(), max_ctas_env(), nchannels_per_net_peer_env())
     }
 
-    /// `blocking` (0 or 1), `min` and `max` (1 or more, at most FN_MAX_CHANNELS) replace the
-    /// config's; other values leave it. A minimum above the maximum becomes the maximum, as in
-    /// NCCL.
-    fn overridden(mut self, blocking: i64, min: i64, max: i64) -> CommConfig {
+    /// `blocking` (0 or 1), `min`, `max` and `net_peer` (1 or more; the CTAs at most
+    /// FN_MAX_CHANNELS) replace the config's; other values leave it. A minimum above the maximum
+    /// becomes the maximum, as in NCCL.
+    fn overridden(mut self, blocking: i64, min: i64, max: i64, net_peer: i64) -> CommConfig {
         if blocking == 0 || blocking == 1 {
             self.blocking = blocking == 1;
+        }
+        if net_peer >= 1 {
+            self.net_peer_channels = Some(net_peer.min(abi::FN_MAX_CHANNELS as i64) as usize);
         }
         let ctas = |v: i64| (v >= 1).then(|| (v as usize).min(abi::FN_MAX_CHANNELS as usize));
         self.min_ctas = ctas(min).or(self.min_ctas);
@@ -169,8 +161,10 @@ pub struct Comm {
     /// Which connections exist after init and how many channels each has (rings use
     /// `ring_channels`).
     pub conns: ConnPlan,
-    /// Peers connected since, when a group first needed them (`plan.p2p_channels` each).
+    /// Peers connected since, when a group first needed them (`plan.runtime_channels()` each).
     runtime_peers: Mutex<HashSet<usize>>,
+    /// Which peers we reach over NET (on other hosts).
+    over_net: Vec<bool>,
     /// The Tree algorithm's hosts, depth and fan-out (the trees themselves are in the device comm).
     pub tree: TreeShape,
     /// The slowest kind of connection between two of its ranks (alike on every rank).
@@ -237,6 +231,7 @@ impl Comm {
             bootstrap,
             conns: ConnPlan::new(1, 1, order.clone(), 0, crate::transport::conn_plan::InitPairs::All),
             runtime_peers: Mutex::new(HashSet::new()),
+            over_net: vec![false; nranks],
             tree: TreeShape::chain(nranks),
             link: Link::P2p,
             net: None,
@@ -379,9 +374,15 @@ impl Comm {
     /// Channels of our connection with `peer` (0: not connected yet).
     pub fn conn_channels(&self, peer: usize) -> usize {
         match self.conns.channels(self.rank, peer) {
-            0 if self.runtime_peers.lock().contains(&peer) => self.conns.p2p_channels,
+            0 if self.runtime_peers.lock().contains(&peer) => self.conns.runtime_channels(),
             n => n,
         }
+    }
+
+    /// Channels a send/recv with `peer` splits over: its connection's, for a peer on another
+    /// host no more than the user's `nChannelsPerNetPeer`.
+    pub fn p2p_channels(&self, peer: usize) -> usize {
+        self.conns.p2p_split(self.conn_channels(peer), self.over_net[peer])
     }
 
     /// Connects the peers of a group's sends and receives that are not connected yet (NCCL's
@@ -483,21 +484,31 @@ impl Drop for Comm {
 mod config_tests {
     use super::*;
 
-    /// NCCL_COMM_BLOCKING, NCCL_MIN_CTAS and NCCL_MAX_CTAS replace what the config says, as NCCL's
-    /// environment overrides do; out-of-range values leave it, and a minimum above the maximum
-    /// becomes the maximum.
+    /// NCCL_COMM_BLOCKING, NCCL_MIN_CTAS, NCCL_MAX_CTAS and NCCL_NCHANNELS_PER_NET_PEER replace
+    /// what the config says, as NCCL's environment overrides do; out-of-range values leave it, and
+    /// a minimum above the maximum becomes the maximum.
     #[test]
     fn the_environment_overrides_the_config() {
-        let given = CommConfig { blocking: false, min_ctas: Some(2), max_ctas: Some(8), ..Default::default() };
-        let same = given.clone().overridden(-1, 0, 0);
+        let given = CommConfig {
+            blocking: false,
+            min_ctas: Some(2),
+            max_ctas: Some(8),
+            net_peer_channels: Some(2),
+            ..Default::default()
+        };
+        let same = given.clone().overridden(-1, 0, 0, 0);
         assert_eq!((same.blocking, same.min_ctas, same.max_ctas), (false, Some(2), Some(8)));
-        let env = given.clone().overridden(1, 4, 16);
+        assert_eq!(same.net_peer_channels, Some(2));
+        let env = given.clone().overridden(1, 4, 16, 1);
         assert_eq!((env.blocking, env.min_ctas, env.max_ctas), (true, Some(4), Some(16)));
-        let bad = given.clone().overridden(2, -3, 0);
+        assert_eq!(env.net_peer_channels, Some(1));
+        let bad = given.clone().overridden(2, -3, 0, -1);
         assert_eq!((bad.blocking, bad.min_ctas, bad.max_ctas), (false, Some(2), Some(8)));
-        let crossed = given.clone().overridden(-1, 12, 0);
+        assert_eq!(bad.net_peer_channels, Some(2));
+        let crossed = given.clone().overridden(-1, 12, 0, 0);
         assert_eq!((crossed.min_ctas, crossed.max_ctas), (Some(8), Some(8)));
-        let capped = CommConfig::default().overridden(0, 1000, 1000);
+        let capped = CommConfig::default().overridden(0, 1000, 1000, 1000);
         assert_eq!((capped.blocking, capped.min_ctas, capped.max_ctas), (false, Some(64), Some(64)));
+        assert_eq!(capped.net_peer_channels, Some(64));
     }
 }

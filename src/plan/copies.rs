@@ -234,7 +234,7 @@ mod tests {
                 key,
                 shape: shape(r, ops.len()),
                 limits: Allowed::ALL,
-                conn_channels: &|_| 64,
+                p2p_channels: &|_| 64,
                 ops: o,
             })
             .collect()

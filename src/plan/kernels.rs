@@ -126,12 +126,12 @@ crate::int_param!(
 /// A message is split over this many parts (channels): enough that each part carries at least
 /// P2P_MIN_PART bytes, at most the channels the connection has, and at most an equal share of the
 /// rank's CTA budget among its 2(n-1) peer lanes so that every lane can run at once.
-fn p2p_parts(shape: &CommShape, conn_channels: usize, bytes: usize) -> usize {
+fn p2p_parts(shape: &CommShape, p2p_channels: usize, bytes: usize) -> usize {
     // 256 KiB parts left 256 KiB..1 MiB sends 15% slower than NCCL on 2x H200 (one CTA copies
     // too slowly); 64 KiB parts spread them over 4..16 CTAs.
     const P2P_MIN_PART: usize = 64 << 10;
     let lanes = (2 * shape.nranks.saturating_sub(1)).max(1);
-    let cap = (shape.nchannels / lanes).max(1).min(conn_channels.max(1)).min(u8::MAX as usize);
+    let cap = (shape.nchannels / lanes).max(1).min(p2p_channels.max(1)).min(u8::MAX as usize);
     bytes.div_ceil(P2P_MIN_PART).clamp(1, cap)
 }
 
@@ -187,7 +187,7 @@ pub fn direct_p2p(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Option<
 pub fn plan(
     shape: &CommShape,
     allowed: &Allowed,
-    conn_channels: &dyn Fn(usize) -> usize,
+    p2p_channels: &dyn Fn(usize) -> usize,
     ops: &[(CUstream, Task)],
 ) -> Result<Vec<Launch>> {
     let mut launches: Vec<Launch> = Vec::new();
@@ -198,7 +198,7 @@ pub fn plan(
         }
         if let Some(tasks) = direct_p2p(c, shape, allowed) {
             let ops: Vec<(CUstream, Task)> = tasks.into_iter().map(|t| (*stream, t)).collect();
-            launches.extend(plan_p2p(shape, conn_channels, &ops, works_per_launch())?);
+            launches.extend(plan_p2p(shape, p2p_channels, &ops, works_per_launch())?);
             continue;
         }
         let kernel = kernel_id(c)?;
@@ -217,7 +217,7 @@ pub fn plan(
             _ => launches.push(Launch { kernel, grid, stream: *stream, joined: vec![], works: vec![work] }),
         }
     }
-    launches.extend(plan_p2p(shape, conn_channels, ops, works_per_launch())?);
+    launches.extend(plan_p2p(shape, p2p_channels, ops, works_per_launch())?);
     Ok(launches)
 }
 
@@ -231,7 +231,7 @@ fn works_per_launch() -> usize {
 /// (peer and direction) on CTAs of its own so that they all progress together.
 fn plan_p2p(
     shape: &CommShape,
-    conn_channels: &dyn Fn(usize) -> usize,
+    p2p_channels: &dyn Fn(usize) -> usize,
     ops: &[(CUstream, Task)],
     per_launch: usize,
 ) -> Result<Vec<Launch>> {
@@ -271,7 +271,7 @@ fn plan_p2p(
             continue;
         }
         let lane = lane_of(is_send, peer);
-        let parts = p2p_parts(shape, conn_channels(peer), bytes);
+        let parts = p2p_parts(shape, p2p_channels(peer), bytes);
         let (ty, send, recv) = if is_send { (abi::FN_WORK_SEND, buf, 0) } else { (abi::FN_WORK_RECV, 0, buf) };
         msgs.push(Msg { lane, key: (0, 0), ty, send, recv, bytes, parts });
     }

@@ -22,8 +22,8 @@ pub struct Member<'a> {
     /// What this communicator's connections allow (`Comm::limits`), on top of the group's
     /// `allowed`: every rank of a communicator plans with the same intersection.
     pub limits: Allowed,
-    /// Channels of this rank's connection with a peer.
-    pub conn_channels: &'a dyn Fn(usize) -> usize,
+    /// Channels a send or receive with a peer may split over (`Comm::p2p_channels`).
+    pub p2p_channels: &'a dyn Fn(usize) -> usize,
     /// Its operations in issue order, with their streams.
     pub ops: &'a [(CUstream, Task)],
 }
@@ -53,7 +53,7 @@ pub fn group(members: &[Member], allowed: &Allowed, mode: Mode) -> Result<Plan> 
 
 /// The kernel launches of every member of a group.
 pub fn kernels(members: &[Member], allowed: &Allowed) -> Result<Vec<Vec<Launch>>> {
-    members.iter().map(|m| kernels::plan(&m.shape, &allowed.intersect(&m.limits), m.conn_channels, m.ops)).collect()
+    members.iter().map(|m| kernels::plan(&m.shape, &allowed.intersect(&m.limits), m.p2p_channels, m.ops)).collect()
 }
 
 /// Rough time of a group, for ncclGroupSimulateEnd, from the tuner's cost model: each

@@ -5,6 +5,7 @@
 
 use crate::abi::{FN_MAX_CHANNELS, FN_NSTEPS};
 use crate::topo::tree::Trees;
+use crate::transport::net::conn::MAX_CHANNELS as NET_MAX_CHANNELS;
 use std::collections::HashSet;
 
 /// Which connections exist after init: ring neighbours get every ring channel; the other pairs
@@ -16,6 +17,11 @@ pub struct ConnPlan {
     pub nranks: usize,
     pub ring_channels: usize,
     pub p2p_channels: usize,
+    /// What the user asked for a send/recv with a peer on another host (the config's
+    /// `nChannelsPerNetPeer`, NCCL_NCHANNELS_PER_NET_PEER): such a peer connected when first
+    /// needed gets that many channels, and a message to one connected at init splits over no more.
+    /// `None`: `p2p_channels`, and every channel of a connection made at init.
+    pub net_peer_channels: Option<usize>,
     /// The ring order shared by every channel.
     pub order: Vec<usize>,
     /// Bytes of one connection's Simple FIFO (NCCL_BUFFSIZE).
@@ -65,15 +71,47 @@ impl ConnPlan {
         for (i, &r) in order.iter().enumerate() {
             pos[r] = i;
         }
-        ConnPlan { nranks: order.len(), ring_channels, p2p_channels, order, fifo_bytes, init_pairs, pos }
+        let net_peer_channels = None;
+        ConnPlan {
+            nranks: order.len(),
+            ring_channels,
+            p2p_channels,
+            net_peer_channels,
+            order,
+            fifo_bytes,
+            init_pairs,
+            pos,
+        }
     }
 
-    /// A communicator's plan: `ring_channels` on the ring `order`, `trees` between its hosts, and
-    /// the environment's NCCL_NCHANNELS_PER_PEER, NCCL_BUFFSIZE and NCCL_RUNTIME_CONNECT.
-    pub fn from_env(ring_channels: usize, order: Vec<usize>, trees: &Trees) -> ConnPlan {
+    /// A communicator's plan: `ring_channels` on the ring `order`, `trees` between its hosts,
+    /// `net_peer_channels` as the user asked for them, and the environment's
+    /// NCCL_NCHANNELS_PER_PEER, NCCL_BUFFSIZE and NCCL_RUNTIME_CONNECT.
+    pub fn from_env(
+        ring_channels: usize,
+        order: Vec<usize>,
+        trees: &Trees,
+        net_peer_channels: Option<usize>,
+    ) -> ConnPlan {
         let init_pairs = if runtime_connect() == 0 { InitPairs::All } else { InitPairs::hosts_and_trees(trees) };
         let p2p_channels = p2p_nchannels().clamp(1, FN_MAX_CHANNELS as i64) as usize;
-        ConnPlan::new(ring_channels, p2p_channels, order, fifo_bytes(buffsize()), init_pairs)
+        let plan = ConnPlan::new(ring_channels, p2p_channels, order, fifo_bytes(buffsize()), init_pairs);
+        ConnPlan { net_peer_channels, ..plan }
+    }
+
+    /// Channels of a send/recv peer on another host that connects when a group first needs it:
+    /// the user's NET peer channels, else `p2p_channels`; at most what one NET pair connects.
+    pub fn runtime_channels(&self) -> usize {
+        self.net_peer_channels.unwrap_or(self.p2p_channels).clamp(1, NET_MAX_CHANNELS)
+    }
+
+    /// Channels a send/recv with `peer` splits over, `connected` being its connection's: for a
+    /// peer on another host (`over_net`) no more than the user asked for such peers.
+    pub fn p2p_split(&self, connected: usize, over_net: bool) -> usize {
+        match (over_net, self.net_peer_channels) {
+            (true, Some(n)) => connected.min(n),
+            _ => connected,
+        }
     }
 
     /// Whether `a` and `b` are neighbours in the ring.
@@ -144,6 +182,25 @@ mod tests {
 
     fn plan(n: usize, ring: usize, p2p: usize) -> ConnPlan {
         ConnPlan::new(ring, p2p, (0..n).collect(), 1 << 16, InitPairs::All)
+    }
+
+    /// The user's NET peer channels (`nChannelsPerNetPeer`): send/recv peers on other hosts that
+    /// connect at runtime get that many (at most what one NET pair connects), and messages to
+    /// any peer on another host split over no more; unset, runtime peers get NCCL_NCHANNELS_PER_PEER's
+    /// channels (also bounded by NET's) and connections made at init all theirs.
+    #[test]
+    fn net_peer_channels_bound_send_recv_across_hosts() {
+        let unset = plan(4, 4, 4);
+        assert_eq!(unset.runtime_channels(), 4);
+        assert_eq!((unset.p2p_split(4, true), unset.p2p_split(4, false)), (4, 4));
+        let many = plan(4, 4, 64);
+        assert_eq!(many.runtime_channels(), NET_MAX_CHANNELS);
+        let one = ConnPlan { net_peer_channels: Some(1), ..plan(4, 4, 4) };
+        assert_eq!(one.runtime_channels(), 1);
+        assert_eq!((one.p2p_split(4, true), one.p2p_split(4, false)), (1, 4));
+        let wide = ConnPlan { net_peer_channels: Some(16), ..plan(4, 2, 4) };
+        assert_eq!(wide.runtime_channels(), NET_MAX_CHANNELS);
+        assert_eq!(wide.p2p_split(2, true), 2, "no more than a connection made at init has");
     }
 
     #[test]

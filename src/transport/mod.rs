@@ -194,7 +194,7 @@ impl Connections {
     }
 
     /// Connects `peer`, which `plan` left to connect when a group first needs it (a send/recv
-    /// peer on another host, so over NET), on `plan.p2p_channels` channels; returns the device
+    /// peer on another host, so over NET), on `plan.runtime_channels()` channels; returns the device
     /// connections by channel, for the caller to add to the table. Only the two ranks take part.
     pub fn connect_runtime(&mut self, bootstrap: &Bootstrap, plan: &ConnPlan, peer: usize) -> Result<Vec<fnConn>> {
         let kind = self.kinds[bootstrap.rank()][peer];

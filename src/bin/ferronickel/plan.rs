@@ -11,6 +11,7 @@
 
 use crate::args::PlanArgs;
 use crate::{CmdResult, Report};
+use nccl::comm::CommConfig;
 use nccl::plugin::tuner as tuner_plugin;
 use nccl::task::{CollKind, CommShape, Link, NetLink};
 use nccl::topo::tree::Trees;
@@ -123,7 +124,8 @@ pub fn run(args: PlanArgs) -> CmdResult {
     let order = topo::ring_order(&peers);
     let host_of: Vec<u64> = peers.iter().map(|p| p.host_hash).collect();
     let trees = Trees::new(&order, &host_of);
-    let conns = ConnPlan::from_env(nchannels, order.clone(), &trees);
+    let net_peer_channels = CommConfig::from_env().net_peer_channels;
+    let conns = ConnPlan::from_env(nchannels, order.clone(), &trees, net_peer_channels);
     let tree = trees.shape();
     let link = Link::slowest(transport::net_pairs(&kinds), host_fifos);
     // An external tuner plugin (NCCL_TUNER_PLUGIN) is consulted as a communicator would.
@@ -196,6 +198,17 @@ pub fn run(args: PlanArgs) -> CmdResult {
         conns.p2p_channels, shape.all_pairs_channels
     )
     .unwrap();
+    if on_net {
+        let cap = conns
+            .net_peer_channels
+            .map(|n| {
+                format!(
+                    "; a send/recv with a peer on another host splits over at most {n} (NCCL_NCHANNELS_PER_NET_PEER)"
+                )
+            })
+            .unwrap_or_default();
+        writeln!(text, "send/recv peers on other hosts off the ring and the trees: {} channel(s) each, connected when first used{cap}", conns.runtime_channels()).unwrap();
+    }
     writeln!(text, "FIFO: {} B per connection (NCCL_BUFFSIZE)", conns.fifo_bytes).unwrap();
     writeln!(text, "tuner plugin: {plugin_note}").unwrap();
     if on_net {
@@ -281,6 +294,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         "tree_max_children": tree.max_children,
         "ring_channels": nchannels,
         "p2p_channels_per_peer": conns.p2p_channels,
+        "net_peer_channels": conns.runtime_channels(),
         "oneshot_channels": shape.all_pairs_channels,
         "fifo_bytes": conns.fifo_bytes,
         "tuner_plugin": plugin_note,

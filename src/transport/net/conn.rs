@@ -646,7 +646,7 @@ impl Transport for NetConnections {
     }
 
     fn connect_runtime(&mut self, bootstrap: &Bootstrap, plan: &ConnPlan, peer: usize) -> Result<Vec<fnConn>> {
-        let (rank, nch) = (bootstrap.rank(), plan.p2p_channels);
+        let (rank, nch) = (bootstrap.rank(), plan.runtime_channels());
         self.net.connect_pair(bootstrap, peer, nch, &self.setup, &host_block)?;
         crate::nccl_info!(
             Subsys::INIT | Subsys::NET,
