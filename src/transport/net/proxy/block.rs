@@ -38,9 +38,10 @@ const SIZE_MASK: u32 = (1 << FN_SIZE_PROTO_SHIFT) - 1;
 
 /// The most bytes of a Simple or LL128 step that travel in one message with its size word, when
 /// the net does not merge the two itself ([`Layout::one_message`]): such a step lands in the LL
-/// slot and the receiving proxy copies it to its own, which above this costs more than a second
-/// message. Every LL step but the largest (a whole slot) crosses as one message, with no copy.
-pub const INLINE_MAX: usize = 8 << 10;
+/// slot and the receiving proxy copies it to its own. Up to 16 KiB that copy costs less than a
+/// second message; from 16 to 32 KiB it measured level or slower (docs/NET.md, "One message per
+/// small step"). Every LL step but the largest (a whole slot) crosses as one message, with no copy.
+pub const INLINE_MAX: usize = 16 << 10;
 /// The line that carries a one-message step's size word, after its data: an LL line of the step
 /// (its flag in both halves) whose first word is the size word. No LL step reads it: the step's
 /// own lines end before it, and a later step in the slot waits for a later flag.
