@@ -5,7 +5,6 @@
 
 use crate::abi::{FN_MAX_CHANNELS, FN_NSTEPS};
 use crate::topo::tree::Trees;
-use crate::transport::net::conn::MAX_CHANNELS as NET_MAX_CHANNELS;
 use std::collections::HashSet;
 
 /// Which connections exist after init: ring neighbours get every ring channel; the other pairs
@@ -152,6 +151,11 @@ impl ConnPlan {
         self.fifo_bytes / FN_NSTEPS as usize
     }
 }
+
+/// Channels a communicator with NET connections uses at most (`transport::net::conn`), and a
+/// NET peer connected at runtime: each is one connection per peer, a socket per connection, and
+/// one more poll per round of the proxy thread.
+pub const NET_MAX_CHANNELS: usize = 8;
 
 crate::int_param!(
     /// NCCL_BUFFSIZE: bytes of one connection FIFO (all its slots).

@@ -29,9 +29,7 @@ use crate::topo::PeerInfo;
 use crate::transport::conn_plan::ConnPlan;
 use crate::transport::{net_pairs, Cx, Half, Kind, Pairs, Started, Transport, TransportSetup};
 
-/// Channels a communicator with NET connections uses at most: each is one connection per peer,
-/// a socket per connection, and one more poll per round of the proxy thread.
-pub const MAX_CHANNELS: usize = 8;
+pub use crate::transport::conn_plan::NET_MAX_CHANNELS as MAX_CHANNELS;
 /// Bytes of an introduction: tag, magic, connector nonce, proof.
 const INTRO_BYTES: usize = 8 + 8 + NONCE_LEN + auth::MAC_LEN;
 const INTRO_TAG: &[u8; 8] = b"FNNETINT";
