@@ -448,8 +448,29 @@ impl NetTransport {
         let net = &*setup.net;
         let (handle, mut listener) = net.listen(0)?;
         let challenge = auth::nonce()?;
-        bootstrap.send(peer, TAG_PAIR, &[&handle[..], &challenge[..]].concat())?;
-        let theirs = split_record(&bootstrap.recv(peer, TAG_PAIR)?, peer)?;
+        // The channel count rides along: both ends must make the same, and a rank set up
+        // otherwise would leave ours waiting for connections it never makes.
+        bootstrap.send(peer, TAG_PAIR, &[&handle[..], &challenge[..], &[nch as u8]].concat())?;
+        let record = bootstrap.recv(peer, TAG_PAIR)?;
+        let (theirs, theirs_nch) = match record.split_last() {
+            Some((&n, rest)) if rest.len() == super::HANDLE_BYTES + NONCE_LEN => {
+                (split_record(rest, peer)?, usize::from(n))
+            }
+            _ => {
+                return Err(Error::Internal(format!(
+                    "NET: rank {peer} sent a connection record of {} bytes, not a handle, a challenge and a \
+                     channel count",
+                    record.len()
+                )))
+            }
+        };
+        if theirs_nch != nch {
+            return Err(Error::InvalidUsage(format!(
+                "NET: rank {peer} connects to rank {rank} on {theirs_nch} channel(s) and rank {rank} on {nch}: \
+                 NCCL_NCHANNELS_PER_NET_PEER (or the config's nChannelsPerNetPeer) and NCCL_NCHANNELS_PER_PEER \
+                 must be alike on every rank"
+            )));
+        }
         // Only our entry and the peer's are read.
         let mut handles = vec![[0u8; super::HANDLE_BYTES]; nranks];
         let mut challenges = vec![[0u8; NONCE_LEN]; nranks];

@@ -413,6 +413,21 @@ fn a_late_runtime_peer_still_connects() {
     cross_every_pair(&ranks, 0, 50);
 }
 
+/// Ranks that ask for different channel counts for one pair (NCCL_NCHANNELS_PER_NET_PEER set on
+/// one of them) both fail at once, saying which setting must agree, and connect nothing.
+#[test]
+fn a_runtime_pair_that_disagrees_on_channels_fails_at_once_naming_the_setting() {
+    let ranks = runtime_ranks(2, |r, bs, t, su| {
+        let start = Instant::now();
+        let e = t.connect_pair(bs, 1 - r, 1 + r, su, &HostBlock::plain).expect_err("a mismatch").to_string();
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        let named = e.contains("NCCL_NCHANNELS_PER_NET_PEER") && e.contains(" on 1") && e.contains(" on 2");
+        assert!(named, "rank {r}: {e}");
+        assert!(t.block(1 - r, 0).is_none());
+    });
+    assert_eq!(ranks.len(), 2);
+}
+
 /// A runtime peer that never takes part is named when the bootstrap's deadline passes, and
 /// one whose record is not a handle and a challenge is refused before anything is connected.
 #[test]
