@@ -426,6 +426,37 @@ __device__ __noinline__ bool broadcast(const Group g, const fnDevComm* comm, con
   return ok;
 }
 
+// The root sends its input to every other rank over their own connection (channel c), one peer
+// after another in rank order, copying it to its own output with the first; every other rank
+// receives from the root. One hop, for small messages across hosts (src/tuner.rs); three ranks at
+// least, so the root has a first peer.
+template <typename T, typename Op, int P>
+__device__ __noinline__ bool broadcastDirect(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
+  const int n = comm->nRanks, c = blockIdx.x, root = w.root;
+  const Part pt = channelPart<T>(w.count, w.nChannels, c);
+  const T* src = static_cast<const T*>(w.sendbuff) + pt.off;  // used on the root only
+  T* dst = static_cast<T*>(w.recvbuff) + pt.off;
+  if (comm->rank != root) {
+    Prims<T, Op, P> p(g, comm, op, nullptr, &comm->conns[root * FN_MAX_CHANNELS + c].recv);
+    const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) { return p.recv(dst + base, len); });
+    if (ok) p.save();
+    return ok;
+  }
+  bool first = true;
+  for (int peer = 0; peer < n; peer++) {
+    if (peer == root) continue;
+    Prims<T, Op, P> p(g, comm, op, &comm->conns[peer * FN_MAX_CHANNELS + c].send, nullptr);
+    const bool copy = first && src != dst;
+    first = false;
+    const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
+      return copy ? p.copySend(src + base, dst + base, len) : p.send(src + base, len);
+    });
+    if (!ok) return false;
+    p.save();
+  }
+  return true;
+}
+
 // At step j every rank receives the block that originated at ring position ix - j.
 template <typename T, typename Op, int P>
 __device__ __noinline__ bool allGather(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
@@ -612,7 +643,11 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
         // Pure movement, in bytes.
         case FN_WORK_BROADCAST:
           if (b >= w.nChannels) continue;
-          ok = byProto(w.proto, [&](auto P) { return broadcast<B, OpNone<B>, decltype(P)::value>(g, comm, w, OpNone<B>()); });
+          ok = byProto(w.proto, [&](auto P) {
+            using Pr = decltype(P);
+            if (w.algo == FN_ALGO_DIRECT) return broadcastDirect<B, OpNone<B>, Pr::value>(g, comm, w, OpNone<B>());
+            return broadcast<B, OpNone<B>, Pr::value>(g, comm, w, OpNone<B>());
+          });
           break;
         case FN_WORK_ALLGATHER:
           if (b >= w.nChannels) continue;

@@ -47,7 +47,9 @@ enum fnAlgo {
                             sendbuff / recvbuff are LSA rank 0's flat addresses (kernels/README.md) */
   FN_ALGO_DIRECT = 4,    /* Reduce: every other rank sends its input straight to the root over their
                             own connection (conns[root], channel = CTA), which reduces them in rank
-                            order; one hop. Across hosts of one rank each (src/tuner.rs) */
+                            order; Broadcast: the root sends its input to every other rank in rank
+                            order (conns[peer]), which receive it; one hop. Across hosts of one
+                            rank each (src/tuner.rs) */
   FN_ALGO_RECDBL = 5,    /* AllReduce, AllGather, ReduceScatter: recursive doubling, log2(n)
                             exchanges, in exchange d rank r swaps with r ^ 2^d over their own
                             connection (conns[r ^ 2^d], channel = CTA); all-reduce sends all it has

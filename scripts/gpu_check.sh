@@ -526,6 +526,14 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
       _ "$LOG/check_net_recdbl_$H.log" "$CHK" --mode procs --devs $(seq -s, 1 $H | sed 's/[0-9]*/0/g') --hosts $H \
       --quick --failures-only --colls AllReduce,AllGather,ReduceScatter
   done
+  # Direct broadcast and reduce between 3 hosts of one rank each, each protocol forced (LL and
+  # LL128: one collective work; Simple: the broadcast as the root's sends); the log must show it.
+  for P in LL LL128 Simple; do
+    step check_net_direct_${P}_3 net 150 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING "${@:2}"; rc=$?
+      n=$(grep -c -- "-> algo Direct" "$1"); echo "collectives run direct: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
+      _ "$LOG/check_net_direct_${P}_3.log" env NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0,0 --hosts 3 --quick \
+      --failures-only --colls Broadcast,Reduce
+  done
   net_step check_net_eager_4 150 NCCL_RUNTIME_CONNECT=0 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
   # CUDA graphs over NET: an all-reduce, and every rank sending to and receiving from every other
   # (connections a group makes while the stream is capturing).

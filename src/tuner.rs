@@ -589,8 +589,10 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
     }
     let bytes = coll_bytes(kind, count, elem, n) as f64;
     let (hops, wire) = ring_shape(kind, n as f64, bytes);
-    // A direct reduce, one channel: the protocol that moves the root's incoming bytes fastest.
-    if kind == CollKind::Reduce && direct(kind, bytes as usize, shape, allowed) {
+    // A direct broadcast or reduce, one channel: the protocol that moves the root's outgoing or
+    // incoming bytes fastest. A Simple broadcast runs as the root's sends instead, split over the
+    // connections' channels (`plan::kernels::direct_p2p`).
+    if direct(kind, bytes as usize, shape, allowed) {
         let priced = [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE]
             .into_iter()
             .filter(|&p| allowed.protos[p as usize])

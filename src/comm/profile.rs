@@ -68,7 +68,7 @@ pub(super) fn start(
         let d = match *t {
             Task::Coll(c) => {
                 let seq = comm.ops.coll_seq[nccl_func(c.kind) as usize].fetch_add(1, Ordering::Relaxed);
-                // Zero-count collectives are not planned; direct broadcasts run as sends and
+                // Zero-count collectives are not planned; direct Simple broadcasts run as sends and
                 // receives; the rest are collective works, in issue order.
                 let direct = launches.is_some() && c.count > 0 && direct_p2p(&c, &shape, &allowed).is_some();
                 let w = if c.count == 0 || direct { None } else { coll_works.next() };

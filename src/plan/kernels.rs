@@ -158,14 +158,19 @@ pub fn direct_peers(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Vec<u
     }
 }
 
-/// A broadcast that runs direct: the sends and receives that carry it, the root's copy to its own
-/// output included; `None` for any other collective. (A direct reduce is a collective work,
-/// `FN_ALGO_DIRECT`, which the tuner picks.)
+/// A broadcast that runs direct in the Simple protocol: the sends and receives that carry it, split
+/// over the connections' channels, the root's copy to its own output included; `None` for any other
+/// collective. (A direct reduce, and a direct broadcast in LL or LL128, is a collective work on one
+/// channel, `FN_ALGO_DIRECT`, which the tuner picks.)
 pub fn direct_p2p(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Option<Vec<Task>> {
-    if c.kind != CollKind::Broadcast || !is_direct(c, shape, allowed) {
+    let elem = types::dtype_size(c.dtype).expect("validated dtype");
+    if c.kind != CollKind::Broadcast
+        || !is_direct(c, shape, allowed)
+        || tuner::choose(c.kind, c.count, elem, shape, allowed).proto != abi::FN_PROTO_SIMPLE
+    {
         return None;
     }
-    let bytes = c.count * types::dtype_size(c.dtype).expect("validated dtype");
+    let bytes = c.count * elem;
     let (root, me) = (c.root, shape.rank);
     if me != root {
         return Some(vec![Task::Recv { buf: c.recv, bytes, peer: root }]);
@@ -391,11 +396,13 @@ mod tests {
         assert_eq!((w.algo as u32, w.nChannels), (abi::FN_ALGO_RECDBL, 1));
     }
 
-    /// A small broadcast across hosts is the root's sends to every rank (and its own copy when
-    /// out of place) and one receive from the root elsewhere; a large one stays a collective.
+    /// A broadcast across hosts that the tuner sends direct in Simple is the root's sends to every
+    /// rank (and its own copy when out of place) and one receive from the root elsewhere; a large
+    /// one stays a ring collective.
     #[test]
-    fn a_direct_broadcast_is_the_roots_sends() {
-        let c = bcast(1, 0x1000, 0x2000, 64);
+    fn a_direct_simple_broadcast_is_the_roots_sends() {
+        const B: usize = 64 << 10;
+        let c = bcast(1, 0x1000, 0x2000, B);
         // (is a send, buffer, bytes, peer) of each task.
         let sends = |rank| -> Vec<(bool, u64, usize, usize)> {
             let tasks = direct_p2p(&c, &four_hosts(rank), &Allowed::ALL).unwrap();
@@ -408,24 +415,48 @@ mod tests {
                 })
                 .collect()
         };
-        let want = [(true, 0x1000, 64, 0), (true, 0x1000, 64, 2), (true, 0x1000, 64, 3)];
-        let copy = [(true, 0x1000, 64, 1), (false, 0x2000, 64, 1)];
+        let want = [(true, 0x1000, B, 0), (true, 0x1000, B, 2), (true, 0x1000, B, 3)];
+        let copy = [(true, 0x1000, B, 1), (false, 0x2000, B, 1)];
         assert_eq!(sends(1), [&want[..], &copy[..]].concat());
-        assert_eq!(sends(3), vec![(false, 0x2000, 64, 1)]);
-        let in_place = bcast(1, 0x1000, 0x1000, 64);
+        assert_eq!(sends(3), vec![(false, 0x2000, B, 1)]);
+        let in_place = bcast(1, 0x1000, 0x1000, B);
         assert_eq!(direct_p2p(&in_place, &four_hosts(1), &Allowed::ALL).unwrap().len(), 3);
         assert!(direct_p2p(&bcast(1, 0x1000, 0x2000, 4 << 20), &four_hosts(1), &Allowed::ALL).is_none());
         assert!(direct_p2p(&c, &SHAPE, &Allowed::ALL).is_none(), "one host: the ring");
     }
 
-    /// A direct broadcast gets a launch of its own between the collectives around it, in issue
-    /// order, and the next collective does not join it.
+    /// A small direct broadcast runs in LL as one collective work on one channel, the root's
+    /// sends in the kernel, and batches with the collectives around it; its peers are connected as
+    /// a Simple one's are.
     #[test]
-    fn a_direct_broadcast_launches_alone_in_issue_order() {
+    fn a_small_direct_broadcast_is_one_ll_work() {
+        let c = bcast(1, 0x1000, 0x2000, 64);
+        assert!(direct_p2p(&c, &four_hosts(1), &Allowed::ALL).is_none());
+        let w = coll_work(&c, &four_hosts(3), &Allowed::ALL);
+        assert_eq!((w.algo as u32, w.proto as u32, w.nChannels, w.root), (abi::FN_ALGO_DIRECT, abi::FN_PROTO_LL, 1, 1));
+        assert_eq!(direct_peers(&c, &four_hosts(1), &Allowed::ALL), vec![0, 2, 3]);
+        assert_eq!(direct_peers(&c, &four_hosts(3), &Allowed::ALL), vec![1]);
         let s = std::ptr::null_mut();
         let ops = vec![
             (s, coll(CollKind::AllGather, types::ncclInt8, abi::FN_OP_SUM, 8)),
-            (s, Task::Coll(bcast(0, 0x1000, 0x2000, 8))),
+            (s, Task::Coll(c)),
+            (s, coll(CollKind::AllGather, types::ncclInt8, abi::FN_OP_SUM, 8)),
+        ];
+        let launches = plan(&four_hosts(3), &Allowed::ALL, &|_| 4, &ops).unwrap();
+        assert_eq!(launches.len(), 1, "one copy kernel launch");
+        let algos: Vec<u32> = launches[0].works.iter().map(|w| w.algo as u32).collect();
+        assert_eq!(algos, [abi::FN_ALGO_RECDBL, abi::FN_ALGO_DIRECT, abi::FN_ALGO_RECDBL]);
+    }
+
+    /// A direct Simple broadcast gets a launch of its own between the collectives around it, in
+    /// issue order, and the next collective does not join it.
+    #[test]
+    fn a_direct_simple_broadcast_launches_alone_in_issue_order() {
+        const B: usize = 64 << 10;
+        let s = std::ptr::null_mut();
+        let ops = vec![
+            (s, coll(CollKind::AllGather, types::ncclInt8, abi::FN_OP_SUM, 8)),
+            (s, Task::Coll(bcast(0, 0x1000, 0x2000, B))),
             (s, coll(CollKind::AllGather, types::ncclInt8, abi::FN_OP_SUM, 8)),
             (s, Task::Recv { buf: 0x3000, bytes: 8, peer: 2 }),
         ];
@@ -440,7 +471,7 @@ mod tests {
                 vec![abi::FN_WORK_RECV]
             ]
         );
-        assert_eq!((launches[1].works[0].root, launches[1].works[0].count), (0, 8), "from the root, its bytes");
+        assert_eq!((launches[1].works[0].root, launches[1].works[0].count), (0, B as u64), "from the root, its bytes");
         assert_eq!(launches[3].works[0].root, 2, "the user's receive stays in the group's own launch");
     }
 

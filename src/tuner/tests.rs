@@ -440,8 +440,8 @@ fn only_net_hosts_of_one_rank_and_unlisted(runs: impl Fn(&CommShape, &Allowed) -
 }
 
 /// A broadcast or reduce runs direct only across hosts of one rank each over NET, from three ranks
-/// on, up to the root's byte budget, and not where NCCL_ALGO lists the algorithms to use; a reduce
-/// then picks the direct algorithm on one channel.
+/// on, up to the root's byte budget, and not where NCCL_ALGO lists the algorithms to use; both
+/// then pick the direct algorithm on one channel, in the protocol the root's bytes move fastest in.
 #[test]
 fn direct_only_across_hosts_of_one_rank_and_small_enough() {
     let all = &Allowed::ALL;
@@ -460,6 +460,13 @@ fn direct_only_across_hosts_of_one_rank_and_small_enough() {
     assert!(!direct(CollKind::AllReduce, 8, &one_rank_hosts(4), all));
     let c = choose(CollKind::Reduce, 2, 4, &one_rank_hosts(4), all);
     assert_eq!((c.algo, c.nchannels), (FN_ALGO_DIRECT, 1));
+    // A small broadcast in LL (one collective work), a larger one in Simple (the root's sends).
+    let c = choose(CollKind::Broadcast, 8, 1, &one_rank_hosts(4), all);
+    assert_eq!((c.algo, c.proto, c.nchannels), (FN_ALGO_DIRECT, FN_PROTO_LL, 1));
+    assert_eq!(choose(CollKind::Broadcast, 64 << 10, 1, &one_rank_hosts(4), all).proto, FN_PROTO_SIMPLE);
+    let ll128 = parse_restrictions(None, Some("LL128")).unwrap();
+    let c = choose(CollKind::Broadcast, 8, 1, &one_rank_hosts(4), &all.intersect(&ll128));
+    assert_eq!((c.algo, c.proto), (FN_ALGO_DIRECT, FN_PROTO_LL128), "every protocol runs direct");
     assert_ne!(choose(CollKind::Reduce, 2, 4, &one_rank_hosts(4), &listed).algo, FN_ALGO_DIRECT);
     let bcast_listed = parse_restrictions(Some("broadcast:ring"), None).unwrap();
     assert!(!direct(CollKind::Broadcast, 8, &one_rank_hosts(4), &bcast_listed));

@@ -257,15 +257,9 @@ pub fn run(args: PlanArgs) -> CmdResult {
                 _ => size / 4,
             }
             .max(1);
-            let mut c = tuner::choose(kind, count, 4, &shape, allowed);
-            let mut us = tuner::coll_us(kind, count, 4, &shape, allowed);
-            let mut algo = tuner::algo_name(c.algo);
-            if kind == CollKind::Broadcast && tuner::direct(kind, count * 4, &shape, allowed) {
-                // The root's sends, one after another: one Simple hop and all their bytes.
-                (algo, c.proto, c.nchannels) =
-                    (tuner::algo_name(nccl::abi::FN_ALGO_DIRECT), nccl::abi::FN_PROTO_SIMPLE, 1);
-                us = tuner::p2p_us((nranks - 1) * count * 4);
-            }
+            let c = tuner::choose(kind, count, 4, &shape, allowed);
+            let us = tuner::coll_us(kind, count, 4, &shape, allowed);
+            let algo = tuner::algo_name(c.algo);
             let proto = tuner::PROTOS[c.proto as usize];
             write!(text, "  {:>26}", format!("{algo}/{proto} {}ch {us:.1}us", c.nchannels)).unwrap();
             choices.insert(
