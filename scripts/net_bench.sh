@@ -7,8 +7,8 @@
 # otherwise time-sliced, 2-5 ms per exchange for both libraries) and is stopped after.
 # Then the ceiling under our figures without a GPU: examples/net_ceiling (proxy + net + sockets,
 # both directions at once, as a two-rank all-reduce), if it was built.
-# --runs N: each library N times, alternating (ours, ref, ours, ref, ...), so drift of the machine
-# falls on both; a table's p50 (p99) is the median over the runs of each run's p50 (p99), and
+# --runs N: each library N times, alternating (ours, ref, ref, ours, ours, ref, ...: each goes first
+# in every other pair), so drift of the machine and the first run's handicap fall on both; a table's p50 (p99) is the median over the runs of each run's p50 (p99), and
 # worst is the smallest of the runs' ratios (run k of ours against run k of ref).
 # --uts: each process is a host by its host name (a UTS namespace of its own, no NCCL_HOSTID), as
 # production tells hosts apart; both libraries then run NET/Socket. Needs `unshare -u`.
@@ -111,13 +111,17 @@ run() {  # run NAME.K LIBDIR [VAR=VALUE...]
 }
 REF_RUNS=1; [ $SHM = 1 ] && [ "$GPUS" -lt "$NRANKS" ] && REF_RUNS=0
 [ "$GPUS" -lt "$PERHOST" ] && REF_RUNS=0
+# The library that runs first in a pair was measured slower at small sizes, whichever it was
+# (10-20 % under 16 KB, four processes through a plugin on one H200; docs/NOTES.md): the two
+# take turns going first.
+SHMV=(); [ $SHM = 1 ] && SHMV=(NCCL_P2P_DISABLE=1)
 for k in $(seq 1 "$RUNS"); do
-  if [ $SHM = 1 ]; then
-    run "ours.$k" "$OUTDIR/ours" NCCL_P2P_DISABLE=1
-    [ $REF_RUNS = 1 ] && run "ref.$k" "$REF_DIR/lib" NCCL_P2P_DISABLE=1
+  if [ $((k % 2)) = 1 ] || [ $REF_RUNS = 0 ]; then
+    run "ours.$k" "$OUTDIR/ours" "${SHMV[@]}"
+    [ $REF_RUNS = 1 ] && run "ref.$k" "$REF_DIR/lib" "${SHMV[@]}"
   else
-    run "ours.$k" "$OUTDIR/ours"
-    [ $REF_RUNS = 1 ] && run "ref.$k" "$REF_DIR/lib"
+    run "ref.$k" "$REF_DIR/lib" "${SHMV[@]}"
+    run "ours.$k" "$OUTDIR/ours" "${SHMV[@]}"
   fi
 done
 [ $SHM = 1 ] && run ours_p2p.1 "$OUTDIR/ours"

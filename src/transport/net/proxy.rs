@@ -55,7 +55,9 @@ mod trace;
 use super::{RecvComm, Request, SendComm};
 use crate::abi::{FN_MAX_CHANNELS, FN_NSTEPS};
 use crate::error::{Error, Result};
-pub use block::{HostBlock, Layout, INLINE_MAX, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SIZE_EMPTY};
+pub use block::{
+    HostBlock, Landing, Layout, INLINE_MAX, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SIZE_EMPTY,
+};
 use block::{GOODBYE, GOODBYE_AT, NSTEPS, TAG_SIZE};
 use side::{Expect, RecvSide, SendSide};
 use trace::Trace;
@@ -273,8 +275,8 @@ impl Entry {
                 Ok(Some(got)) => {
                     // A goodbye is a size word alone.
                     let at = match *what {
-                        Expect::Size(step) if got.first() == Some(&4) => {
-                            Some(self.layout.recv_first((step % NSTEPS) as usize).0)
+                        Expect::Size(step, landing) if got.first() == Some(&4) => {
+                            Some(self.layout.recv_first((step % NSTEPS) as usize, landing).0)
                         }
                         _ => None,
                     };

@@ -94,14 +94,32 @@ fn fake_receiver(b: &HostBlock, l: Layout, seed: u64, steps: u64) {
         // Through a plugin a small step lands in its LL slot with its size word on the line after
         // it, an LL line of the step: an LL step's word line stays there, and any other step's
         // lines there are left as this step's LL lines would be (its flag, no data), so that no
-        // later LL step in the slot takes them for its own.
-        let one_message = l.inline(proto, bytes);
+        // later LL step in the slot takes them for its own. After a Simple step the next lands in
+        // its Simple slot: a Simple step in place with its word's line after it (unless it came
+        // as the second step of a pair, with no line), any other copied to its own slot.
+        let landing = match s {
+            0 => proxy::Landing::Ll,
+            _ => proxy::Landing::after(step_shape(&l, seed, s - 1).0),
+        };
+        let one_message = l.inline(proto, bytes, landing);
         let flag = ((s + 1) as u32).to_ne_bytes();
+        let word = (bytes as u32 | proto << FN_SIZE_PROTO_SHIFT).to_ne_bytes();
         let mut past = bytes;
-        if one_message && proto == FN_PROTO_LL {
+        if one_message && landing == proxy::Landing::Simple {
+            if proto == FN_PROTO_SIMPLE {
+                // The message's last line, after the step's bytes to whole lines.
+                let end = Layout::inline_len(bytes);
+                // SAFETY: as above; the word's line is in the slot (an inline step is under a slot).
+                let line = unsafe { std::slice::from_raw_parts(at.add(end - 16), 16) };
+                if line[..4] == word {
+                    assert_eq!((line[4..8] == flag, line[12..] == flag), (true, true), "step {s}: its word's line");
+                    past = end;
+                }
+            }
+        } else if one_message && proto == FN_PROTO_LL {
             // SAFETY: as above; the word's line is in the slot (an inline step is under a slot).
             let line = unsafe { std::slice::from_raw_parts(at.add(bytes), 16) };
-            assert_eq!(line[..4], (bytes as u32 | proto << FN_SIZE_PROTO_SHIFT).to_ne_bytes(), "step {s}: its word");
+            assert_eq!(line[..4], word, "step {s}: its word");
             assert_eq!((line[4..8] == flag, line[8..12] == [0; 4], line[12..] == flag), (true, true, true), "step {s}");
             past += 16;
         } else if one_message {
@@ -124,6 +142,15 @@ fn fake_receiver(b: &HostBlock, l: Layout, seed: u64, steps: u64) {
         }
         // SAFETY: as above.
         unsafe { at.write_bytes(POISON, stride) };
+        let landed = landing.proto();
+        if l.one_message && landed != proto {
+            // The step's first message (the whole step, copied out, or its size word) landed in a
+            // slot of another protocol: what it left there is no step of that protocol's, so that
+            // a later one's check past its bytes holds.
+            let other = l.stride(landed);
+            // SAFETY: that slot is in the block, and the proxy lands nothing there before head moves.
+            unsafe { b.ptr(l.recv_fifo(landed) + slot * other, other).write_bytes(POISON, other) };
+        }
         fence(Ordering::SeqCst);
         b.store_u64(proxy::RECV_HEAD, s + 1);
     }
@@ -208,8 +235,9 @@ fn steps_cross_byte_for_byte_in_every_protocol() {
 }
 
 /// Through a plugin a small step (`Layout::inline`: LL up to a slot less a line, others up to
-/// `INLINE_MAX`) crosses as one message into its LL slot (moved to its own slot unless it is LL):
-/// the same steps, the small ones inline, the large ones in two messages.
+/// `INLINE_MAX`) crosses as one message into its LL slot (moved to its own slot unless it is LL),
+/// and after a Simple step any step up to its slot less a line into its Simple slot (moved unless
+/// it is Simple): the same steps, those inline, the others in two messages.
 #[test]
 fn steps_cross_byte_for_byte_in_every_protocol_through_a_plugin() {
     steps_cross_byte_for_byte(true);
@@ -617,21 +645,36 @@ fn garbage_size_words_fail_the_connection_naming_the_peer() {
 /// Through a plugin the first message of a step is its size word alone or the whole step; one
 /// whose length is neither (here a line more than its word announces, then a word cut short), or
 /// whose word announces more than any slot holds, or a whole LL128 step larger than a step other
-/// than LL may be in one message, fails the connection, naming the peer, and the kernel sees
-/// nothing.
+/// than LL may be in one message into an LL slot, fails the connection, naming the peer, and the
+/// kernel sees nothing of it; so do the first two after a good Simple step, landing in a Simple slot.
 #[test]
 fn one_message_steps_of_the_wrong_length_fail_the_connection() {
     use crate::abi::{FN_PROTO_LL128, FN_PROTO_SIMPLE};
     let big = proxy::INLINE_MAX + 128;
-    for (proto, data, extra, cut, huge) in [
-        (FN_PROTO_SIMPLE, 32usize, 16usize, false, false),
-        (FN_PROTO_SIMPLE, 32, 0, true, false),
-        (FN_PROTO_SIMPLE, 32, 0, false, true),
-        (FN_PROTO_LL128, big, 0, false, false),
+    for (proto, data, extra, cut, huge, after_simple) in [
+        (FN_PROTO_SIMPLE, 32usize, 16usize, false, false, false),
+        (FN_PROTO_SIMPLE, 32, 0, true, false, false),
+        (FN_PROTO_SIMPLE, 32, 0, false, true, false),
+        (FN_PROTO_LL128, big, 0, false, false, false),
+        (FN_PROTO_SIMPLE, 32, 16, false, false, true),
+        (FN_PROTO_SIMPLE, 32, 0, true, false, true),
     ] {
         let (t0, faults, mut l1) = half_pair_as(true);
         assert!(t0.layout().one_message);
         let (_, _, send, _) = &mut l1[0];
+        let landed = if after_simple {
+            // A good Simple step of 48 bytes first: the next lands in its Simple slot.
+            let mut good = vec![0u8; 64];
+            good[48..52].copy_from_slice(&(48 | FN_PROTO_SIMPLE << FN_SIZE_PROTO_SHIFT).to_le_bytes());
+            let mr = send.reg_mr(good.as_mut_ptr(), good.len(), PtrKind::Host).unwrap();
+            // SAFETY: `good` lives until the send completed, just below.
+            let r = unsafe { send.isend(good.as_ptr(), good.len(), 1, &mr) }.unwrap().unwrap();
+            wait_for("the good step to go out", || send.test(&r).unwrap().is_some());
+            wait_for("the good step to land", || t0.block(1, 0).unwrap().load_u64(proxy::RECV_TAIL) == 1);
+            1
+        } else {
+            0
+        };
         // A step of `data` bytes, sent with `data` + `extra` bytes before its word's line, or 3
         // bytes of a word.
         let mut msg = vec![0u8; data + extra + 16];
@@ -651,7 +694,7 @@ fn one_message_steps_of_the_wrong_length_fail_the_connection() {
             _ => format!("announces {data} bytes"),
         };
         assert!(m.contains(&want), "{m}");
-        assert_eq!(t0.block(1, 0).unwrap().load_u64(proxy::RECV_TAIL), 0);
+        assert_eq!(t0.block(1, 0).unwrap().load_u64(proxy::RECV_TAIL), landed);
     }
 }
 

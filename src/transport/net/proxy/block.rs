@@ -36,12 +36,51 @@ pub const SIZE_EMPTY: u32 = crate::abi::FN_SIZE_EMPTY;
 /// The bytes of a size word; the rest of its 32 bits is the protocol.
 const SIZE_MASK: u32 = (1 << FN_SIZE_PROTO_SHIFT) - 1;
 
-/// The most bytes of a Simple or LL128 step that travel in one message with its size word, when
-/// the net does not merge the two itself ([`Layout::one_message`]): such a step lands in the LL
-/// slot and the receiving proxy copies it to its own. Up to 16 KiB that copy costs less than a
-/// second message; from 16 to 32 KiB it measured level or slower (docs/NET.md, "One message per
-/// small step"). Every LL step but the largest (a whole slot) crosses as one message, with no copy.
+/// The most bytes of a Simple or LL128 step that travel in one message with its size word into
+/// an LL slot ([`Landing::Ll`]), when the net does not merge the two itself
+/// ([`Layout::one_message`]): the receiving proxy copies such a step to its own slot. Up to 16
+/// KiB that copy costs less than a second message; from 16 to 32 KiB it measured level or slower
+/// (docs/NET.md, "One message per small step"). Every LL step but the largest (a whole slot)
+/// crosses as one message, with no copy.
 pub const INLINE_MAX: usize = 16 << 10;
+/// The most bytes of a step that travel in one message into a Simple slot ([`Landing::Simple`]).
+/// Four hosts through the test plugin on one H200, against two messages a step: steps of 16–64
+/// KiB 1.09–1.27× faster (all-to-all of 64–256 KB, ring all-reduce of 32 KB–1 MB, send/recv of
+/// 32–64 KB), steps of 128–256 KiB 0.86–0.96× (send/recv and broadcast from 512 KB, all-to-all
+/// from 1 MB) (docs/NET.md, "One message per small step").
+pub const SIMPLE_LANDING_MAX: usize = 64 << 10;
+
+/// Where the first message of a step lands through a plugin ([`Layout::one_message`]), which both
+/// ends of a connection derive alike from the step before (its protocol travels in its size
+/// word): in the step's LL slot, where an LL step lands in place, or, after a Simple step, in the
+/// step's Simple slot, where a Simple step lands in place up to its slot less a line, so that a
+/// run of Simple steps crosses one message each (docs/NET.md, "One message per small step").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Landing {
+    /// The first step, and every step after one in LL or LL128.
+    #[default]
+    Ll,
+    Simple,
+}
+
+impl Landing {
+    /// Where the step after one in `proto` lands.
+    pub fn after(proto: u32) -> Landing {
+        if proto == FN_PROTO_SIMPLE {
+            Landing::Simple
+        } else {
+            Landing::Ll
+        }
+    }
+
+    /// The protocol whose slot the first message lands in.
+    pub fn proto(self) -> u32 {
+        match self {
+            Landing::Ll => FN_PROTO_LL,
+            Landing::Simple => FN_PROTO_SIMPLE,
+        }
+    }
+}
 /// The line that carries a one-message step's size word, after its data: an LL line of the step
 /// (its flag in both halves) whose first word is the size word. No LL step reads it: the step's
 /// own lines end before it, and a later step in the slot waits for a later flag.
@@ -91,23 +130,27 @@ impl Layout {
 
     /// Where the first message of the step at `slot` lands, and the most bytes it may be: its
     /// size word alone, or with [`Layout::one_message`] the whole step, in the step's slot of the
-    /// receiver's LL FIFO.
-    pub fn recv_first(&self, slot: usize) -> (usize, usize) {
+    /// receiver's FIFO that `landing` names.
+    pub fn recv_first(&self, slot: usize, landing: Landing) -> (usize, usize) {
+        let p = landing.proto();
         match self.one_message {
-            true => (self.recv_fifo(FN_PROTO_LL) + slot * self.stride(FN_PROTO_LL), self.stride(FN_PROTO_LL)),
+            true => (self.recv_fifo(p) + slot * self.stride(p), self.stride(p)),
             false => (RECV_SIZES + 4 * slot, 4),
         }
     }
 
-    /// Whether the step of `proto` and `bytes` crosses as one message: with its word's line it
-    /// fits the LL slot it lands in and its own slot, which it is sent from; and it is LL (which
-    /// lands in place) or at most [`INLINE_MAX`] (copied on arrival).
-    pub fn inline(&self, proto: u32, bytes: usize) -> bool {
+    /// Whether the step of `proto` and `bytes` crosses as one message where the step lands as
+    /// `landing` says: with its word's line it fits the slot it lands in and its own slot, which
+    /// it is sent from; and, landing in an LL slot, it is LL (in place) or at most [`INLINE_MAX`]
+    /// (copied on arrival), landing in a Simple slot at most [`SIMPLE_LANDING_MAX`] (in place if
+    /// Simple, else copied: the first step after a run of Simple steps).
+    pub fn inline(&self, proto: u32, bytes: usize, landing: Landing) -> bool {
         let fits = |slot: usize| Layout::inline_len(bytes) <= slot;
-        self.one_message
-            && fits(self.stride(FN_PROTO_LL))
-            && fits(self.stride(proto))
-            && (proto == FN_PROTO_LL || bytes <= INLINE_MAX)
+        let small = match landing {
+            Landing::Ll => proto == FN_PROTO_LL || bytes <= INLINE_MAX,
+            Landing::Simple => bytes <= SIMPLE_LANDING_MAX,
+        };
+        self.one_message && fits(self.stride(landing.proto())) && fits(self.stride(proto)) && small
     }
 
     /// Whether two full Simple slots fit a size word's bytes, so that they may cross as a pair
@@ -285,23 +328,43 @@ mod tests {
                 }
             }
             if one_message {
-                let ll_slot = l.stride(FN_PROTO_LL);
+                let (ll_slot, simple_slot) = (l.stride(FN_PROTO_LL), l.stride(FN_PROTO_SIMPLE));
                 for slot in 0..FN_NSTEPS as usize {
                     let ll = l.recv_fifo(FN_PROTO_LL) + slot * ll_slot;
-                    assert_eq!(l.recv_first(slot), (ll, ll_slot), "a step lands in its own LL slot");
+                    assert_eq!(l.recv_first(slot, Landing::Ll), (ll, ll_slot), "a step lands in its own LL slot");
+                    let simple = l.recv_fifo(FN_PROTO_SIMPLE) + slot * simple_slot;
+                    assert_eq!(l.recv_first(slot, Landing::Simple), (simple, simple_slot), "or its Simple slot");
                 }
+                let ll = Landing::Ll;
                 for p in [FN_PROTO_SIMPLE, FN_PROTO_LL128] {
-                    assert!(l.inline(p, INLINE_MAX) && !l.inline(p, INLINE_MAX + 1), "protocol {p}");
+                    assert!(l.inline(p, INLINE_MAX, ll) && !l.inline(p, INLINE_MAX + 1, ll), "protocol {p}");
                 }
-                assert!(l.inline(FN_PROTO_LL, ll_slot - WORD_LINE), "LL steps land in place");
-                assert!(!l.inline(FN_PROTO_LL, ll_slot), "a whole LL slot has no room for its word's line");
+                assert!(l.inline(FN_PROTO_LL, ll_slot - WORD_LINE, ll), "LL steps land in place");
+                assert!(!l.inline(FN_PROTO_LL, ll_slot, ll), "a whole LL slot has no room for its word's line");
+                // After a Simple step: a Simple step up to its slot less a line lands in place, the
+                // others are copied up to their own slot less a line.
+                let simple = Landing::Simple;
+                assert!(l.inline(FN_PROTO_SIMPLE, SIMPLE_LANDING_MAX, simple));
+                assert!(!l.inline(FN_PROTO_SIMPLE, SIMPLE_LANDING_MAX + 1, simple));
+                assert!(!l.inline(FN_PROTO_LL128, l.stride(FN_PROTO_LL128), simple), "a whole LL128 slot");
+                let big = Layout { slot_bytes: 1 << 15, one_message };
+                assert!(big.inline(FN_PROTO_SIMPLE, (1 << 15) - WORD_LINE, simple), "a Simple slot less a line");
+                assert!(!big.inline(FN_PROTO_SIMPLE, 1 << 15, simple));
+                assert!(l.inline(FN_PROTO_LL128, SIMPLE_LANDING_MAX - 128, simple), "copied to its slot");
+                assert!(!l.inline(FN_PROTO_LL, ll_slot, simple));
+                assert_eq!((Landing::after(FN_PROTO_SIMPLE), Landing::after(FN_PROTO_LL128)), (simple, ll));
                 assert_eq!((Layout::inline_len(16), Layout::inline_len(3)), (32, 32));
                 // A Simple slot smaller than the step and its word's line: two messages.
                 let small = Layout { slot_bytes: 4096, one_message };
-                assert!(small.inline(FN_PROTO_SIMPLE, 4096 - 16) && !small.inline(FN_PROTO_SIMPLE, 4096 - 15));
+                for landing in [ll, simple] {
+                    assert!(small.inline(FN_PROTO_SIMPLE, 4096 - 16, landing));
+                    assert!(!small.inline(FN_PROTO_SIMPLE, 4096 - 15, landing));
+                }
+                assert!(!small.inline(FN_PROTO_LL, 8192, simple), "LL landing in a Simple slot too small");
             } else {
-                assert!(!l.inline(FN_PROTO_LL, 0), "the built-in net merges the messages itself");
-                assert_eq!(l.recv_first(3), (RECV_SIZES + 12, 4), "a size word alone");
+                assert!(!l.inline(FN_PROTO_LL, 0, Landing::Ll), "the built-in net merges the messages itself");
+                assert_eq!(l.recv_first(3, Landing::Ll), (RECV_SIZES + 12, 4), "a size word alone");
+                assert_eq!(l.recv_first(3, Landing::Simple), (RECV_SIZES + 12, 4));
             }
             ends.sort();
             assert!(ends[0].0 >= FIFOS && ends.windows(2).all(|w| w[0].1 <= w[1].0), "areas overlap: {ends:?}");

@@ -6,7 +6,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 
 use super::block::{
-    HostBlock, Layout, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS, SIZE_EMPTY, WORD_LINE,
+    HostBlock, Landing, Layout, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS, SIZE_EMPTY,
+    WORD_LINE,
 };
 use super::block::{GOODBYE, NSTEPS, TAG_DATA, TAG_SIZE};
 use super::trace::Trace;
@@ -30,6 +31,8 @@ pub(super) struct SendSide {
     pub(super) inflight: VecDeque<(Request, Option<(u64, usize)>)>,
     /// Bytes of the data sends posted and not completed.
     unsent: usize,
+    /// Where step `posted` lands at the peer, through a plugin (after the step before it).
+    landing: Landing,
     pub(super) trace: Option<Trace>,
 }
 
@@ -45,6 +48,7 @@ impl SendSide {
             ll_seen: 0,
             inflight: VecDeque::new(),
             unsent: 0,
+            landing: Landing::default(),
             trace,
         }
     }
@@ -86,7 +90,7 @@ impl SendSide {
                 break;
             }
             fence(Ordering::Acquire);
-            if layout.inline(proto, bytes) {
+            if layout.inline(proto, bytes, self.landing) {
                 // One message from the slot: the data, then the word's line on the slot's next
                 // line, which the kernel leaves alone (it writes the step's `bytes` only).
                 let len = Layout::inline_len(bytes);
@@ -99,7 +103,7 @@ impl SendSide {
                 else {
                     break;
                 };
-                self.taken(blk, size_at, r, tail, (bytes, 1));
+                self.taken(blk, size_at, r, tail, proto, (bytes, 1));
                 moved = true;
                 continue;
             }
@@ -121,7 +125,7 @@ impl SendSide {
             else {
                 break;
             };
-            self.taken(blk, size_at, r, tail, (bytes, steps));
+            self.taken(blk, size_at, r, tail, proto, (bytes, steps));
             moved = true;
         }
         while let Some((req, step)) = self.inflight.front() {
@@ -143,9 +147,17 @@ impl SendSide {
         Ok(moved)
     }
 
-    /// Step `posted` (with the next in a pair: `steps` 2) is on its way as `r`, whose completion
-    /// frees its slot.
-    fn taken(&mut self, blk: &HostBlock, size_at: usize, r: Request, tail: u64, (bytes, steps): (usize, u64)) {
+    /// Step `posted` (with the next in a pair: `steps` 2), of `proto`, is on its way as `r`, whose
+    /// completion frees its slot.
+    fn taken(
+        &mut self,
+        blk: &HostBlock,
+        size_at: usize,
+        r: Request,
+        tail: u64,
+        proto: u32,
+        (bytes, steps): (usize, u64),
+    ) {
         for s in 0..steps {
             // The kernel fills an entry again only once head has passed its step.
             blk.store_u32(size_at + 4 * s as usize, SIZE_EMPTY);
@@ -159,6 +171,7 @@ impl SendSide {
         self.size_sent = None;
         self.ll_seen = 0;
         self.posted += steps;
+        self.landing = Landing::after(proto);
     }
 
     pub(super) fn busy(&self, blk: &HostBlock) -> bool {
@@ -213,8 +226,8 @@ impl Drop for SendSide {
 
 /// What a receive in flight is for.
 pub(super) enum Expect {
-    /// The size word of this step.
-    Size(u64),
+    /// The first message of this step (its size word, or the whole step), landing as said.
+    Size(u64, Landing),
     /// The bytes of the steps up to this one: (last step, bytes), one step's or a pair's.
     Data(u64, usize),
 }
@@ -227,6 +240,8 @@ pub(super) struct RecvSide {
     sized: u64,
     /// A size word's receive is in flight (its data's receive is posted after it lands).
     size_pending: bool,
+    /// Where step `sized` lands, through a plugin (after the step before it).
+    landing: Landing,
     /// A step whose size word arrived but whose data receive could not be posted yet:
     /// (step, protocol, bytes, steps: 2 for a pair).
     data_next: Option<(u64, u32, usize, u64)>,
@@ -244,6 +259,7 @@ impl RecvSide {
             mr: Some(mr),
             sized: 0,
             size_pending: false,
+            landing: Landing::default(),
             data_next: None,
             inflight: VecDeque::new(),
             peer_closed: false,
@@ -277,9 +293,9 @@ impl RecvSide {
             }
             // The next step's slot is free once the kernel has consumed the step FN_NSTEPS before.
             if !self.size_pending && self.sized < blk.load_u64(RECV_HEAD) + NSTEPS {
-                let (at, room) = layout.recv_first((self.sized % NSTEPS) as usize);
+                let (at, room) = layout.recv_first((self.sized % NSTEPS) as usize, self.landing);
                 if let Some(r) = self.post(blk.ptr(at, room), room, TAG_SIZE)? {
-                    self.inflight.push_back((r, Expect::Size(self.sized)));
+                    self.inflight.push_back((r, Expect::Size(self.sized, self.landing)));
                     self.size_pending = true;
                     moved = true;
                 }
@@ -288,9 +304,9 @@ impl RecvSide {
             let Some(got) = self.comm.test(req)? else { return Ok(moved) };
             let got = got.first().copied().unwrap_or(0);
             match *what {
-                Expect::Size(step) => {
+                Expect::Size(step, landing) => {
                     let slot = (step % NSTEPS) as usize;
-                    let landed = layout.recv_first(slot).0;
+                    let landed = layout.recv_first(slot, landing).0;
                     let whole = got != 4;
                     if whole && !(layout.one_message && got >= WORD_LINE && got % 16 == 0) {
                         return Err(Error::Remote(format!("step {step}: a size message of {got} bytes, expected 4")));
@@ -312,16 +328,24 @@ impl RecvSide {
                     }
                     self.size_pending = false;
                     self.sized += steps;
+                    self.landing = Landing::after(proto);
                     if !whole {
                         self.data_next = Some((step, proto, bytes, steps));
-                    } else if steps > 1 || got != Layout::inline_len(bytes) || !layout.inline(proto, bytes) {
+                    } else if steps > 1 || got != Layout::inline_len(bytes) || !layout.inline(proto, bytes, landing) {
                         return Err(Error::Remote(format!(
                             "step {step}: a {got}-byte message whose size word announces {bytes} bytes"
                         )));
                     } else {
-                        if proto != FN_PROTO_LL {
+                        if proto != landing.proto() {
                             let to = layout.recv_fifo(proto) + slot * layout.stride(proto);
-                            move_out(blk, landed, to, bytes, got, (step + 1) as u32);
+                            move_out(
+                                blk,
+                                landed,
+                                to,
+                                bytes,
+                                got,
+                                (landing == Landing::Ll).then_some((step + 1) as u32),
+                            );
                         }
                         self.landed(blk, step);
                         (moved, turn_over) = (true, true);
@@ -361,17 +385,21 @@ impl RecvSide {
     }
 }
 
-/// Moves a one-message step other than LL from the LL slot it landed in (`from`, `got` bytes
-/// with its word's line) to its own slot, and stamps the lines it wrote there with the step's LL
-/// flag, as an LL step there would have left them: the next LL step in that slot waits for a flag
-/// FN_NSTEPS later, so none takes these bytes for its lines. The kernel reads neither slot until
-/// tail passes this step.
-fn move_out(blk: &HostBlock, from: usize, to: usize, bytes: usize, got: usize, flag: u32) {
-    // SAFETY: both ranges are in the block (checked by `ptr`), the LL slot is the proxy's until
-    // tail passes this step and the step's own slot is free until then; they do not overlap.
+/// Moves a one-message step from the slot it landed in (`from`, `got` bytes with its word's line)
+/// to its own slot. Landed in an LL slot (`ll_flag`: the step's LL flag), it stamps the lines it
+/// wrote there with that flag, as an LL step there would have left them: the next LL step in that
+/// slot waits for a flag FN_NSTEPS later, so none takes these bytes for its lines. A Simple slot
+/// needs no stamp: its kernel reads it only once tail passes its step. The kernel reads neither
+/// slot until tail passes this step (an LL step: until its lines carry its flag, which the copy
+/// writes).
+fn move_out(blk: &HostBlock, from: usize, to: usize, bytes: usize, got: usize, ll_flag: Option<u32>) {
+    // SAFETY: both ranges are in the block (checked by `ptr`), the landing slot is the proxy's
+    // until tail passes this step and the step's own slot is free until then; they do not overlap.
     unsafe { std::ptr::copy_nonoverlapping(blk.ptr(from, bytes), blk.ptr(to, bytes), bytes) };
-    for half in (from..from + got).step_by(8) {
-        blk.store_u64(half, u64::from(flag) << 32);
+    if let Some(flag) = ll_flag {
+        for half in (from..from + got).step_by(8) {
+            blk.store_u64(half, u64::from(flag) << 32);
+        }
     }
 }
 
@@ -495,7 +523,7 @@ mod tests {
             let mut messages = VecDeque::new();
             for s in 0..3u8 {
                 let data = vec![s + 1; bytes];
-                if layout.inline(FN_PROTO_SIMPLE, bytes) {
+                if layout.inline(FN_PROTO_SIMPLE, bytes, if s == 0 { Landing::Ll } else { Landing::Simple }) {
                     let mut line = vec![0u8; WORD_LINE];
                     line[..4].copy_from_slice(&word.to_ne_bytes());
                     messages.push_back([data, line].concat());
