@@ -23,7 +23,7 @@
 # (Not NCCL_DEBUG to show it: NCCL's logging calls cudaGetDevice, which breaks the forked ranks.)
 #
 # usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm | --uts] [--per-host 1] [--runs 1] [--colls all|a,b,c]
-#            [--max 512M] [--iters 200] [--budget-s 0.25] [--no-mps] [--run-timeout 300]
+#            [--min 8] [--max 512M] [--iters 200] [--budget-s 0.25] [--no-mps] [--run-timeout 300]
 #            [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8] [--plugin LIB --net NAME]
 #            [--also "VAR=VALUE ..."]   (ours once more with these settings, up to 4M, e.g. NCCL_MAX_NCHANNELS=1)
 # collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter
@@ -35,7 +35,7 @@
 set -u
 export NCCL_NVLS_ENABLE=0
 
-NRANKS=2; GPUS=1; PERHOST=1; SHM=0; UTS=0; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
+NRANKS=2; GPUS=1; PERHOST=1; SHM=0; UTS=0; MIN=8; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
 RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
@@ -49,6 +49,7 @@ while [ $# -gt 0 ]; do
     --per-host) PERHOST=$2; shift ;;
     --runs) RUNS=$2; shift ;;
     --colls) COLLS=$2; shift ;;
+    --min) MIN=$2; shift ;;
     --max) MAX=$2; shift ;;
     --iters) ITERS=$2; shift ;;
     --budget-s) BUDGET=$2; shift ;;
@@ -103,7 +104,7 @@ FAILS=0
 run() {  # run NAME.K LIBDIR [VAR=VALUE...]
   echo "net_bench: $1 ${*:3}"
   env LD_LIBRARY_PATH="$2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${@:3}" timeout -k 5 "$RUN_TMO" \
-    "$BIN" --nranks "$NRANKS" "${LAYOUT[@]}" --colls "$COLLS" --max "$MAX" --iters "$ITERS" \
+    "$BIN" --nranks "$NRANKS" "${LAYOUT[@]}" --colls "$COLLS" --min "$MIN" --max "$MAX" --iters "$ITERS" \
     --budget-s "$BUDGET" >"$OUTDIR/$1.log" 2>&1
   local rc=$?
   echo "net_bench:   -> exit $rc ($(tail -n 1 "$OUTDIR/$1.log"))"
