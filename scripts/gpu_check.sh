@@ -568,6 +568,11 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
       echo "communicators on 4 channels: $n, collectives on 4: $m"; [ $rc = 0 ] && [ "$n" -gt 0 ] && [ "$m" -gt 0 ]' \
       _ "$LOG/plugin_net_minch_4.log" env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp11.so" \
       "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
+    # The p2p collectives through it with several Simple slots a peer, where the proxy sends
+    # pairs (docs/NET.md, "Two Simple steps a message"), ending in a whole slot and in a part of one.
+    step plugin_net_p2p_4 net 200 env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp11.so" \
+      "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --colls AlltoAll,Gather,Scatter,SendRecv,AllPairs \
+      --counts 1048576,1500007 --dtypes float32,int8 --failures-only
   fi
   [ "$LIB" = ours ] && net_step faults_net_2 90 "$BUILD/faults" --devs 0,0 --hosts 2
   [ "$LIB" = ours ] && net_step faults_net_4 90 "$BUILD/faults" --devs 0,0,0,0 --hosts 4
