@@ -9,7 +9,10 @@
 # both directions at once, as a two-rank all-reduce), if it was built.
 # --runs N: each library N times, alternating (ours, ref, ref, ours, ours, ref, ...: each goes first
 # in every other pair), so drift of the machine and the first run's handicap fall on both; a table's p50 (p99) is the median over the runs of each run's p50 (p99), and
-# worst is the smallest of the runs' ratios (run k of ours against run k of ref).
+# worst is the smallest of the runs' ratios (run k of ours against run k of ref). An odd N puts
+# ours first once more than ref: to compare two builds of ours (--ours, --ref-dir), use an even N
+# and a collective the change leaves alone as a control (docs/NOTES.md: in three rounds with one
+# build first twice, an unchanged all-reduce moved 7-13 %).
 # --uts: each process is a host by its host name (a UTS namespace of its own, no NCCL_HOSTID), as
 # production tells hosts apart; both libraries then run NET/Socket. Needs `unshare -u`.
 # --per-host R: R consecutive ranks share each host (NET between hosts, P2P or SHM inside one);
