@@ -37,7 +37,10 @@
 //
 // usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--colls all|a,b,c]
 //                  [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]
-//                  [--calls]
+//                  [--calls] [--gap-us 0]
+// --gap-us G: before each timed call, a kernel on the rank's stream that spins G us, as the compute
+// before a collective in a training step: the call is enqueued while it runs, so the library sees
+// the launch G us before the kernel moves data (its time is not the call's).
 // --calls adds, after each row, "# calls" lines: the size's five slowest calls with every rank's
 // time, and every call's time in order.
 // Output: "# ..." header lines, rows "coll bytes iters p50_us p99_us mean_us algbw_GBs busbw_GBs
@@ -250,7 +253,7 @@ static size_t outElems(int coll, const Shape& s, int rank) {
 }
 
 struct Opts {
-  int n = 2, dev = 0, gpus = 1, perHost = 1, iters = 200, warmup = 3;
+  int n = 2, dev = 0, gpus = 1, perHost = 1, iters = 200, warmup = 3, gapUs = 0;
   bool oneHost = false, uts = false, calls = false;
   size_t minB = 8, maxB = 512 << 20;
   double budget = 0.25, timeoutS = 60;
@@ -276,6 +279,15 @@ static void printCalls(const Shared* sh, int coll, size_t bytes, int iters, int 
   printf("\n# calls %s %zu in order:", kCollName[coll], bytes);
   for (int i = 0; i < iters; i++) printf(" %.1f", slowest(i));
   printf("\n");
+}
+
+// --gap-us: the compute before a timed call.
+__global__ void spinKernel(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
 }
 
 static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<size_t>& sizes, Shared* sh) {
@@ -347,6 +359,10 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
       for (bool stop = false; !stop;) {
         gStage = "timed call";
         gIter = iters;
+        if (o.gapUs > 0) {
+          spinKernel<<<1, 1, 0, st>>>((unsigned long long)o.gapUs * 1000ull);
+          CK(cudaGetLastError());
+        }
         CK(cudaEventRecord(a, st));
         run(coll, s, send, recv, rank, n, comm, st);
         CK(cudaEventRecord(b, st));
@@ -389,7 +405,7 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
 static const char* kUsage =
     "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--per-host 1] [--colls all|a,b,c]\n"
     "                 [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]\n"
-    "                 [--calls]\n"
+    "                 [--calls] [--gap-us 0]\n"
     "collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter\n";
 
 static bool parseColls(const std::string& list, std::vector<int>* out) {
@@ -441,6 +457,7 @@ int main(int argc, char** argv) {
     else if (a == "--budget-s") o.budget = atof(need());
     else if (a == "--timeout-s") o.timeoutS = atof(need());
     else if (a == "--calls") o.calls = true;
+    else if (a == "--gap-us") o.gapUs = atoi(need());
     else {
       fprintf(stderr, "%s", kUsage);
       return 2;
@@ -449,8 +466,9 @@ int main(int argc, char** argv) {
   if (o.n < 2 || o.n > kMaxRanks || o.gpus < 1 || o.minB < 8 || o.maxB < o.minB || (o.uts && o.oneHost) ||
       o.perHost < 1 || o.n % o.perHost != 0 || (o.oneHost && o.perHost > 1) ||
       o.iters < kMinIters || o.iters > kMaxIters || o.warmup < 0 || !(o.budget >= 0) || !(o.timeoutS >= 1) ||
+      o.gapUs < 0 || o.gapUs > 1000000 ||
       !parseColls(colls, &o.colls)) {
-    fprintf(stderr, "net_bench: bad arguments (--nranks 2..%d, --iters %d..%d, --min >= 8, --per-host divides --nranks)\n%s", kMaxRanks,
+    fprintf(stderr, "net_bench: bad arguments (--nranks 2..%d, --iters %d..%d, --min >= 8, --per-host divides --nranks, --gap-us 0..1000000)\n%s", kMaxRanks,
             kMinIters, kMaxIters, kUsage);
     return 2;
   }
@@ -470,8 +488,9 @@ int main(int argc, char** argv) {
          o.oneHost ? "one host" : o.uts ? "hosts by host name (UTS namespaces)" : "hosts by NCCL_HOSTID",
          o.oneHost ? o.n : o.perHost, version);
   printf("# float, sum, root 0, out of place; per size 1 checked call, %d warm-up, then up to %d timed calls "
-         "(at least %d, %.3g s), each alone; a call's time is the slowest rank's (CUDA events)\n",
-         o.warmup, o.iters, kMinIters, o.budget);
+         "(at least %d, %.3g s), each alone after %d us of compute on its stream; a call's time is the slowest rank's "
+         "(CUDA events)\n",
+         o.warmup, o.iters, kMinIters, o.budget, o.gapUs);
   printf("# %-14s %12s %5s %10s %10s %10s %9s %9s %6s\n", "coll", "bytes", "iters", "p50_us", "p99_us", "mean_us",
          "algbw_GBs", "busbw_GBs", "wrong");
   fflush(stdout);

@@ -23,11 +23,13 @@
 # --plugin LIB --net NAME: both libraries carry NET through this net plugin (NCCL_NET_PLUGIN=LIB)
 # and no other net (NCCL_NET=NAME, the plugin's name: init fails where it did not load), e.g. the
 # test plugin tests/c/net_plugin_tcp.c (FnTcp11) built as a vendor's would be. No ceiling is run.
+# --gap-us G: G us of compute (a spinning kernel) on each rank's stream before every timed call, as
+# in a training step, so the library sees each launch G us before its data moves.
 # (Not NCCL_DEBUG to show it: NCCL's logging calls cudaGetDevice, which breaks the forked ranks.)
 #
 # usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm | --uts] [--per-host 1] [--runs 1] [--colls all|a,b,c]
 #            [--min 8] [--max 512M] [--iters 200] [--budget-s 0.25] [--no-mps] [--run-timeout 300]
-#            [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8] [--plugin LIB --net NAME]
+#            [--gap-us 0] [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8] [--plugin LIB --net NAME]
 #            [--also "VAR=VALUE ..."]   (ours once more with these settings, up to 4M, e.g. NCCL_MAX_NCHANNELS=1)
 # collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter
 # Output: ${OUT:-./net-out}/net/: one log per run ({ours,ref}.K.log, ours_p2p.1.log, ours_also.1.log),
@@ -39,7 +41,7 @@ set -u
 export NCCL_NVLS_ENABLE=0
 
 NRANKS=2; GPUS=1; PERHOST=1; SHM=0; UTS=0; MIN=8; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
-RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""
+RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""; GAP=0
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
 REF_DIR=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
@@ -55,6 +57,7 @@ while [ $# -gt 0 ]; do
     --min) MIN=$2; shift ;;
     --max) MAX=$2; shift ;;
     --iters) ITERS=$2; shift ;;
+    --gap-us) GAP=$2; shift ;;
     --budget-s) BUDGET=$2; shift ;;
     --run-timeout) RUN_TMO=$2; shift ;;
     --no-mps) MPS=0 ;;
@@ -64,7 +67,7 @@ while [ $# -gt 0 ]; do
     --also) ALSO=$2; shift ;;
     --plugin) PLUGIN=$2; shift ;;
     --net) PLUGIN_NET=$2; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "net_bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -108,7 +111,7 @@ run() {  # run NAME.K LIBDIR [VAR=VALUE...]
   echo "net_bench: $1 ${*:3}"
   env LD_LIBRARY_PATH="$2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${@:3}" timeout -k 5 "$RUN_TMO" \
     "$BIN" --nranks "$NRANKS" "${LAYOUT[@]}" --colls "$COLLS" --min "$MIN" --max "$MAX" --iters "$ITERS" \
-    --budget-s "$BUDGET" >"$OUTDIR/$1.log" 2>&1
+    --budget-s "$BUDGET" --gap-us "$GAP" >"$OUTDIR/$1.log" 2>&1
   local rc=$?
   echo "net_bench:   -> exit $rc ($(tail -n 1 "$OUTDIR/$1.log"))"
   [ $rc = 0 ] || FAILS=$((FAILS + 1))

@@ -32,8 +32,10 @@
 //!
 //! The thread busy-polls while any connection has a step in flight and backs off to short sleeps
 //! when every connection is idle. A communicator wakes it when it launches kernels ([`Waker`]),
-//! as NCCL posts its proxy ops at enqueue: the thread is then polling by the time the kernel
-//! hands over its first step, however long everything was idle before. The wake-up names the
+//! as NCCL posts its proxy ops at enqueue, and it then polls until something moves (at most
+//! [`LAUNCH_SPIN`]), as NCCL's proxy polls while an op is posted: the kernel may run long after
+//! its launch, behind the compute queued before it on its stream, and its first step should not
+//! wait for a nap to end. The wake-up names the
 //! channels the kernels use, so that a round asks only those connections (and ones that moved
 //! in the last millisecond) for bytes, as NCCL's proxy progresses only the ops posted to it: a
 //! round is then shorter, and each step is noticed sooner (docs/NET.md, "Small steps").
@@ -63,9 +65,13 @@ use side::{Expect, RecvSide, SendSide};
 use trace::Trace;
 pub use trace::TraceInfo;
 
-/// After this long without progress (or a wake-up) the thread sleeps between polls instead of
-/// yielding.
+/// After this long without progress the thread sleeps between polls instead of yielding.
 const SPIN: Duration = Duration::from_millis(2);
+/// After a wake-up the thread polls until something moves, this long at most: the launch's
+/// kernel starts when the work queued before it on its stream ends. With 2.5 or 20 ms of compute
+/// before each call, polling only [`SPIN`] after the wake-up made the small collectives over
+/// two hosts 1.4x slower and the large ones 1.1x (docs/NET.md, "Polling from a launch").
+const LAUNCH_SPIN: Duration = Duration::from_millis(100);
 /// Sleeps while idle: short at first, longer once idle for [`LONG_IDLE`].
 const NAP: Duration = Duration::from_micros(20);
 const LONG_NAP: Duration = Duration::from_millis(1);
@@ -449,9 +455,12 @@ fn serve(inner: &Inner) {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
     let mut last_move = Instant::now();
     let (mut round, mut napped) = (0u32, false);
+    // A wake-up that nothing has moved since.
+    let mut awaiting: Option<Instant> = None;
     while !inner.stop.load(Ordering::Acquire) {
         if inner.woken.swap(false, Ordering::AcqRel) {
             last_move = Instant::now();
+            awaiting = Some(last_move);
         }
         let Some(alive) = crate::exit::hold() else { return };
         let (mut moved, mut busy) = (false, false);
@@ -483,9 +492,10 @@ fn serve(inner: &Inner) {
         let now = Instant::now();
         if moved {
             last_move = now;
+            awaiting = None;
         }
         let idle = now - last_move;
-        napped = !(busy || idle < SPIN);
+        napped = nap_now(busy, idle, awaiting.map(|t| now - t));
         if !napped {
             std::thread::yield_now();
         } else {
@@ -495,9 +505,28 @@ fn serve(inner: &Inner) {
     }
 }
 
+/// Whether the thread naps after a round: not while a step is in flight (`busy`), nor within
+/// [`SPIN`] of the last move (`idle` ago), nor within [`LAUNCH_SPIN`] of a wake-up that nothing
+/// has moved since (`awaiting`, how long ago).
+fn nap_now(busy: bool, idle: Duration, awaiting: Option<Duration>) -> bool {
+    !(busy || idle < SPIN || awaiting.is_some_and(|w| w < LAUNCH_SPIN))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A launch's wake-up keeps the thread polling until its first step moves, however long
+    /// the kernel waits behind other work, but not forever; a move ends that.
+    #[test]
+    fn the_thread_polls_from_a_launch_until_something_moves() {
+        let ms = Duration::from_millis;
+        assert!(!nap_now(true, ms(500), None), "a step in flight");
+        assert!(!nap_now(false, ms(1), None), "within SPIN of a move");
+        assert!(nap_now(false, ms(3), None), "idle, no launch awaited");
+        assert!(!nap_now(false, ms(20), Some(ms(20))), "a launch 20 ms ago, nothing moved since");
+        assert!(nap_now(false, ms(150), Some(ms(150))), "a launch awaited longer than LAUNCH_SPIN");
+    }
 
     /// A launch makes the connections of the channels it names hot for a while, no others.
     #[test]

@@ -57,6 +57,9 @@ pub const MIN_CHUNK: usize = 64 << 10;
 /// helper thread costs a wake-up on each side: 20-45 us more per message than inline at 64 KiB,
 /// measured with `examples/net_ceiling` (docs/NET.md, "The Socket net").
 pub const INLINE_MAX: usize = 256 << 10;
+// A message that does not go inline must be cut into at least one chunk (`wire::chunks` cuts
+// none below MIN_CHUNK): otherwise both ends would skip its bytes and report it complete.
+const _: () = assert!(INLINE_MAX >= MIN_CHUNK);
 /// Largest chunk, so that a chunk's length fits its header's 32 bits.
 const MAX_CHUNK: usize = 1 << 30;
 /// At most this many interfaces become devices, as NCCL.
