@@ -35,10 +35,10 @@
 //! as NCCL posts its proxy ops at enqueue, and it then polls until something moves (at most
 //! [`LAUNCH_SPIN`]), as NCCL's proxy polls while an op is posted: the kernel may run long after
 //! its launch, behind the compute queued before it on its stream, and its first step should not
-//! wait for a nap to end. The wake-up names the
-//! channels the kernels use, so that a round asks only those connections (and ones that moved
-//! in the last millisecond) for bytes, as NCCL's proxy progresses only the ops posted to it: a
-//! round is then shorter, and each step is noticed sooner (docs/NET.md, "Small steps").
+//! wait for a nap to end. The wake-up names the channels the kernels use, so that a round asks
+//! only those connections (and ones that moved in the last millisecond) for bytes, as NCCL's
+//! proxy progresses only the ops posted to it: a round is then shorter, and each step is noticed
+//! sooner (docs/NET.md, "Small steps").
 //!
 //! A connection whose net fails (a peer gone, garbage in a size word) is reported once through
 //! its fault hook, which stops the communicator's kernels, and is not touched again.
