@@ -11,7 +11,11 @@
 //! NET), and Simple steps from 16 KiB to the slot's size, ping-ponged on channel 0 (what the
 //! proxies and the net add to a message, without a GPU's launch or PCIe polls).
 //!
-//! usage: cargo run --release --example net_ceiling [channels (8)] [seconds (3)] [slot KiB (512)]
+//! With a gap G (ms) given, also the LL step's one-way latency after G ms idle: both proxies are
+//! woken at the start of the gap, as a launch wakes them when its kernel waits behind G ms of
+//! compute, and the step is posted at its end (what a hop costs after an idle spell).
+//!
+//! usage: cargo run --release --example net_ceiling [channels (8)] [seconds (3)] [slot KiB (512)] [gap ms (0: none)]
 //! Prints one line per direction and rank with GB/s, then the latency lines; `scripts/net_bench.sh`
 //! runs it.
 
@@ -37,6 +41,7 @@ fn main() {
     let channels = args.first().copied().unwrap_or(8);
     let secs = args.get(1).copied().unwrap_or(3) as u64;
     let slot = args.get(2).copied().unwrap_or(512) << 10;
+    let gap = Duration::from_millis(args.get(3).copied().unwrap_or(0) as u64);
     let id = new_unique_id().expect("unique id");
     let net = nccl::transport::net::init(&NetConfig::default()).expect("the net");
     let ranks: Vec<_> = (0..2)
@@ -97,7 +102,7 @@ fn main() {
     // The latency steps use channel 0 alone, as small messages do: the others have gone quiet
     // first, as they are during a run of small collectives (the proxy then polls them less).
     thread::sleep(Duration::from_millis(300));
-    let one_way = latency(&ranks, LL, 16);
+    let one_way = latency(&ranks, LL, 16, Duration::ZERO);
     for (r, (_, t)) in ranks.iter().enumerate() {
         for dir in ["send", "recv"] {
             let bytes: u64 = moved.iter().filter(|m| m.0 == r && m.1 == dir).map(|m| m.2).sum();
@@ -111,6 +116,10 @@ fn main() {
         }
     }
     println!("net_ceiling: one-way latency of a 16-byte LL step: {one_way}");
+    if !gap.is_zero() {
+        let after = latency(&ranks, LL, 16, gap);
+        println!("net_ceiling: one-way latency of a 16-byte LL step after {} ms idle: {after}", gap.as_millis());
+    }
     println!("net_ceiling: one-way latency of its messages over the net, no proxy: {}", net_direct(&*net));
     println!(
         "net_ceiling: one-way latency of its {BARE_BYTES} bytes over bare TCP, a socket each way: {}",
@@ -119,7 +128,7 @@ fn main() {
     println!("net_ceiling: one-way latency of its {BARE_BYTES} bytes over bare TCP, one socket: {}", bare_tcp(false));
     let simple_max = ranks[0].1.layout().stride(SIMPLE);
     for bytes in (14..).map(|b| 1usize << b).take_while(|&b| b <= simple_max) {
-        let one_way = latency(&ranks, SIMPLE, bytes as u32);
+        let one_way = latency(&ranks, SIMPLE, bytes as u32, Duration::ZERO);
         println!("net_ceiling: one-way latency of a {} KiB Simple step: {one_way}", bytes >> 10);
     }
 }
@@ -127,15 +136,15 @@ fn main() {
 /// One-way latency of a step of `proto` and `bytes` on channel 0, from ping-pongs between the two
 /// ranks' threads (the connections are idle and drained when this starts). LL steps go as the
 /// kernels send them over NET: lines carrying the step's flag and the size word, no tail; the
-/// receiver polls the lines' flags. Other protocols publish a tail.
-fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32) -> Spread {
+/// receiver polls the lines' flags. Other protocols publish a tail. With a `gap`, each ping
+/// follows `gap` of idleness that began with a wake-up of both proxies, and its time is its round
+/// trip less the median one way back to back (the pong comes straight back, proxies awake).
+fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, gap: Duration) -> Spread {
     let conn = |r: usize| ranks[r].1.block(1 - r, 0).expect("channel 0").clone();
     let (b0, b1) = (conn(0), conn(1));
     let l = ranks[0].1.layout();
     let lines = bytes as usize / 16;
     let slot_at = |fifo: usize, s: u64| fifo + (s % NSTEPS) as usize * l.stride(proto);
-    // Every step so far published a tail: the step counts go on from there.
-    let (base0, base1) = (b0.load_u64(SEND_TAIL), b1.load_u64(SEND_TAIL));
     let post = |b: &HostBlock, s: u64| {
         if proto == LL {
             let at = slot_at(l.send_fifo(LL), s);
@@ -165,25 +174,41 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32) -> Sprea
         }
         b.store_u64(RECV_HEAD, s + 1);
     };
-    let mut trips = Vec::with_capacity(PINGS as usize);
+    // After a gap, fewer pings: each costs the gap.
+    let pings = if gap.is_zero() { PINGS } else { (PINGS / 10).max(20) };
+    let wakers = [ranks[0].1.proxy_waker(), ranks[1].1.proxy_waker()];
+    let back_to_back = match gap.is_zero() {
+        true => Duration::ZERO,
+        false => latency(ranks, proto, bytes, Duration::ZERO).p50,
+    };
+    // Every step so far published a tail: the step counts go on from there.
+    let (base0, base1) = (b0.load_u64(SEND_TAIL), b1.load_u64(SEND_TAIL));
+    let mut trips = Vec::with_capacity(pings as usize);
     thread::scope(|sc| {
         sc.spawn(|| {
-            for k in 0..PINGS {
+            for k in 0..pings {
                 take(&b1, base0 + k);
                 post(&b1, base1 + k);
             }
         });
-        for k in 0..PINGS {
+        for k in 0..pings {
+            if !gap.is_zero() {
+                wakers.iter().for_each(|w| w.wake(1));
+                thread::sleep(gap);
+            }
             let t = Instant::now();
             post(&b0, base0 + k);
             take(&b0, base1 + k);
-            trips.push(t.elapsed() / 2);
+            trips.push(match gap.is_zero() {
+                true => t.elapsed() / 2,
+                false => t.elapsed().saturating_sub(back_to_back),
+            });
         }
     });
     let one_way = Spread::of(trips);
     // The next phase counts its steps from the tails (a tail only ever says how many steps there are).
-    b0.store_u64(SEND_TAIL, base0 + PINGS);
-    b1.store_u64(SEND_TAIL, base1 + PINGS);
+    b0.store_u64(SEND_TAIL, base0 + pings);
+    b1.store_u64(SEND_TAIL, base1 + pings);
     one_way
 }
 
@@ -193,13 +218,14 @@ struct Spread {
     p50: Duration,
     p99: Duration,
     max: Duration,
+    trips: usize,
 }
 
 impl Spread {
     fn of(mut trips: Vec<Duration>) -> Spread {
         trips.sort();
         let at = |q: f64| trips[((trips.len() - 1) as f64 * q).round() as usize];
-        Spread { p50: at(0.5), p99: at(0.99), max: at(1.0) }
+        Spread { p50: at(0.5), p99: at(0.99), max: at(1.0), trips: trips.len() }
     }
 }
 
@@ -361,10 +387,11 @@ impl std::fmt::Display for Spread {
         let us = |d: Duration| d.as_secs_f64() * 1e6;
         write!(
             f,
-            "p50 {:.1} us, p99 {:.1} us, worst {:.1} us ({PINGS} round trips)",
+            "p50 {:.1} us, p99 {:.1} us, worst {:.1} us ({} round trips)",
             us(self.p50),
             us(self.p99),
-            us(self.max)
+            us(self.max),
+            self.trips
         )
     }
 }
