@@ -102,7 +102,7 @@ fn main() {
     // The latency steps use channel 0 alone, as small messages do: the others have gone quiet
     // first, as they are during a run of small collectives (the proxy then polls them less).
     thread::sleep(Duration::from_millis(300));
-    let one_way = latency(&ranks, LL, 16, Duration::ZERO);
+    let one_way = latency(&ranks, LL, 16, None);
     for (r, (_, t)) in ranks.iter().enumerate() {
         for dir in ["send", "recv"] {
             let bytes: u64 = moved.iter().filter(|m| m.0 == r && m.1 == dir).map(|m| m.2).sum();
@@ -117,7 +117,7 @@ fn main() {
     }
     println!("net_ceiling: one-way latency of a 16-byte LL step: {one_way}");
     if !gap.is_zero() {
-        let after = latency(&ranks, LL, 16, gap);
+        let after = latency(&ranks, LL, 16, Some(Idle { gap, one_way: one_way.p50 }));
         println!("net_ceiling: one-way latency of a 16-byte LL step after {} ms idle: {after}", gap.as_millis());
     }
     println!("net_ceiling: one-way latency of its messages over the net, no proxy: {}", net_direct(&*net));
@@ -128,7 +128,7 @@ fn main() {
     println!("net_ceiling: one-way latency of its {BARE_BYTES} bytes over bare TCP, one socket: {}", bare_tcp(false));
     let simple_max = ranks[0].1.layout().stride(SIMPLE);
     for bytes in (14..).map(|b| 1usize << b).take_while(|&b| b <= simple_max) {
-        let one_way = latency(&ranks, SIMPLE, bytes as u32, Duration::ZERO);
+        let one_way = latency(&ranks, SIMPLE, bytes as u32, None);
         println!("net_ceiling: one-way latency of a {} KiB Simple step: {one_way}", bytes >> 10);
     }
 }
@@ -136,10 +136,10 @@ fn main() {
 /// One-way latency of a step of `proto` and `bytes` on channel 0, from ping-pongs between the two
 /// ranks' threads (the connections are idle and drained when this starts). LL steps go as the
 /// kernels send them over NET: lines carrying the step's flag and the size word, no tail; the
-/// receiver polls the lines' flags. Other protocols publish a tail. With a `gap`, each ping
-/// follows `gap` of idleness that began with a wake-up of both proxies, and its time is its round
-/// trip less the median one way back to back (the pong comes straight back, proxies awake).
-fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, gap: Duration) -> Spread {
+/// receiver polls the lines' flags. Other protocols publish a tail. With `idle`, each ping
+/// follows its gap of idleness that began with a wake-up of both proxies, and its time is its
+/// round trip less the one way back to back (the pong comes straight back, proxies awake).
+fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, idle: Option<Idle>) -> Spread {
     let conn = |r: usize| ranks[r].1.block(1 - r, 0).expect("channel 0").clone();
     let (b0, b1) = (conn(0), conn(1));
     let l = ranks[0].1.layout();
@@ -175,12 +175,8 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, gap: Dur
         b.store_u64(RECV_HEAD, s + 1);
     };
     // After a gap, fewer pings: each costs the gap.
-    let pings = if gap.is_zero() { PINGS } else { (PINGS / 10).max(20) };
+    let pings = if idle.is_none() { PINGS } else { PINGS / 10 };
     let wakers = [ranks[0].1.proxy_waker(), ranks[1].1.proxy_waker()];
-    let back_to_back = match gap.is_zero() {
-        true => Duration::ZERO,
-        false => latency(ranks, proto, bytes, Duration::ZERO).p50,
-    };
     // Every step so far published a tail: the step counts go on from there.
     let (base0, base1) = (b0.load_u64(SEND_TAIL), b1.load_u64(SEND_TAIL));
     let mut trips = Vec::with_capacity(pings as usize);
@@ -192,16 +188,16 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, gap: Dur
             }
         });
         for k in 0..pings {
-            if !gap.is_zero() {
+            if let Some(i) = &idle {
                 wakers.iter().for_each(|w| w.wake(1));
-                thread::sleep(gap);
+                thread::sleep(i.gap);
             }
             let t = Instant::now();
             post(&b0, base0 + k);
             take(&b0, base1 + k);
-            trips.push(match gap.is_zero() {
-                true => t.elapsed() / 2,
-                false => t.elapsed().saturating_sub(back_to_back),
+            trips.push(match &idle {
+                None => t.elapsed() / 2,
+                Some(i) => t.elapsed().saturating_sub(i.one_way),
             });
         }
     });
@@ -210,6 +206,13 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, gap: Dur
     b0.store_u64(SEND_TAIL, base0 + pings);
     b1.store_u64(SEND_TAIL, base1 + pings);
     one_way
+}
+
+/// A ping after an idle spell: the gap, and the one-way time back to back that its round trip's
+/// pong takes.
+struct Idle {
+    gap: Duration,
+    one_way: Duration,
 }
 
 /// Half round trips of the pings: what one way takes, at the median, the 99th percentile and
