@@ -77,14 +77,18 @@ const NAP: Duration = Duration::from_micros(20);
 const LONG_NAP: Duration = Duration::from_millis(1);
 const LONG_IDLE: Duration = Duration::from_millis(200);
 /// A connection that moved this recently is hot: its receive is tested every round. So is one on
-/// a channel that a launch of its communicator named less than [`LAUNCHED`] ago ([`Waker::wake`]).
+/// a channel that a launch of its communicator named less than [`LAUNCHED`] ago ([`Waker::wake`]),
+/// or named since the connection last moved, less than [`LAUNCH_SPIN`] ago.
 /// Any other one's only every [`COLD_EVERY`]th round, since testing a receive with nothing in
 /// flight costs a syscall (the Socket net's) that lengthens the round every hot step waits
 /// through. Its send side, loads from host memory only, is looked at every round.
 pub(crate) const HOT: Duration = Duration::from_millis(1);
-/// How long after a launch its channels' connections stay hot while nothing arrives: longer than
-/// the skew between ranks that a cold connection's later look (a round in [`COLD_EVERY`]) would
-/// add noticeably to.
+/// How long after a launch its channels' connections stay hot even if they moved since: longer
+/// than the skew between ranks that a cold connection's later look (a round in [`COLD_EVERY`])
+/// would add noticeably to. A connection the launch named that has not moved since stays hot
+/// until it does, as the thread polls ([`LAUNCH_SPIN`]): the kernel may start long after its
+/// launch, behind compute, and with 20 ms of it before each call, a cold receive made send/recv
+/// over four hosts 2.3x slower (docs/NET.md, "Polling from a launch").
 const LAUNCHED: Duration = Duration::from_millis(10);
 const COLD_EVERY: u32 = 64;
 /// How long closing connections waits for their goodbyes to go out, in all.
@@ -162,10 +166,10 @@ impl Entry {
         self
     }
 
-    /// Whether this round tests the receive: a sweep, a recent move, or a recent launch on its
-    /// channel.
+    /// Whether this round tests the receive: a sweep, a recent move, or a launch on its channel
+    /// (see [`HOT`]).
     fn hot(&self, now: Instant, sweep: bool) -> bool {
-        sweep || now - self.active < HOT || self.launches.named(self.channel, now)
+        sweep || now - self.active < HOT || self.launches.named(self.channel, now, self.active)
     }
 
     /// One round over both halves, the receiving one only if `recv` (see [`HOT`]): (anything
@@ -327,9 +331,13 @@ impl Launches {
         }
     }
 
-    fn named(&self, channel: usize, now: Instant) -> bool {
+    /// Whether a launch named `channel` less than [`LAUNCHED`] ago, or after `moved` (when its
+    /// connection last moved) and less than [`LAUNCH_SPIN`] ago.
+    fn named(&self, channel: usize, now: Instant, moved: Instant) -> bool {
         let at = self.at.get(channel).map_or(0, |a| a.load(Ordering::Relaxed));
-        at != 0 && self.stamp(now).saturating_sub(at) < LAUNCHED.as_micros() as u64
+        let age = self.stamp(now).saturating_sub(at);
+        at != 0
+            && (age < LAUNCHED.as_micros() as u64 || (age < LAUNCH_SPIN.as_micros() as u64 && at > self.stamp(moved)))
     }
 }
 
@@ -528,18 +536,24 @@ mod tests {
         assert!(nap_now(false, ms(150), Some(ms(150))), "a launch awaited longer than LAUNCH_SPIN");
     }
 
-    /// A launch makes the connections of the channels it names hot for a while, no others.
+    /// A launch makes the connections of the channels it names hot for a while, no others, and
+    /// those that have not moved since it until they do (at most LAUNCH_SPIN).
     #[test]
     fn launches_name_their_channels_for_a_while() {
         let l = Launches::default();
-        let now = Instant::now();
-        assert!(!(0..64).any(|c| l.named(c, now)), "nothing is named before a launch");
+        let before = Instant::now();
+        assert!(!(0..64).any(|c| l.named(c, before, before)), "nothing is named before a launch");
+        std::thread::sleep(Duration::from_millis(1));
         l.name(1 << 0 | 1 << 5 | 1 << 63);
         let now = Instant::now();
-        let named: Vec<usize> = (0..64).filter(|&c| l.named(c, now)).collect();
+        let named: Vec<usize> = (0..64).filter(|&c| l.named(c, now, now)).collect();
         assert_eq!(named, [0, 5, 63]);
-        assert!(!l.named(64, now), "no channel 64");
-        assert!(!l.named(5, now + LAUNCHED + Duration::from_millis(1)), "a launch's mark wears off");
+        assert!(!l.named(64, now, before), "no channel 64");
+        let later = now + LAUNCHED + Duration::from_millis(1);
+        assert!(!l.named(5, later, now), "a launch's mark wears off once its connection moved");
+        assert!(l.named(5, later, before), "a connection that has not moved since stays hot");
+        assert!(!l.named(1, later, before), "only on the channels named");
+        assert!(!l.named(5, now + LAUNCH_SPIN + Duration::from_millis(1), before), "but not forever");
     }
 
     /// A wake-up reaches the thread while it naps (a fresh proxy naps at once: nothing moves).
