@@ -38,7 +38,9 @@
 //! wait for a nap to end. The wake-up names the channels the kernels use, so that a round asks
 //! only those connections (and ones that moved in the last millisecond) for bytes, as NCCL's
 //! proxy progresses only the ops posted to it: a round is then shorter, and each step is noticed
-//! sooner (docs/NET.md, "Small steps").
+//! sooner (docs/NET.md, "Small steps"). While it waits for that first step, it has its comms keep
+//! the thread's send path warm ([`SendComm::warm`]): the kernel's TCP stack, idle a few
+//! milliseconds, makes the next send two to eight times slower (docs/NET.md, "A warm send path").
 //!
 //! A connection whose net fails (a peer gone, garbage in a size word) is reported once through
 //! its fault hook, which stops the communicator's kernels, and is not touched again.
@@ -72,6 +74,11 @@ const SPIN: Duration = Duration::from_millis(2);
 /// before each call, polling only [`SPIN`] after the wake-up made the small collectives over
 /// two hosts 1.4x slower and the large ones 1.1x (docs/NET.md, "Polling from a launch").
 const LAUNCH_SPIN: Duration = Duration::from_millis(100);
+/// While a launch's first step is awaited, how often the send comms keep the thread's send path
+/// warm ([`SendComm::warm`]), from the wake-up on: with the built-in net, one hop after 2.5 ms of
+/// compute before each call was 1.1-1.2x faster so, after 20 ms 1.2-2.3x (docs/NET.md, "A warm
+/// send path"). Back to back the first step moves before the first warm-up is due.
+const WARM_EVERY: Duration = Duration::from_micros(100);
 /// Sleeps while idle: short at first, longer once idle for [`LONG_IDLE`].
 const NAP: Duration = Duration::from_micros(20);
 const LONG_NAP: Duration = Duration::from_millis(1);
@@ -463,12 +470,13 @@ fn serve(inner: &Inner) {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
     let mut last_move = Instant::now();
     let (mut round, mut napped) = (0u32, false);
-    // A wake-up that nothing has moved since.
+    // A wake-up that nothing has moved since, and when the send path was last kept warm for it.
     let mut awaiting: Option<Instant> = None;
+    let mut warmed = Instant::now();
     while !inner.stop.load(Ordering::Acquire) {
         if inner.woken.swap(false, Ordering::AcqRel) {
             last_move = Instant::now();
-            awaiting = Some(last_move);
+            (awaiting, warmed) = (Some(last_move), last_move);
         }
         let Some(alive) = crate::exit::hold() else { return };
         let (mut moved, mut busy) = (false, false);
@@ -477,6 +485,11 @@ fn serve(inner: &Inner) {
         let sweep = round % COLD_EVERY == 0;
         let start = Instant::now();
         let mut entries = inner.entries.lock();
+        if awaiting.is_some_and(|t| start - t < LAUNCH_SPIN) && start - warmed >= WARM_EVERY {
+            // The first comm that warms the path warms it for every comm of its net.
+            let _ = entries.iter_mut().filter(|e| !e.failed).any(|e| e.send.comm.warm());
+            warmed = start;
+        }
         for e in entries.iter_mut() {
             let (m, b) = e.progress(e.hot(start, sweep));
             if m || b {
@@ -554,6 +567,82 @@ mod tests {
         assert!(l.named(5, later, before), "a connection that has not moved since stays hot");
         assert!(!l.named(1, later, before), "only on the channels named");
         assert!(!l.named(5, now + LAUNCH_SPIN + Duration::from_millis(1), before), "but not forever");
+    }
+
+    /// A comm that never sees a byte, and counts how often it is asked to keep its path warm.
+    struct Idle(Arc<AtomicU64>);
+
+    impl SendComm for Idle {
+        fn reg_mr(&mut self, _: *mut u8, _: usize, _: super::super::PtrKind) -> Result<super::super::MemHandle> {
+            Ok(super::super::MemHandle(1))
+        }
+        fn dereg_mr(&mut self, _: super::super::MemHandle) -> Result<()> {
+            Ok(())
+        }
+        unsafe fn isend(
+            &mut self,
+            _: *const u8,
+            _: usize,
+            _: i32,
+            _: &super::super::MemHandle,
+        ) -> Result<Option<Request>> {
+            Ok(Some(Request(1)))
+        }
+        fn test(&mut self, _: &Request) -> Result<Option<usize>> {
+            Ok(Some(4))
+        }
+        fn warm(&mut self) -> bool {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+    }
+
+    impl RecvComm for Idle {
+        fn reg_mr(&mut self, _: *mut u8, _: usize, _: super::super::PtrKind) -> Result<super::super::MemHandle> {
+            Ok(super::super::MemHandle(1))
+        }
+        fn dereg_mr(&mut self, _: super::super::MemHandle) -> Result<()> {
+            Ok(())
+        }
+        unsafe fn irecv(
+            &mut self,
+            _: &[super::super::RecvBuf],
+            _: &[&super::super::MemHandle],
+        ) -> Result<Option<Request>> {
+            Ok(Some(Request(1)))
+        }
+        fn iflush(&mut self, _: &[super::super::RecvBuf], _: &[&super::super::MemHandle]) -> Result<Option<Request>> {
+            Ok(None)
+        }
+        fn test(&mut self, _: &Request) -> Result<Option<Vec<usize>>> {
+            Ok(None)
+        }
+    }
+
+    /// The send path is kept warm while a launch's first step is awaited, and only then.
+    #[test]
+    fn the_send_path_is_kept_warm_while_a_launch_is_awaited() {
+        let warms = Arc::new(AtomicU64::new(0));
+        let layout = Layout { slot_bytes: 1 << 16, one_message: false };
+        let block = Arc::new(HostBlock::plain(layout.block_bytes()).unwrap());
+        let fault: FaultHook = Arc::new(|e| panic!("{e}"));
+        let send = Box::new(Idle(warms.clone()));
+        let recv = Box::new(Idle(Arc::default()));
+        let e = Entry::new(send, recv, block, layout, "an idle peer".into(), fault, None).unwrap();
+        let proxy = Proxy::for_device(-1001).unwrap();
+        let id = proxy.add(e);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(warms.load(Ordering::Relaxed), 0, "no launch awaited, no warm-up");
+        proxy.waker(Arc::default()).wake(1);
+        std::thread::sleep(Duration::from_millis(20));
+        let during = warms.load(Ordering::Relaxed);
+        // About 200 in 20 ms; a loaded machine's thread may run a fraction of the time.
+        assert!((2..=210).contains(&during), "{during} warm-ups in 20 ms, every {WARM_EVERY:?} expected");
+        std::thread::sleep(LAUNCH_SPIN + Duration::from_millis(50));
+        let after = warms.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(warms.load(Ordering::Relaxed), after, "none once the launch is no longer awaited");
+        drop(proxy.remove(&[id]));
     }
 
     /// A wake-up reaches the thread while it naps (a fresh proxy naps at once: nothing moves).

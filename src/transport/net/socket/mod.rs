@@ -102,6 +102,7 @@ mod recv;
 mod send;
 #[cfg(test)]
 mod tests;
+mod warm;
 mod wire;
 
 use connect::{Dialing, SocketConnecting};

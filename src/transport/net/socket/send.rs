@@ -129,4 +129,8 @@ impl SendComm for SocketSend {
         }
         Ok(None)
     }
+
+    fn warm(&mut self) -> bool {
+        super::warm::touch()
+    }
 }
