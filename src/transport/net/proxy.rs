@@ -535,6 +535,7 @@ fn nap_now(busy: bool, idle: Duration, awaiting: Option<Duration>) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{MemHandle, PtrKind, RecvBuf};
     use super::*;
 
     /// A launch's wake-up keeps the thread polling until its first step moves, however long
@@ -573,19 +574,13 @@ mod tests {
     struct Idle(Arc<AtomicU64>);
 
     impl SendComm for Idle {
-        fn reg_mr(&mut self, _: *mut u8, _: usize, _: super::super::PtrKind) -> Result<super::super::MemHandle> {
-            Ok(super::super::MemHandle(1))
+        fn reg_mr(&mut self, _: *mut u8, _: usize, _: PtrKind) -> Result<MemHandle> {
+            Ok(MemHandle(1))
         }
-        fn dereg_mr(&mut self, _: super::super::MemHandle) -> Result<()> {
+        fn dereg_mr(&mut self, _: MemHandle) -> Result<()> {
             Ok(())
         }
-        unsafe fn isend(
-            &mut self,
-            _: *const u8,
-            _: usize,
-            _: i32,
-            _: &super::super::MemHandle,
-        ) -> Result<Option<Request>> {
+        unsafe fn isend(&mut self, _: *const u8, _: usize, _: i32, _: &MemHandle) -> Result<Option<Request>> {
             Ok(Some(Request(1)))
         }
         fn test(&mut self, _: &Request) -> Result<Option<usize>> {
@@ -598,20 +593,16 @@ mod tests {
     }
 
     impl RecvComm for Idle {
-        fn reg_mr(&mut self, _: *mut u8, _: usize, _: super::super::PtrKind) -> Result<super::super::MemHandle> {
-            Ok(super::super::MemHandle(1))
+        fn reg_mr(&mut self, _: *mut u8, _: usize, _: PtrKind) -> Result<MemHandle> {
+            Ok(MemHandle(1))
         }
-        fn dereg_mr(&mut self, _: super::super::MemHandle) -> Result<()> {
+        fn dereg_mr(&mut self, _: MemHandle) -> Result<()> {
             Ok(())
         }
-        unsafe fn irecv(
-            &mut self,
-            _: &[super::super::RecvBuf],
-            _: &[&super::super::MemHandle],
-        ) -> Result<Option<Request>> {
+        unsafe fn irecv(&mut self, _: &[RecvBuf], _: &[&MemHandle]) -> Result<Option<Request>> {
             Ok(Some(Request(1)))
         }
-        fn iflush(&mut self, _: &[super::super::RecvBuf], _: &[&super::super::MemHandle]) -> Result<Option<Request>> {
+        fn iflush(&mut self, _: &[RecvBuf], _: &[&MemHandle]) -> Result<Option<Request>> {
             Ok(None)
         }
         fn test(&mut self, _: &Request) -> Result<Option<Vec<usize>>> {
