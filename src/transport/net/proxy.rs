@@ -470,7 +470,8 @@ fn serve(inner: &Inner) {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
     let mut last_move = Instant::now();
     let (mut round, mut napped) = (0u32, false);
-    // A wake-up that nothing has moved since, and when the send path was last kept warm for it.
+    // A wake-up that nothing has moved since, less than LAUNCH_SPIN ago, and when the send path
+    // was last kept warm for it.
     let mut awaiting: Option<Instant> = None;
     let mut warmed = Instant::now();
     while !inner.stop.load(Ordering::Acquire) {
@@ -484,8 +485,9 @@ fn serve(inner: &Inner) {
         round = if napped { 0 } else { round.wrapping_add(1) };
         let sweep = round % COLD_EVERY == 0;
         let start = Instant::now();
+        awaiting = awaiting.filter(|&t| start - t < LAUNCH_SPIN);
         let mut entries = inner.entries.lock();
-        if awaiting.is_some_and(|t| start - t < LAUNCH_SPIN) && start - warmed >= WARM_EVERY {
+        if awaiting.is_some() && start - warmed >= WARM_EVERY {
             // The first comm that warms the path warms it for every comm of its net.
             let _ = entries.iter_mut().filter(|e| !e.failed).any(|e| e.send.comm.warm());
             warmed = start;
@@ -516,7 +518,7 @@ fn serve(inner: &Inner) {
             awaiting = None;
         }
         let idle = now - last_move;
-        napped = nap_now(busy, idle, awaiting.map(|t| now - t));
+        napped = nap_now(busy, idle, awaiting.is_some());
         if !napped {
             std::thread::yield_now();
         } else {
@@ -527,10 +529,10 @@ fn serve(inner: &Inner) {
 }
 
 /// Whether the thread naps after a round: not while a step is in flight (`busy`), nor within
-/// [`SPIN`] of the last move (`idle` ago), nor within [`LAUNCH_SPIN`] of a wake-up that nothing
-/// has moved since (`awaiting`, how long ago).
-fn nap_now(busy: bool, idle: Duration, awaiting: Option<Duration>) -> bool {
-    !(busy || idle < SPIN || awaiting.is_some_and(|w| w < LAUNCH_SPIN))
+/// [`SPIN`] of the last move (`idle` ago), nor while a wake-up is `awaited` (nothing has moved
+/// since, and it came less than [`LAUNCH_SPIN`] ago).
+fn nap_now(busy: bool, idle: Duration, awaited: bool) -> bool {
+    !(busy || idle < SPIN || awaited)
 }
 
 #[cfg(test)]
@@ -538,16 +540,15 @@ mod tests {
     use super::super::{MemHandle, PtrKind, RecvBuf};
     use super::*;
 
-    /// A launch's wake-up keeps the thread polling until its first step moves, however long
-    /// the kernel waits behind other work, but not forever; a move ends that.
+    /// A launch's wake-up keeps the thread polling while it is awaited, however long the
+    /// kernel waits behind other work (how long it stays awaited: the warm-up test below).
     #[test]
     fn the_thread_polls_from_a_launch_until_something_moves() {
         let ms = Duration::from_millis;
-        assert!(!nap_now(true, ms(500), None), "a step in flight");
-        assert!(!nap_now(false, ms(1), None), "within SPIN of a move");
-        assert!(nap_now(false, ms(3), None), "idle, no launch awaited");
-        assert!(!nap_now(false, ms(20), Some(ms(20))), "a launch 20 ms ago, nothing moved since");
-        assert!(nap_now(false, ms(150), Some(ms(150))), "a launch awaited longer than LAUNCH_SPIN");
+        assert!(!nap_now(true, ms(500), false), "a step in flight");
+        assert!(!nap_now(false, ms(1), false), "within SPIN of a move");
+        assert!(nap_now(false, ms(3), false), "idle, no launch awaited");
+        assert!(!nap_now(false, ms(20), true), "a launch awaited, nothing moved since");
     }
 
     /// A launch makes the connections of the channels it names hot for a while, no others, and
@@ -610,7 +611,8 @@ mod tests {
         }
     }
 
-    /// The send path is kept warm while a launch's first step is awaited, and only then.
+    /// The send path is kept warm while a launch's first step is awaited, and only then: not
+    /// before a wake-up, nor once LAUNCH_SPIN has passed without a move (then the thread naps).
     #[test]
     fn the_send_path_is_kept_warm_while_a_launch_is_awaited() {
         let warms = Arc::new(AtomicU64::new(0));
