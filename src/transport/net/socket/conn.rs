@@ -1,21 +1,21 @@
-//! A connection's sockets and the helper threads that move its chunks, and the request slots of
+//! A connection's sockets, the chunks queued for the helpers (`pool`), and the request slots of
 //! both directions.
 
 use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use super::super::{MemHandle, PtrKind, Request, MAX_REQUESTS};
-use super::nonblock::{poll_fds, recv_some, send_some};
+use super::nonblock::{recv_some, send_some};
+use super::pool::{self, Pool};
 use super::wire::{chunk_header, chunks};
-use super::{helper_spin, tcp_timeout_ms, HDR_BYTES, HELPER_NAP, HELPER_SLICE};
+use super::{tcp_timeout_ms, HDR_BYTES, HELPER_SLICE};
 use crate::error::{Error, Result};
 
 /// A chunk for a helper thread: header first, then the payload, to or from the caller's memory.
@@ -28,15 +28,12 @@ pub(super) struct Task {
     pub(super) pending: Arc<AtomicUsize>,
 }
 
-/// What the comm and its helper threads share.
+/// What the comm and the helpers serving its data sockets share.
 pub(super) struct Shared {
     pub(super) peer: SocketAddr,
     pub(super) send: bool,
     /// One queue per data socket, in chunk order.
     pub(super) queues: Vec<Mutex<VecDeque<Task>>>,
-    /// One wake-up per helper thread.
-    pub(super) wake: Vec<(Mutex<bool>, Condvar)>,
-    pub(super) stop: AtomicBool,
     /// The first failure of the connection; every later call reports it.
     pub(super) error: Mutex<Option<String>>,
 }
@@ -61,48 +58,28 @@ impl Shared {
 pub(super) struct Conn {
     pub(super) ctrl: TcpStream,
     pub(super) shared: Arc<Shared>,
-    pub(super) threads: Vec<JoinHandle<()>>,
-    pub(super) nthreads: usize,
+    /// The process's helpers, which serve the data sockets.
+    pool: Arc<Pool>,
     pub(super) next_sock: usize,
     pub(super) seq: u32,
 }
 
 impl Conn {
-    pub(super) fn new(
-        ctrl: TcpStream,
-        data: Vec<TcpStream>,
-        nthreads: usize,
-        peer: SocketAddr,
-        send: bool,
-    ) -> Result<Conn> {
+    pub(super) fn new(ctrl: TcpStream, data: Vec<TcpStream>, peer: SocketAddr, send: bool) -> Result<Conn> {
         ctrl.set_nonblocking(true)?;
         for s in std::iter::once(&ctrl).chain(&data) {
             bound_silence(s)?;
+            s.set_nonblocking(true)?;
         }
-        let nsocks = data.len();
         let shared = Arc::new(Shared {
             peer,
             send,
-            queues: (0..nsocks).map(|_| Mutex::new(VecDeque::new())).collect(),
-            wake: (0..nthreads).map(|_| (Mutex::new(false), Condvar::new())).collect(),
-            stop: AtomicBool::new(false),
+            queues: (0..data.len()).map(|_| Mutex::new(VecDeque::new())).collect(),
             error: Mutex::new(None),
         });
-        let mut mine: Vec<Vec<(usize, TcpStream)>> = (0..nthreads).map(|_| Vec::new()).collect();
-        for (i, s) in data.into_iter().enumerate() {
-            s.set_nonblocking(true)?;
-            mine[i % nthreads].push((i, s));
-        }
-        let mut conn = Conn { ctrl, shared: shared.clone(), threads: Vec::new(), nthreads, next_sock: 0, seq: 0 };
-        for (t, socks) in mine.into_iter().enumerate() {
-            let sh = shared.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("fn-net-{}", if send { "send" } else { "recv" }))
-                .spawn(move || helper(sh, t, socks))
-                .map_err(|e| Error::System(format!("NET/Socket: cannot start a helper thread: {e}")))?;
-            conn.threads.push(h);
-        }
-        Ok(conn)
+        let pool = pool::pool()?;
+        pool.join(&shared, data);
+        Ok(Conn { ctrl, shared, pool, next_sock: 0, seq: 0 })
     }
 
     pub(super) fn nsocks(&self) -> usize {
@@ -115,7 +92,6 @@ impl Conn {
         self.seq = self.seq.wrapping_add(1);
         let parts = chunks(size, self.nsocks());
         pending.fetch_add(parts.len(), Ordering::AcqRel);
-        let mut woken = vec![false; self.nthreads];
         for (off, len) in parts {
             let sock = self.next_sock;
             self.next_sock = (self.next_sock + 1) % self.nsocks();
@@ -128,13 +104,8 @@ impl Conn {
                 pending: pending.clone(),
             };
             self.shared.queues[sock].lock().push_back(task);
-            woken[sock % self.nthreads] = true;
         }
-        for t in (0..self.nthreads).filter(|&t| woken[t]) {
-            let (m, cv) = &self.shared.wake[t];
-            *m.lock() = true;
-            cv.notify_one();
-        }
+        self.pool.queued();
     }
 
     pub(super) fn fail(&self, msg: String) -> Error {
@@ -145,15 +116,7 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        for (m, cv) in &self.shared.wake {
-            *m.lock() = true;
-            cv.notify_one();
-        }
-        // Each helper notices `stop` within HELPER_NAP.
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        self.pool.leave(&self.shared);
     }
 }
 
@@ -186,55 +149,6 @@ pub(super) fn explain(e: &io::Error) -> String {
         ),
         Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => format!("{e}: no route to it: the network to it is down"),
         _ => e.to_string(),
-    }
-}
-
-/// A helper thread: moves the chunks queued on its sockets until the comm closes or fails.
-pub(super) fn helper(sh: Arc<Shared>, me: usize, socks: Vec<(usize, TcpStream)>) {
-    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(socks.len());
-    let mut last_move = Instant::now();
-    while !sh.stop.load(Ordering::Acquire) && sh.error.lock().is_none() {
-        fds.clear();
-        let mut moved = false;
-        for (i, s) in &socks {
-            let mut q = sh.queues[*i].lock();
-            let Some(task) = q.front_mut() else { continue };
-            match step(&sh, *i, s.as_raw_fd(), task) {
-                Ok((n, finished)) => {
-                    moved |= n > 0;
-                    if finished {
-                        let t = q.pop_front().expect("front exists");
-                        t.pending.fetch_sub(1, Ordering::AcqRel);
-                        moved = true;
-                    } else {
-                        let ev = if sh.send { libc::POLLOUT } else { libc::POLLIN };
-                        fds.push(libc::pollfd { fd: s.as_raw_fd(), events: ev, revents: 0 });
-                    }
-                }
-                Err(msg) => {
-                    sh.fail(msg);
-                    return;
-                }
-            }
-        }
-        if moved {
-            last_move = Instant::now();
-            continue;
-        }
-        if last_move.elapsed() < helper_spin() {
-            std::thread::yield_now();
-            continue;
-        }
-        if fds.is_empty() {
-            let (m, cv) = &sh.wake[me];
-            let mut flag = m.lock();
-            if !*flag {
-                cv.wait_for(&mut flag, HELPER_NAP);
-            }
-            *flag = false;
-        } else {
-            poll_fds(&mut fds, HELPER_NAP);
-        }
     }
 }
 

@@ -27,7 +27,6 @@ pub(super) struct Dialing {
 pub(super) struct SocketConnecting {
     pub(super) addr: SocketAddr,
     pub(super) socks: Vec<Dialing>,
-    pub(super) nthreads: usize,
     pub(super) deadline: Instant,
 }
 
@@ -59,7 +58,7 @@ impl Connecting for SocketConnecting {
             // plugins' connections are too.
             let mut socks = std::mem::take(&mut self.socks).into_iter().map(|d| TcpStream::from(d.sock));
             let ctrl = socks.next().expect("a control socket");
-            let comm = Conn::new(ctrl, socks.collect(), self.nthreads, addr, true)?;
+            let comm = Conn::new(ctrl, socks.collect(), addr, true)?;
             crate::nccl_trace!(Subsys::NET, "NET/Socket: connected to {addr}");
             return Ok(Some(Box::new(SocketSend { conn: comm, reqs: Slots::new(), order: VecDeque::new() })));
         }

@@ -154,7 +154,7 @@ impl Listener for SocketListen {
         // The NET transport checks the comm's first message before using it (`conn.rs`).
         let mut socks = g.socks.into_iter().map(|s| s.expect("complete group"));
         let ctrl = socks.next().expect("a control socket");
-        let conn = Conn::new(ctrl, socks.collect(), g.nthreads as usize, g.peer, false)?;
+        let conn = Conn::new(ctrl, socks.collect(), g.peer, false)?;
         crate::nccl_trace!(Subsys::NET, "NET/Socket: accepted a connection from {} on {local}", g.peer);
         Ok(Some(Box::new(SocketRecv {
             conn,

@@ -1,7 +1,7 @@
 //! The built-in "Socket" net: NCCL's net API over TCP, host memory only (`docs/NET.md`).
 //!
 //! A connection is one control socket plus `NCCL_NSOCKS_PERTHREAD × NCCL_SOCKET_NTHREADS` data
-//! sockets (at most 64, over at most 16 helper threads). Every message starts with a 16-byte
+//! sockets (at most 64), served by the process's helper threads (`pool`). Every message starts with a 16-byte
 //! header on the control socket (tag, size). A message under [`INLINE_MAX`] follows inline on
 //! the control socket; a larger one is cut into chunks of at least [`MIN_CHUNK`], each sent on
 //! the next data socket in turn behind its own 16-byte chunk header (sequence, length, offset),
@@ -9,9 +9,9 @@
 //! Both ends assign chunks to sockets by the same rule, in message order.
 //!
 //! The caller's thread moves control bytes inside `isend`/`irecv`/`test`; the helper threads
-//! move chunks. Nothing waits without a bound: helpers poll with a short timeout and stop when
-//! their comm closes, and a peer that vanishes turns every request of the comm into an error
-//! that names it.
+//! move chunks. Nothing waits without a bound: helpers poll with a short timeout and let a
+//! comm's sockets go when it closes, and a peer that vanishes turns every request of the comm
+//! into an error that names it.
 
 use std::collections::HashMap;
 use std::io;
@@ -30,12 +30,18 @@ use crate::socket::iface::{interfaces, IfRule};
 pub const NAME: &str = "Socket";
 
 crate::int_param!(
-    /// Helper threads per connection (NCCL_SOCKET_NTHREADS), 1 to 16.
+    /// NCCL_SOCKET_NTHREADS, 1 to 16: NCCL's helper threads per connection. Here it only
+    /// multiplies the data sockets of a connection; the process's helpers serve them all.
     socket_nthreads, "NCCL_SOCKET_NTHREADS", 1
 );
 crate::int_param!(
-    /// Data sockets per helper thread (NCCL_NSOCKS_PERTHREAD); at most 64 sockets in all.
+    /// Data sockets per NCCL_SOCKET_NTHREADS (NCCL_NSOCKS_PERTHREAD); at most 64 sockets in all.
     nsocks_perthread, "NCCL_NSOCKS_PERTHREAD", 1
+);
+crate::int_param!(
+    /// FERRONICKEL_NET_SOCKET_HELPERS, 1 to 16: the helper threads of the process, shared by
+    /// every connection's data sockets (`pool`).
+    socket_helpers, "FERRONICKEL_NET_SOCKET_HELPERS", 4
 );
 
 crate::int_param!(
@@ -48,7 +54,7 @@ crate::int_param!(
 
 /// At most this many data sockets per connection, as NCCL.
 pub const MAX_SOCKS: usize = 64;
-/// At most this many helper threads per connection, as NCCL.
+/// At most this many helper threads per connection, as NCCL (and in the process's pool).
 pub const MAX_THREADS: usize = 16;
 /// Smallest chunk a message is cut into.
 pub const MIN_CHUNK: usize = 64 << 10;
@@ -83,7 +89,7 @@ fn helper_spin() -> Duration {
     Duration::from_micros(helper_spin_us().max(0) as u64)
 }
 
-/// How long a helper thread sleeps in `poll` before it checks whether its comm closed.
+/// How long a helper thread sleeps in `poll` at most before it looks at its queues again.
 const HELPER_NAP: Duration = Duration::from_millis(50);
 /// Bytes a helper moves on one socket before it turns to its next one.
 const HELPER_SLICE: usize = 1 << 20;
@@ -98,6 +104,7 @@ mod conn;
 mod connect;
 mod listen;
 mod nonblock;
+mod pool;
 mod recv;
 mod send;
 #[cfg(test)]
@@ -246,6 +253,6 @@ impl Net for SocketNet {
             })
             .collect::<io::Result<Vec<_>>>()
             .map_err(|e| Error::System(format!("NET/Socket: cannot connect to {addr}: {e}")))?;
-        Ok(Box::new(SocketConnecting { addr, socks, nthreads, deadline: Instant::now() + CONNECT_TIMEOUT }))
+        Ok(Box::new(SocketConnecting { addr, socks, deadline: Instant::now() + CONNECT_TIMEOUT }))
     }
 }

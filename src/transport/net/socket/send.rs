@@ -131,6 +131,7 @@ impl SendComm for SocketSend {
     }
 
     fn warm(&mut self) -> bool {
-        super::warm::touch()
+        let touched = super::warm::touch();
+        super::pool::arm() | touched
     }
 }

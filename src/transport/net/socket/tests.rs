@@ -451,3 +451,90 @@ fn the_control_socket_is_peeked_and_each_byte_read_once() {
     assert_eq!(queued(fd), 0, "nothing left behind in the socket");
     assert_eq!(ahead.read(fd, &mut none).unwrap(), None);
 }
+
+/// Fresh bytes for each run: an xorshift seeded from the clock.
+fn random_fill(buf: &mut [u8]) {
+    let mut x = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64) | 1;
+    for b in buf {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+}
+
+/// The two ends of a connection.
+type Ends = (Box<dyn SendComm>, Box<dyn RecvComm>);
+
+/// Sends `out[i]` over pair `i`, all at once, into poisoned buffers; returns what landed.
+fn exchange(pairs: &mut [Ends], out: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut got: Vec<Vec<u8>> = out.iter().map(|o| vec![0xA5u8; o.len() + 64]).collect();
+    let mut reqs = Vec::new();
+    for ((s, r), (o, g)) in pairs.iter_mut().zip(out.iter().zip(got.iter_mut())) {
+        let (smr, rmr) = (
+            s.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap(),
+            r.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap(),
+        );
+        let posted = [RecvBuf { data: g.as_mut_ptr(), size: g.len(), tag: 9 }];
+        // SAFETY: `out` and `got` outlive the requests, which complete below.
+        let rq = unsafe { r.irecv(&posted, &[&rmr]) }.unwrap().unwrap();
+        // SAFETY: as above.
+        let sq = unsafe { s.isend(o.as_ptr(), o.len(), 9, &smr) }.unwrap().unwrap();
+        reqs.push((Some(sq), Some(rq)));
+    }
+    let until = Instant::now() + Duration::from_secs(20);
+    while reqs.iter().any(|(s, r)| s.is_some() || r.is_some()) {
+        assert!(Instant::now() < until, "the exchanges did not complete in 20 s");
+        for ((s, r), (sq, rq)) in pairs.iter_mut().zip(reqs.iter_mut()) {
+            if sq.as_ref().is_some_and(|q| s.test(q).unwrap().is_some()) {
+                *sq = None;
+            }
+            if let Some(n) = rq.as_ref().and_then(|q| r.test(q).unwrap()) {
+                assert_eq!(n.len(), 1);
+                *rq = None;
+            }
+        }
+    }
+    got
+}
+
+/// The process's helpers serve every connection's data sockets: more sockets than helpers all
+/// land their chunks intact, and a connection closed while its chunks are moving lets the
+/// others go on.
+#[test]
+fn connections_share_the_helpers_and_one_closing_mid_message_stops_none_of_the_others() {
+    let net = lo_net();
+    let mut pairs: Vec<_> = (0..4)
+        .map(|_| {
+            let (handle, mut l) = net.listen(0).unwrap();
+            let mut c = net.connect(0, &handle).unwrap();
+            both_ends(&mut *c, &mut *l)
+        })
+        .collect();
+    assert!(2 * pairs.len() > socket_helpers() as usize, "more data sockets than helpers");
+    let out: Vec<Vec<u8>> = (0..pairs.len())
+        .map(|i| {
+            let mut v = vec![0u8; INLINE_MAX * 3 + 1000 * i];
+            random_fill(&mut v);
+            v
+        })
+        .collect();
+    let check = |got: &[Vec<u8>], out: &[Vec<u8>]| {
+        for (g, o) in got.iter().zip(out) {
+            assert!(g[..o.len()] == o[..], "a message landed changed");
+            assert!(g[o.len()..].iter().all(|&b| b == 0xA5), "a message landed past its end");
+        }
+    };
+    check(&exchange(&mut pairs, &out), &out);
+    // A 64 MB send still moving when both of its ends close.
+    let (mut s, r) = pairs.pop().unwrap();
+    let big = vec![7u8; 64 << 20];
+    let mr = s.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
+    // SAFETY: big outlives s, dropped below.
+    let req = unsafe { s.isend(big.as_ptr(), big.len(), 1, &mr) }.unwrap().unwrap();
+    assert!(s.test(&req).unwrap().is_none());
+    drop(r);
+    drop(s);
+    let out = &out[..pairs.len()];
+    check(&exchange(&mut pairs, out), out);
+}
