@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +35,10 @@ pub(super) struct Shared {
     /// One queue per data socket, in chunk order.
     pub(super) queues: Vec<Mutex<VecDeque<Task>>>,
     /// The first failure of the connection; every later call reports it.
-    pub(super) error: Mutex<Option<String>>,
+    error: Mutex<Option<String>>,
+    /// `error` is set: read without its lock, by the helpers' every pass and the comm's every
+    /// call, so that neither waits for the other.
+    failed: AtomicBool,
 }
 
 impl Shared {
@@ -44,9 +47,17 @@ impl Shared {
         if e.is_none() {
             *e = Some(msg);
         }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    pub(super) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
     }
 
     pub(super) fn check(&self) -> Result<()> {
+        if !self.failed() {
+            return Ok(());
+        }
         match self.error.lock().as_ref() {
             Some(m) => Err(Error::Remote(m.clone())),
             None => Ok(()),
@@ -76,6 +87,7 @@ impl Conn {
             send,
             queues: (0..data.len()).map(|_| Mutex::new(VecDeque::new())).collect(),
             error: Mutex::new(None),
+            failed: AtomicBool::new(false),
         });
         let pool = pool::pool()?;
         pool.join(&shared, data);

@@ -211,7 +211,7 @@ fn pass(pool: &Pool, turn: usize, fds: &mut Vec<libc::pollfd>) -> bool {
     for k in 0..n {
         let s = &served[(turn + k) % n];
         let sh = &s.shared;
-        if sh.error.lock().is_some() {
+        if sh.failed() {
             continue;
         }
         // Another helper moving this socket's chunk is its only mover.
