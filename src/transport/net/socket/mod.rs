@@ -100,6 +100,7 @@ const HELLO_MAGIC: &[u8; 8] = b"FNSKHELO";
 const HELLO_BYTES: usize = 32;
 const HDR_BYTES: usize = 16;
 
+mod chunk;
 mod conn;
 mod connect;
 mod listen;

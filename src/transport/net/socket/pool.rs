@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
-use super::conn::{step, Shared};
+use super::chunk::{step, Shared};
 use super::nonblock::poll_fds;
 use super::{helper_spin, socket_helpers, HELPER_NAP};
 use crate::error::{Error, Result};

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::super::{check_recv, MemHandle, PtrKind, RecvBuf, RecvComm, Request, MAX_RECVS};
-use super::conn::{explain, host_only, Conn, Slots};
+use super::chunk::explain;
+use super::conn::{host_only, Conn, Slots};
 use super::nonblock::{delay_acks, peek_some, recv_iov, recv_some};
 use super::{HDR_BYTES, INLINE_MAX};
 use crate::error::Result;

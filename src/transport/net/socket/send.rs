@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::super::{MemHandle, PtrKind, Request, SendComm};
-use super::conn::{explain, host_only, Conn, Slots};
+use super::chunk::explain;
+use super::conn::{host_only, Conn, Slots};
 use super::nonblock::send_iov;
 use super::wire::msg_header;
 use super::{HDR_BYTES, INLINE_MAX};
