@@ -102,11 +102,20 @@ pub(super) fn pool() -> Result<Arc<Pool>> {
         epoch: Instant::now(),
     });
     for i in 0..n {
-        let pool = pool.clone();
-        std::thread::Builder::new()
-            .name(format!("fn-net-help{i}"))
-            .spawn(move || serve(&pool, i))
-            .map_err(|e| Error::System(format!("NET/Socket: cannot start a helper thread: {e}")))?;
+        let mine = pool.clone();
+        let started = std::thread::Builder::new().name(format!("fn-net-help{i}")).spawn(move || serve(&mine, i));
+        match started {
+            Ok(_) => {}
+            // Without its lead the pool moves nothing; the next connection tries again.
+            Err(e) if i == 0 => {
+                return Err(Error::System(format!("NET/Socket: cannot start a helper thread: {e}")));
+            }
+            // Any helper serves any socket: the ones that started are a smaller pool.
+            Err(e) => {
+                crate::nccl_warn!("NET/Socket: started {i} of {n} helper threads ({e}); going on with {i}");
+                break;
+            }
+        }
     }
     *p = Some(pool.clone());
     Ok(pool)
