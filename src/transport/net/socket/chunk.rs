@@ -31,6 +31,9 @@ pub(super) struct Shared {
     pub(super) send: bool,
     /// One queue per data socket, in chunk order.
     pub(super) queues: Vec<Mutex<VecDeque<Task>>>,
+    /// Chunks in the queues: a helper's pass skips a connection with none without locking a
+    /// queue, so a process with many connections costs a pass little more than one with few.
+    queued: AtomicUsize,
     /// The first failure of the connection; every later call reports it.
     error: Mutex<Option<String>>,
     /// `error` is set: read without its lock, by the helpers' every pass and the comm's every
@@ -44,9 +47,29 @@ impl Shared {
             peer,
             send,
             queues: (0..nsocks).map(|_| Mutex::new(VecDeque::new())).collect(),
+            queued: AtomicUsize::new(0),
             error: Mutex::new(None),
             failed: AtomicBool::new(false),
         }
+    }
+
+    /// Queues a chunk on data socket `sock`.
+    pub(super) fn push(&self, sock: usize, task: Task) {
+        let mut q = self.queues[sock].lock();
+        q.push_back(task);
+        self.queued.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Takes the finished first chunk off a queue (its lock held) and counts it done.
+    pub(super) fn pop_done(&self, q: &mut VecDeque<Task>) {
+        let t = q.pop_front().expect("a finished chunk is first");
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        t.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// No chunk is queued on any of the connection's sockets.
+    pub(super) fn idle(&self) -> bool {
+        self.queued.load(Ordering::Acquire) == 0
     }
 
     pub(super) fn fail(&self, msg: String) {

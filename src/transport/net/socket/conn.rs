@@ -58,7 +58,7 @@ impl Conn {
                 done: 0,
                 pending: pending.clone(),
             };
-            self.shared.queues[sock].lock().push_back(task);
+            self.shared.push(sock, task);
         }
         self.pool.queued();
     }

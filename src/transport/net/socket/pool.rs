@@ -220,7 +220,7 @@ fn pass(pool: &Pool, turn: usize, fds: &mut Vec<libc::pollfd>) -> bool {
     for k in 0..n {
         let s = &served[(turn + k) % n];
         let sh = &s.shared;
-        if sh.failed() {
+        if sh.idle() || sh.failed() {
             continue;
         }
         // Another helper moving this socket's chunk is its only mover.
@@ -231,8 +231,7 @@ fn pass(pool: &Pool, turn: usize, fds: &mut Vec<libc::pollfd>) -> bool {
             Ok((n, finished)) => {
                 moved |= n > 0;
                 if finished {
-                    let t = q.pop_front().expect("front exists");
-                    t.pending.fetch_sub(1, Ordering::AcqRel);
+                    sh.pop_done(&mut q);
                     moved = true;
                 } else {
                     let ev = if sh.send { libc::POLLOUT } else { libc::POLLIN };
