@@ -119,11 +119,12 @@ pub trait SendComm: Send {
     /// `Some(bytes sent)` once done; `None` while in flight. The request is consumed when this
     /// returns `Some` or an error.
     fn test(&mut self, req: &Request) -> Result<Option<usize>>;
-    /// Keeps the calling thread's path for this comm's sends warm while a step is expected soon
-    /// (the proxy calls it while a launch's first step is awaited); whether it did anything, in
-    /// which case the path is warm for every comm of this net on the thread. The built-in net
-    /// sends a byte through a loopback pair of its own (`socket::warm`); a plugin's path is its
-    /// own business: nothing.
+    /// Keeps the calling thread's path for this comm's sends warm, and the net's own threads
+    /// awake, while a step is expected soon (the proxy calls it while a launch's first step is
+    /// awaited); whether it did anything, in which case that holds for every comm of this net on
+    /// the thread. The built-in net sends a byte through a loopback pair of its own
+    /// (`socket::warm`) and keeps its lead helper polling (`socket::pool`); a plugin's path is
+    /// its own business: nothing.
     fn warm(&mut self) -> bool {
         false
     }
