@@ -12,7 +12,8 @@
 //! then sleeps until woken.
 //!
 //! The helpers live as long as the process and own sockets only: they touch a connection's
-//! memory through `send`/`recv` system calls, never after [`Pool::leave`] returned for it.
+//! memory through `send`/`recv` system calls, never after [`Pool::leave`] returned for it, and
+//! not once the process has begun to exit (`crate::exit::hold`).
 
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -216,12 +217,21 @@ fn serve(pool: &Pool, me: usize) {
 fn pass(pool: &Pool, turn: usize, fds: &mut Vec<libc::pollfd>) -> bool {
     let mut moved = false;
     let served = pool.served.read();
+    let mut alive = None;
     let n = served.len();
     for k in 0..n {
         let s = &served[(turn + k) % n];
         let sh = &s.shared;
         if sh.idle() || sh.failed() {
             continue;
+        }
+        // A chunk's memory is a pinned FIFO, CUDA's: touched only while the process is not
+        // exiting (`crate::exit`), so that nothing lands in memory CUDA has freed at exit.
+        if alive.is_none() {
+            alive = crate::exit::hold();
+            if alive.is_none() {
+                return false;
+            }
         }
         // Another helper moving this socket's chunk is its only mover.
         let Some(mut q) = sh.queues[s.index].try_lock() else { continue };
