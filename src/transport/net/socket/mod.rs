@@ -81,7 +81,8 @@ const MAX_PENDING: usize = 128;
 const MAX_GROUPS: usize = 64;
 crate::int_param!(
     /// FERRONICKEL_NET_HELPER_SPIN_US: how long a helper thread keeps polling its sockets and
-    /// queue after it last moved a byte, before it sleeps until woken.
+    /// queue after it last moved a byte, before it sleeps until woken; 0 also keeps the lead
+    /// from polling while a launch is awaited (`pool::arm`).
     helper_spin_us, "FERRONICKEL_NET_HELPER_SPIN_US", 200
 );
 

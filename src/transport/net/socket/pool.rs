@@ -134,8 +134,12 @@ fn new_helper() -> Result<Helper> {
 }
 
 /// Keeps the lead helper polling for [`ARM_FOR`] from now: a launch's steps are coming. False
-/// where it does nothing: no pool yet, or no chunk queued within [`ARM_IF_USED_WITHIN`].
+/// where it does nothing: helpers told never to poll (`FERRONICKEL_NET_HELPER_SPIN_US=0`, for
+/// hosts short of cores), no pool yet, or no chunk queued within [`ARM_IF_USED_WITHIN`].
 pub(super) fn arm() -> bool {
+    if helper_spin().is_zero() {
+        return false;
+    }
     let Some(pool) = POOL.lock().clone() else { return false };
     let now = pool.now_ns();
     if !used_lately(now, pool.last_queued.load(Ordering::Relaxed)) {
