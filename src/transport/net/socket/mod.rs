@@ -59,10 +59,11 @@ pub const MAX_THREADS: usize = 16;
 /// Smallest chunk a message is cut into.
 pub const MIN_CHUNK: usize = 64 << 10;
 /// Messages below this follow their header on the control socket, moved by the caller's thread
-/// (the proxy's); larger ones are cut into chunks for the helper threads. Handing a message to a
-/// helper thread costs a wake-up on each side: 20-45 us more per message than inline at 64 KiB,
-/// measured with `examples/net_ceiling` (docs/NET.md, "The Socket net").
-pub const INLINE_MAX: usize = 256 << 10;
+/// (the proxy's); larger ones are cut into chunks for the helper threads. Inline, one proxy
+/// thread copies every channel's bytes in turn; through the helpers a message may wait for one
+/// to wake. 128 KiB, not 256: with the helper pool, collectives whose channels each carry
+/// 128-255 KiB steps ran 1.15-1.9x faster, the rest level (docs/NET.md, "The Socket net").
+pub const INLINE_MAX: usize = 128 << 10;
 // A message that does not go inline must be cut into at least one chunk (`wire::chunks` cuts
 // none below MIN_CHUNK): otherwise both ends would skip its bytes and report it complete.
 const _: () = assert!(INLINE_MAX >= MIN_CHUNK);
@@ -96,7 +97,7 @@ const HELPER_NAP: Duration = Duration::from_millis(50);
 const HELPER_SLICE: usize = 1 << 20;
 
 /// Names the wire format too: a peer that cuts messages at another size is refused at connect.
-const HANDLE_MAGIC: &[u8; 8] = b"FNSOCK\x00\x02";
+const HANDLE_MAGIC: &[u8; 8] = b"FNSOCK\x00\x03";
 const HELLO_MAGIC: &[u8; 8] = b"FNSKHELO";
 const HELLO_BYTES: usize = 32;
 const HDR_BYTES: usize = 16;
