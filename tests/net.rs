@@ -657,8 +657,25 @@ fn traffic() {
     let (mut s, mut r) = connect_pair(&*net);
     let seed = 0x5eed_0000 + props.max_recvs as u64;
     let mut rng = Rng(seed);
-    let mut sizes: Vec<usize> =
-        vec![0, 1, 3, 100, 4095, 4096, 65535, 65536, 65537, 131071, 131072, 131073, 262143, 262144, 262145, (1 << 20) + 7, 64 << 20];
+    let mut sizes: Vec<usize> = vec![
+        0,
+        1,
+        3,
+        100,
+        4095,
+        4096,
+        65535,
+        65536,
+        65537,
+        131071,
+        131072,
+        131073,
+        262143,
+        262144,
+        262145,
+        (1 << 20) + 7,
+        64 << 20,
+    ];
     for _ in 0..48 {
         // Log-uniform up to 4 MiB, so small and large messages mix.
         let bits = rng.below(23);
