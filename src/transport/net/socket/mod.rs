@@ -62,7 +62,8 @@ pub const MIN_CHUNK: usize = 64 << 10;
 /// (the proxy's); larger ones are cut into chunks for the helper threads. Inline, one proxy
 /// thread copies every channel's bytes in turn; through the helpers a message may wait for one
 /// to wake. 128 KiB, not 256: with the helper pool, collectives whose channels each carry
-/// 128-255 KiB steps ran 1.15-1.9x faster, the rest level (docs/NET.md, "The Socket net").
+/// 128-255 KiB steps ran 1.15-1.9x faster; a lone step of that size takes about 10 us more
+/// (docs/NET.md, "The Socket net").
 pub const INLINE_MAX: usize = 128 << 10;
 // A message that does not go inline must be cut into at least one chunk (`wire::chunks` cuts
 // none below MIN_CHUNK): otherwise both ends would skip its bytes and report it complete.
