@@ -9,7 +9,9 @@
 //!
 //! Then the one-way latency of a step: 16-byte LL steps (untailed, as the kernels send them over
 //! NET), and Simple steps from 16 KiB to the slot's size, ping-ponged on channel 0 (what the
-//! proxies and the net add to a message, without a GPU's launch or PCIe polls).
+//! proxies and the net add to a message, without a GPU's launch or PCIe polls); last, Simple
+//! steps from 64 KiB on every channel at once, as a mid-size collective's round (where one proxy
+//! thread moving every channel's bytes in turn shows, against helpers moving them side by side).
 //!
 //! With a gap G (ms) given, also the LL step's one-way latency after G ms idle: both proxies are
 //! woken at the start of the gap, as a launch wakes them when its kernel waits behind G ms of
@@ -102,7 +104,7 @@ fn main() {
     // The latency steps use channel 0 alone, as small messages do: the others have gone quiet
     // first, as they are during a run of small collectives (the proxy then polls them less).
     thread::sleep(Duration::from_millis(300));
-    let one_way = latency(&ranks, LL, 16, None);
+    let one_way = latency(&ranks, LL, 16, 1, None);
     for (r, (_, t)) in ranks.iter().enumerate() {
         for dir in ["send", "recv"] {
             let bytes: u64 = moved.iter().filter(|m| m.0 == r && m.1 == dir).map(|m| m.2).sum();
@@ -117,7 +119,7 @@ fn main() {
     }
     println!("net_ceiling: one-way latency of a 16-byte LL step: {one_way}");
     if !gap.is_zero() {
-        let after = latency(&ranks, LL, 16, Some(Idle { gap, one_way: one_way.p50 }));
+        let after = latency(&ranks, LL, 16, 1, Some(Idle { gap, one_way: one_way.p50 }));
         println!("net_ceiling: one-way latency of a 16-byte LL step after {} ms idle: {after}", gap.as_millis());
     }
     println!("net_ceiling: one-way latency of its messages over the net, no proxy: {}", net_direct(&*net));
@@ -128,24 +130,43 @@ fn main() {
     println!("net_ceiling: one-way latency of its {BARE_BYTES} bytes over bare TCP, one socket: {}", bare_tcp(false));
     let simple_max = ranks[0].1.layout().stride(SIMPLE);
     for bytes in (14..).map(|b| 1usize << b).take_while(|&b| b <= simple_max) {
-        let one_way = latency(&ranks, SIMPLE, bytes as u32, None);
+        let one_way = latency(&ranks, SIMPLE, bytes as u32, 1, None);
         println!("net_ceiling: one-way latency of a {} KiB Simple step: {one_way}", bytes >> 10);
+    }
+    // A mid-size collective's round: a step on every channel at once (3-4 channels of 128-255
+    // KiB steps carry the 512 KB-2 MB collectives over two hosts).
+    for bytes in (14..).map(|b| 1usize << b).take_while(|&b| b <= simple_max).filter(|&b| b >= 64 << 10) {
+        let round = latency(&ranks, SIMPLE, bytes as u32, channels, None);
+        println!(
+            "net_ceiling: one-way latency of {} KiB Simple steps on all {channels} channels at once: {round}",
+            bytes >> 10
+        );
     }
 }
 
-/// One-way latency of a step of `proto` and `bytes` on channel 0, from ping-pongs between the two
-/// ranks' threads (the connections are idle and drained when this starts). LL steps go as the
+/// One-way latency of a step of `proto` and `bytes` on each of the first `nch` channels at once
+/// (a ping has landed when every channel's step has), from ping-pongs between the two ranks'
+/// threads (the connections are idle and drained when this starts). LL steps go as the
 /// kernels send them over NET: lines carrying the step's flag and the size word, no tail; the
 /// receiver polls the lines' flags. Other protocols publish a tail. With `idle`, each ping
 /// follows its gap of idleness that began with a wake-up of both proxies, and its time is its
 /// round trip less the one way back to back (the pong comes straight back, proxies awake).
-fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, idle: Option<Idle>) -> Spread {
-    let conn = |r: usize| ranks[r].1.block(1 - r, 0).expect("channel 0").clone();
-    let (b0, b1) = (conn(0), conn(1));
+fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, nch: usize, idle: Option<Idle>) -> Spread {
+    // Each channel with the step count it goes on from: every step so far published a tail.
+    let conns = |r: usize| -> Vec<(Arc<HostBlock>, u64)> {
+        (0..nch)
+            .map(|ch| {
+                let b = ranks[r].1.block(1 - r, ch).expect("a channel's connection").clone();
+                let base = b.load_u64(SEND_TAIL);
+                (b, base)
+            })
+            .collect()
+    };
+    let (c0, c1) = (conns(0), conns(1));
     let l = ranks[0].1.layout();
     let lines = bytes as usize / 16;
     let slot_at = |fifo: usize, s: u64| fifo + (s % NSTEPS) as usize * l.stride(proto);
-    let post = |b: &HostBlock, s: u64| {
+    let post_one = |b: &HostBlock, s: u64| {
         if proto == LL {
             let at = slot_at(l.send_fifo(LL), s);
             for i in 0..lines {
@@ -160,7 +181,7 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, idle: Op
             b.store_u64(SEND_TAIL, s + 1);
         }
     };
-    let take = |b: &HostBlock, s: u64| {
+    let take_one = |b: &HostBlock, s: u64| {
         let at = slot_at(l.recv_fifo(LL), s);
         let arrived = || match proto {
             LL => (0..lines)
@@ -174,17 +195,21 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, idle: Op
         }
         b.store_u64(RECV_HEAD, s + 1);
     };
+    // Ping k: step k of every channel (counted from the peer's base where it is received), all
+    // posted before any is awaited, as a kernel's channels do.
+    let post = |mine: &[(Arc<HostBlock>, u64)], k: u64| mine.iter().for_each(|(b, base)| post_one(b, base + k));
+    let take = |mine: &[(Arc<HostBlock>, u64)], theirs: &[(Arc<HostBlock>, u64)], k: u64| {
+        mine.iter().zip(theirs).for_each(|((b, _), (_, base))| take_one(b, base + k))
+    };
     // After a gap, fewer pings: each costs the gap.
     let pings = if idle.is_none() { PINGS } else { PINGS / 10 };
     let wakers = [ranks[0].1.proxy_waker(), ranks[1].1.proxy_waker()];
-    // Every step so far published a tail: the step counts go on from there.
-    let (base0, base1) = (b0.load_u64(SEND_TAIL), b1.load_u64(SEND_TAIL));
     let mut trips = Vec::with_capacity(pings as usize);
     thread::scope(|sc| {
         sc.spawn(|| {
             for k in 0..pings {
-                take(&b1, base0 + k);
-                post(&b1, base1 + k);
+                take(&c1, &c0, k);
+                post(&c1, k);
             }
         });
         for k in 0..pings {
@@ -193,19 +218,19 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, idle: Op
                 thread::sleep(i.gap);
             }
             let t = Instant::now();
-            post(&b0, base0 + k);
-            take(&b0, base1 + k);
+            post(&c0, k);
+            take(&c0, &c1, k);
             trips.push(match &idle {
                 None => t.elapsed() / 2,
                 Some(i) => t.elapsed().saturating_sub(i.one_way),
             });
         }
     });
-    let one_way = Spread::of(trips);
     // The next phase counts its steps from the tails (a tail only ever says how many steps there are).
-    b0.store_u64(SEND_TAIL, base0 + pings);
-    b1.store_u64(SEND_TAIL, base1 + pings);
-    one_way
+    for (b, base) in c0.iter().chain(&c1) {
+        b.store_u64(SEND_TAIL, base + pings);
+    }
+    Spread::of(trips)
 }
 
 /// A ping after an idle spell: the gap, and the one-way time back to back that its round trip's
