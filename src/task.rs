@@ -95,6 +95,8 @@ pub struct CommShape {
     pub min_channels: usize,
     /// Channels that connect every pair of ranks: the most a one-shot all-reduce can use.
     pub all_pairs_channels: usize,
+    /// Bytes of one Simple FIFO slot (NCCL_BUFFSIZE / 8): the most a ring step carries (`tuner`).
+    pub slot_bytes: usize,
     /// The Tree algorithm's hosts, depth and fan-out.
     pub tree: TreeShape,
     /// The slowest kind of connection between two of its ranks: it prices algorithms, protocols
@@ -140,6 +142,7 @@ impl CommShape {
             nchannels,
             min_channels: 0,
             all_pairs_channels,
+            slot_bytes: 512 << 10, // NCCL_BUFFSIZE's default, 4 MiB, over 8 slots
             tree: TreeShape::chain(nranks),
             link: Link::P2p,
             net: None,

@@ -299,6 +299,11 @@ impl HostLinkCost {
         let gbps = (nch as f64 * self.channel_gbps[p]).min(self.gbps[p]) * bw_scale;
         hops * hop + wire / (gbps * 1e3)
     }
+
+    /// What `step` bytes take on one channel alone.
+    fn step_us(&self, proto: u32, step: f64) -> f64 {
+        step / (self.channel_gbps[proto as usize] * 1e3)
+    }
 }
 
 /// SHM: the sender's GPU writes the slot to host memory and the receiver's GPU reads it back over
@@ -403,13 +408,18 @@ pub fn net_hop_and_gbps(net: Option<&NetLink>) -> (f64, f64) {
 
 /// The modelled time of an algorithm's kernel and the channels to run it on, from `min_nch` (or
 /// `max_nch` where fewer) to `max_nch`. Over P2P every channel is used (the measured costs assume
-/// it); over host memory the fewest channels that pay for themselves.
+/// it); over host memory the fewest channels that pay for themselves. `behind`: hops that wait for
+/// a whole step of the hop before them ([`chain_behind`]), each charged a step's time on one
+/// channel when the channels are chosen; the time returned, by which protocols and algorithms are
+/// compared, stays the model's, whose constants were fitted without it.
+#[allow(clippy::too_many_arguments)]
 fn price(
     shape: &CommShape,
     proto: u32,
     hops: f64,
     wire: f64,
     bw_scale: f64,
+    behind: f64,
     min_nch: usize,
     max_nch: usize,
 ) -> (f64, usize) {
@@ -424,9 +434,33 @@ fn price(
         }
     };
     let max_nch = max_nch.max(1);
-    (min_nch.clamp(1, max_nch)..=max_nch)
-        .map(|nch| (cost.us(proto, hops, wire, bw_scale, nch), nch))
-        .fold((f64::INFINITY, 1), |best, c| if c.0 < best.0 { c } else { best })
+    let (_, t, nch) = (min_nch.clamp(1, max_nch)..=max_nch)
+        .map(|nch| {
+            let t = cost.us(proto, hops, wire, bw_scale, nch);
+            let step = (wire / nch as f64).min(shape.slot_bytes as f64);
+            (t + behind * cost.step_us(proto, step), t, nch)
+        })
+        .fold((f64::INFINITY, f64::INFINITY, 1), |best, c| if c.0 < best.0 { c } else { best });
+    (t, nch)
+}
+
+/// Hops of a ring collective that wait for a whole step of the hop before them, over NET in
+/// Simple: a broadcast's or reduce's chain forwards each step once it has all of it, so where a
+/// channel's part is one step (no larger than a slot) it crosses the n - 1 hops one after another,
+/// and the hops behind the first each add that step's time; more channels make the step smaller.
+/// Once a part spans several steps they pipeline and only the first pays. (The all-gather,
+/// reduce-scatter and all-reduce rings send every rank's chunk at once, so their hops overlap.)
+/// Two hosts of two ranks on 2× H200 (P2P inside a host), with NCCL_MIN_NCHANNELS=2 against the
+/// one channel this had the model pick: broadcast of 128 KB 1.30× faster, reduce 1.59×, where
+/// NCCL's were 1.10× and 1.29× ours; the all-gather and reduce-scatter 0.86–0.93× (docs/NET.md,
+/// "A chain's steps").
+fn chain_behind(kind: CollKind, proto: u32, hops: f64, shape: &CommShape) -> f64 {
+    let chain = matches!(kind, CollKind::Broadcast | CollKind::Reduce);
+    if chain && proto == FN_PROTO_SIMPLE && shape.link == Link::Net {
+        (hops - 1.0).max(0.0)
+    } else {
+        0.0
+    }
 }
 
 /// Wire bytes from which a broadcast or reduce between two ranks through a net plugin runs on two
@@ -596,7 +630,7 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         let priced = [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE]
             .into_iter()
             .filter(|&p| allowed.protos[p as usize])
-            .map(|proto| (price(shape, proto, 1.0, (n - 1) as f64 * bytes, 1.0, 1, 1).0, proto));
+            .map(|proto| (price(shape, proto, 1.0, (n - 1) as f64 * bytes, 1.0, 0.0, 1, 1).0, proto));
         if let Some((t, proto)) = priced.min_by(|a, b| a.0.total_cmp(&b.0)) {
             return (t, Choice { algo: FN_ALGO_DIRECT, proto, nchannels: 1 });
         }
@@ -608,7 +642,7 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         let priced = [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE]
             .into_iter()
             .filter(|&p| allowed.protos[p as usize])
-            .map(|proto| (price(shape, proto, hops, wire, 1.0, 1, 1).0, proto));
+            .map(|proto| (price(shape, proto, hops, wire, 1.0, 0.0, 1, 1).0, proto));
         if let Some((t, proto)) = priced.min_by(|a, b| a.0.total_cmp(&b.0)) {
             return (t, Choice { algo: FN_ALGO_RECDBL, proto, nchannels: 1 });
         }
@@ -619,7 +653,8 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         if allowed.protos[proto as usize] && allowed.ring_for(kind) {
             let least =
                 one_way_channels(kind, proto, wire, shape).max(asked_channels(shape, FN_ALGO_RING, proto, bytes));
-            let (t, nchannels) = price(shape, proto, hops, wire, 1.0, least, shape.nchannels);
+            let behind = chain_behind(kind, proto, hops, shape);
+            let (t, nchannels) = price(shape, proto, hops, wire, 1.0, behind, least, shape.nchannels);
             offered.push((t, Choice { algo: FN_ALGO_RING, proto, nchannels }));
         }
     }
@@ -633,7 +668,7 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
         for proto in [FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE] {
             if allowed.protos[proto as usize] {
                 let least = asked_channels(shape, FN_ALGO_TREE, proto, bytes);
-                let (t, nchannels) = price(shape, proto, hops, wire, TREE_BW, least, tch);
+                let (t, nchannels) = price(shape, proto, hops, wire, TREE_BW, 0.0, least, tch);
                 offered.push((t, Choice { algo: FN_ALGO_TREE, proto, nchannels }));
             }
         }
@@ -650,7 +685,7 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
                 let scale = if n == 2 { ONESHOT_PAIR_BW } else { 1.0 };
                 // More than two ranks: one LL slot per channel holds the part, so every channel.
                 let (t, nchannels) = if n == 2 {
-                    price(shape, proto, 1.0, (n - 1) as f64 * bytes, scale, 1, nch)
+                    price(shape, proto, 1.0, (n - 1) as f64 * bytes, scale, 0.0, 1, nch)
                 } else {
                     (model_us(proto, 1.0, (n - 1) as f64 * bytes, scale), nch)
                 };

@@ -364,6 +364,7 @@ impl Comm {
             nchannels: self.conns.ring_channels,
             min_channels: crate::topo::least_channels(self.config.min_ctas).min(self.conns.ring_channels),
             all_pairs_channels: self.conns.all_pairs_channels(),
+            slot_bytes: self.conns.slot_bytes(),
             tree: self.tree,
             link: self.link,
             net: self.net,

@@ -12,6 +12,7 @@ const CLUSTER: CommShape = CommShape {
     nchannels: 16,
     min_channels: 0,
     all_pairs_channels: 4,
+    slot_bytes: 512 << 10,
     tree: TreeShape { nhosts: 128, depth: 7 + 7, max_children: 3 },
     link: Link::P2p,
     net: None,
@@ -238,6 +239,54 @@ fn net_communicators_use_ll_for_small_messages_and_few_channels() {
     assert_eq!(choose(CollKind::AllGather, 1 << 20, 1, &net(4), &ll).proto, FN_PROTO_LL);
     // Over P2P nothing changes: every channel.
     assert_eq!(choose(CollKind::AllReduce, 2, 4, &shape(4, 8, 4), &shm4).nchannels, 8);
+}
+
+/// A broadcast or reduce along a chain over NET forwards a step only once it has all of it: where
+/// one channel would carry the part as a single step, more channels (smaller steps) are picked; the
+/// rings whose hops overlap, two ranks (one hop) and sizes whose parts span several steps keep
+/// the channels the model picks without it.
+#[test]
+fn a_chains_store_and_forward_spreads_mid_size_broadcasts_over_channels() {
+    let two_by_two =
+        CommShape { link: Link::Net, tree: TreeShape { nhosts: 2, depth: 2, max_children: 2 }, ..shape(4, 4, 4) };
+    let allowed = Allowed::for_connections(4, true, false);
+    let behind = |kind, count| {
+        let (hops, wire) = ring_shape(kind, 4.0, count as f64);
+        price(
+            &two_by_two,
+            FN_PROTO_SIMPLE,
+            hops,
+            wire,
+            1.0,
+            chain_behind(kind, FN_PROTO_SIMPLE, hops, &two_by_two),
+            1,
+            4,
+        )
+    };
+    let without = |kind, count| {
+        let (hops, wire) = ring_shape(kind, 4.0, count as f64);
+        price(&two_by_two, FN_PROTO_SIMPLE, hops, wire, 1.0, 0.0, 1, 4)
+    };
+    for kind in [CollKind::Broadcast, CollKind::Reduce] {
+        let c = choose(kind, 128 << 10, 1, &two_by_two, &allowed);
+        assert_eq!((c.algo, c.proto), (FN_ALGO_RING, FN_PROTO_SIMPLE), "{kind:?}");
+        assert_eq!(without(kind, 128 << 10).1, 1, "{kind:?}: the model alone keeps one channel");
+        assert!(c.nchannels >= 2, "{kind:?} of 128 KiB: {c:?}");
+        // The time compared across protocols is the model's at the channels picked.
+        assert_eq!(behind(kind, 128 << 10).0, {
+            let (hops, wire) = ring_shape(kind, 4.0, (128 << 10) as f64);
+            price(&two_by_two, FN_PROTO_SIMPLE, hops, wire, 1.0, 0.0, c.nchannels, c.nchannels).0
+        });
+        // Parts of several slots pipeline: the same channels as without.
+        assert_eq!(behind(kind, 64 << 20).1, without(kind, 64 << 20).1, "{kind:?}");
+    }
+    for kind in [CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce] {
+        assert_eq!(chain_behind(kind, FN_PROTO_SIMPLE, 3.0, &two_by_two), 0.0, "{kind:?}");
+    }
+    let two_hosts = CommShape { link: Link::Net, ..shape(2, 4, 4) };
+    assert_eq!(chain_behind(CollKind::Broadcast, FN_PROTO_SIMPLE, 1.0, &two_hosts), 0.0);
+    assert_eq!(chain_behind(CollKind::Broadcast, FN_PROTO_LL, 3.0, &two_by_two), 0.0);
+    assert_eq!(chain_behind(CollKind::Broadcast, FN_PROTO_SIMPLE, 3.0, &shape(4, 4, 4)), 0.0, "P2P");
 }
 
 #[test]

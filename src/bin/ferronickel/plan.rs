@@ -149,6 +149,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         nchannels,
         min_channels: topo::least_channels(None).min(nchannels),
         all_pairs_channels: conns.all_pairs_channels(),
+        slot_bytes: conns.slot_bytes(),
         tree,
         link,
         net: net_link,
