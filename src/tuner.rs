@@ -451,9 +451,9 @@ fn price(
 /// Once a part spans several steps they pipeline and only the first pays. (The all-gather,
 /// reduce-scatter and all-reduce rings send every rank's chunk at once, so their hops overlap.)
 /// Two hosts of two ranks on 2× H200 (P2P inside a host), with NCCL_MIN_NCHANNELS=2 against the
-/// one channel this had the model pick: broadcast of 128 KB 1.30× faster, reduce 1.59×, where
-/// NCCL's were 1.10× and 1.29× ours; the all-gather and reduce-scatter 0.86–0.93× (docs/NET.md,
-/// "A chain's steps").
+/// one channel the model picked without this: broadcast of 128 KB 1.30× faster, reduce 1.59×,
+/// where NCCL ran them 1.10× and 1.29× faster than that one channel; the all-gather and
+/// reduce-scatter 0.86–0.93×, so they keep theirs (docs/NET.md, "A chain's steps").
 fn chain_behind(kind: CollKind, proto: u32, hops: f64, shape: &CommShape) -> f64 {
     let chain = matches!(kind, CollKind::Broadcast | CollKind::Reduce);
     if chain && proto == FN_PROTO_SIMPLE && shape.link == Link::Net {
