@@ -15,8 +15,9 @@ use crate::cuda::CUstream;
 use crate::plan::kernels::direct_p2p;
 use crate::plugin::abi::*;
 use crate::plugin::profiler::{Descr, Event};
-use crate::task::{Launch, Task};
+use crate::task::{CollKind, Launch, Task};
 use crate::tuner::{nccl_func, Allowed};
+use crate::types::{dtype_size, ncclDataType_t, ncclInt8};
 
 /// Open events of one communicator's part of a group; the tasks' stop before their group's.
 pub struct GroupEvents {
@@ -41,6 +42,16 @@ fn algo(a: u32) -> (&'static CStr, u8) {
 fn proto(p: u32) -> (&'static CStr, u8) {
     const NAMES: [&CStr; 3] = [c"LL", c"LL128", c"Simple"];
     (NAMES.get(p as usize).copied().unwrap_or(c"Simple"), p as u8)
+}
+
+/// The count and data type a collective's event reports: NCCL plans an all-gather and a broadcast
+/// as bytes, so its events give their count in bytes (one rank's part) and the type as ncclInt8;
+/// every other collective as the user counted it.
+fn reported_count(kind: CollKind, count: usize, dtype: ncclDataType_t) -> (usize, u32) {
+    match (kind, dtype_size(dtype)) {
+        (CollKind::AllGather | CollKind::Broadcast, Some(size)) => (count.saturating_mul(size), ncclInt8 as u32),
+        _ => (count, dtype as u32),
+    }
 }
 
 /// The events of `comm`'s operations `ops` in a group planned as `launches` (`None`: copy-engine
@@ -78,14 +89,15 @@ pub(super) fn start(
                     (Some(_), None) => (algo(abi::FN_ALGO_RING), proto(abi::FN_PROTO_SIMPLE), 0),
                     (None, _) => ((c"CopyEngine", NCCL_ALGO_UNDEF as u8), proto(abi::FN_PROTO_SIMPLE), 0),
                 };
+                let (count, dtype) = reported_count(c.kind, c.count, c.dtype);
                 Descr::Coll {
                     seq,
                     func: nccl_func(c.kind),
                     send: c.send,
                     recv: c.recv,
-                    count: c.count,
+                    count,
                     root: c.root as i32,
-                    dtype: c.dtype as u32,
+                    dtype,
                     nchannels: nch,
                     nwarps: (FN_NTHREADS / 32) as u8,
                     algo: a,
@@ -118,4 +130,19 @@ pub(super) fn start(
         tasks.extend(prof.start_event(&d, group.as_ref()));
     }
     Some(GroupEvents { _tasks: tasks, _group: group })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{ncclFloat32, ncclFloat64};
+
+    #[test]
+    fn all_gathers_and_broadcasts_report_bytes_as_nccl_does() {
+        assert_eq!(reported_count(CollKind::AllGather, 1000, ncclFloat32), (4000, ncclInt8 as u32));
+        assert_eq!(reported_count(CollKind::Broadcast, 7, ncclFloat64), (56, ncclInt8 as u32));
+        assert_eq!(reported_count(CollKind::AllReduce, 1000, ncclFloat32), (1000, ncclFloat32 as u32));
+        assert_eq!(reported_count(CollKind::ReduceScatter, 3, ncclFloat64), (3, ncclFloat64 as u32));
+        assert_eq!(reported_count(CollKind::Reduce, 5, ncclInt8), (5, ncclInt8 as u32));
+    }
 }

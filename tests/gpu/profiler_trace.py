@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a trace written by the test profiler plugin (tests/c/profiler_plugin.c) on GPUs
 (scripts/gpu_check.sh, group plugins): every event stopped once, collectives named AllReduce and
-AllGather with algorithm and protocol, sends and receives, and with --net the NET proxy's op and
+AllGather with algorithm and protocol (the all-gather counted in bytes as NCCL counts it), sends and receives, and with --net the NET proxy's op and
 step events, steps that moved bytes under an op.
 
 usage: profiler_trace.py TRACE [--net]
@@ -49,6 +49,10 @@ def main():
             errors.append(f"line {c['line']}: Coll without algo/proto")
         if c["parent"] == "-":
             errors.append(f"line {c['line']}: Coll without a parent group")
+        # NCCL plans an all-gather as bytes, and its events say so; an all-reduce keeps its type.
+        want = {"AllGather": "ncclInt8", "AllReduce": "ncclFloat32"}.get(c["fields"].get("func"))
+        if want and c["fields"].get("dtype") != want:
+            errors.append(f"line {c['line']}: {c['fields'].get('func')} with dtype={c['fields'].get('dtype')}, NCCL reports {want}")
     p2p = {p["fields"].get("func") for p in kinds.get("P2p", [])}
     for f in ("Send", "Recv"):
         if f not in p2p:
