@@ -155,6 +155,8 @@ build() {
   $TO gcc -shared -fPIC -O2 -Wall -Isrc/transport/net -DPLUGIN_VERSION=11 -DPLUGIN_SPEED=100000 -DPLUGIN_LATENCY=5 -DPLUGIN_MAX_COMMS=65536 -o "$BUILD/libnccl-net-fntcpfast.so" tests/c/net_plugin_tcp.c >"$LOG/build_pluginfast.log" 2>&1 & pids+=($!)
   # The test profiler plugin (tests/c/profiler_plugin.c, ABI v5), for the plugins group.
   $TO gcc -shared -fPIC -O2 -Wall -Isrc/plugin -pthread -DPROFILER_VERSION=5 -o "$BUILD/libnccl-profiler-fnprof5.so" tests/c/profiler_plugin.c >"$LOG/build_profiler.log" 2>&1 & pids+=($!)
+  # The timing profiler plugin for proxy timelines (benches/proxy_timeline.c, docs/NET.md).
+  $TO gcc -shared -fPIC -O2 -Wall -Isrc/plugin -o "$BUILD/libproxy_timeline.so" benches/proxy_timeline.c >"$LOG/build_timeline.log" 2>&1 & pids+=($!)
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   for f in "$LOG"/build_*.log; do [ -s "$f" ] && { echo "== $f"; cat "$f"; }; done
   return $rc
@@ -595,6 +597,15 @@ if [ "$LIB" = ours ] && [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   PCASES="--colls AllReduce,AllGather,SendRecv --dtypes float32 --ops sum --counts 1000,300000 --no-unaligned"
   prof_step profiler_p2p_2 150 "$CHK" --mode threads --devs 0,0 --quick $PCASES --failures-only
   prof_step profiler_net_2 200 --net "$CHK" --mode procs --devs 0,0 --hosts 2 --quick $PCASES --failures-only
+  # The timing profiler and its reader (docs/NET.md, "A proxy's timeline"): an all-gather over NET
+  # between two hosts, whose calls the reader must find, with sends on the wire.
+  step proxy_timeline_net_2 plugins 150 bash -c 'rm -rf "$1"; mkdir -p "$1"
+    env PROXY_TIMELINE_DIR="$1" NCCL_PROFILER_PLUGIN="$2" "${@:3}" || exit 1
+    python3 scripts/proxy_timeline.py "$1" > "$1/read.txt" || exit 1
+    cat "$1/read.txt"; grep -q "ours: [0-9]* calls" "$1/read.txt" && grep -q "on the wire" "$1/read.txt" \
+      && echo "PROFILER TRACE: PASS (timeline read)" || { echo "PROFILER TRACE: FAIL (no call read)"; exit 1; }' _ \
+    "$OUT/timeline" "$BUILD/libproxy_timeline.so" "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --colls AllGather \
+    --dtypes float32 --counts 1048576 --no-unaligned --failures-only
   if command -v nsys >/dev/null 2>&1; then
     step nvtx_nsys plugins 240 bash -c 'rm -f "$1".nsys-rep "$1".sqlite
       nsys profile -t nvtx,cuda -o "$1" --force-overwrite true "$2" --mode threads --devs 0,0 --quick --colls AllReduce --dtypes float32 --failures-only || exit 1
