@@ -379,23 +379,26 @@ fn plugin_net_cost(link: &NetLink) -> HostLinkCost {
 }
 
 /// NET channels a communicator connects, out of its budget `nchannels` and the transport's most,
-/// `max`: enough that every channel's Simple rate (NET_COST's per channel) adds up to the link's
-/// bandwidth (the built-in Socket net's, NET_COST's, when `net` is `None`: 4 channels), never
-/// fewer than the two NCCL gives a NET peer (a link often carries more than its report) nor than
-/// `least`, the channels the user asks for at least (NCCL_MIN_NCHANNELS, the config's minCTAs:
-/// NCCL copies its rings up to them), and no more than a plugin's `maxComms`. More would never be
-/// picked by the tuner unless asked for, as it prices no channel past the link's bandwidth, yet
-/// each costs pinned memory and a receive the proxy thread polls every round. The tuner still
-/// picks, per collective, how many to use ([`asked_channels`]).
+/// `max`: over the built-in Socket net enough that every channel's Simple rate (NET_COST's per
+/// channel) adds up to its measured bandwidth (4 channels); through a plugin the two NCCL gives a
+/// NIC (its rings doubled), whatever speed it reports. A plugin's channels all go through the
+/// one proxy thread of each process, whose work a faster link does not shrink: through the test
+/// plugin reporting 100 Gbps, six channels (the link's 12.5 GB/s at 2.3 a channel) ran 1.14x
+/// slower than two in the geometric mean of every collective at 64 KB-64 MB, over two hosts and
+/// over four: 0.96-1.08x NCCL there, two 1.10-1.23x (docs/NET.md, "What a net plugin's
+/// properties change"). Never
+/// fewer than `least`, the channels the user asks for at least (NCCL_MIN_NCHANNELS, the config's
+/// minCTAs: NCCL copies its rings up to them), and no more than a plugin's `maxComms`. The tuner
+/// still picks, per collective, how many to use ([`asked_channels`]).
 pub fn net_channels(net: Option<&NetLink>, nchannels: usize, max: usize, least: usize) -> usize {
-    const FLOOR: usize = 2;
+    const PER_NIC: usize = 2;
     let most = nchannels.min(max).max(1);
     let simple = FN_PROTO_SIMPLE as usize;
-    let (gbps, most) = match net {
-        None => (NET_COST.gbps[simple], most),
-        Some(link) => (link.gbps(), most.min(link.max_comms)),
+    let (wanted, most) = match net {
+        None => ((NET_COST.gbps[simple] / NET_COST.channel_gbps[simple]).ceil() as usize, most),
+        Some(link) => (PER_NIC, most.min(link.max_comms)),
     };
-    ((gbps / NET_COST.channel_gbps[simple]).ceil() as usize).max(FLOOR).max(least).clamp(1, most)
+    wanted.max(PER_NIC).max(least).clamp(1, most)
 }
 
 /// What the tuner takes of a NET link, for `ferronickel plan`: one hop of Simple on one channel

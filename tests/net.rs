@@ -234,10 +234,10 @@ fn a_net_plugins_properties_price_net_and_size_its_channels_in_plan() {
         (Some(4), Some(36.0), Some(8.2))
     );
     assert_eq!(socket["ring_channels"], 4);
-    // 10 Gbps (1.25 GB/s) is one channel's worth, but at least two are connected; 100 Gbps
-    // (12.5 GB/s) six of 2.3 GB/s each.
+    // Through a plugin two channels, NCCL's for a NIC, whatever the speed it reports (10 Gbps,
+    // 1.25 GB/s; 100 Gbps, 12.5), which prices the link.
     for (plan, speed, latency, max_comms, channels, hop, gbps) in
-        [(&slow, 10_000, 0.0, 1024, 2, 36.0, 1.25), (&fast, 100_000, 5.0, 65536, 6, 41.0, 12.5)]
+        [(&slow, 10_000, 0.0, 1024, 2, 36.0, 1.25), (&fast, 100_000, 5.0, 65536, 2, 41.0, 12.5)]
     {
         let net = &plan["net_link"];
         assert_eq!(net["net"], "fn-tcp-lo", "{net}");
@@ -252,11 +252,11 @@ fn a_net_plugins_properties_price_net_and_size_its_channels_in_plan() {
         );
         assert_eq!(plan["ring_channels"], channels);
     }
-    // Large all-reduces: the fast link runs on more channels than Socket and is modelled faster,
-    // the slow one on one channel and slower; small ones pay the fast link's 5 us per hop.
+    // Large all-reduces: the fast link on both its channels, modelled faster than the slow one on
+    // one (its 1.25 GB/s), Socket on its four fastest; small ones pay the fast link's 5 us a hop.
     let (s, sl, f) = (all_reduce_at(&socket, 1 << 30), all_reduce_at(&slow, 1 << 30), all_reduce_at(&fast, 1 << 30));
-    assert_eq!((s.0, sl.0, f.0), (4, 1, 6));
-    assert!(f.1 < s.1 && s.1 < sl.1, "fast {f:?}, Socket {s:?}, slow {sl:?}");
+    assert_eq!((s.0, sl.0, f.0), (4, 1, 2));
+    assert!(s.1 < f.1 && f.1 < sl.1, "fast {f:?}, Socket {s:?}, slow {sl:?}");
     let (s, f) = (all_reduce_at(&socket, 16), all_reduce_at(&fast, 16));
     assert_eq!((s.0, f.0), (1, 1));
     assert!((f.1 - s.1 - 5.0).abs() < 1e-6, "fast {f:?}, Socket {s:?}");
