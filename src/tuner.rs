@@ -386,10 +386,10 @@ fn plugin_net_cost(link: &NetLink) -> HostLinkCost {
 /// plugin reporting 100 Gbps, six channels (the link's 12.5 GB/s at 2.3 a channel) ran 1.14x
 /// slower than two in the geometric mean of every collective at 64 KB-64 MB, over two hosts and
 /// over four: 0.96-1.08x NCCL there, two 1.10-1.23x (docs/NET.md, "What a net plugin's
-/// properties change"). Never
-/// fewer than `least`, the channels the user asks for at least (NCCL_MIN_NCHANNELS, the config's
-/// minCTAs: NCCL copies its rings up to them), and no more than a plugin's `maxComms`. The tuner
-/// still picks, per collective, how many to use ([`asked_channels`]).
+/// properties change"). Never fewer than `least`, the channels the user asks for at least
+/// (NCCL_MIN_NCHANNELS, the config's minCTAs: NCCL copies its rings up to them), and no more than
+/// a plugin's `maxComms`. The tuner still picks, per collective, how many to use
+/// ([`asked_channels`]).
 pub fn net_channels(net: Option<&NetLink>, nchannels: usize, max: usize, least: usize) -> usize {
     const PER_NIC: usize = 2;
     let most = nchannels.min(max).max(1);
