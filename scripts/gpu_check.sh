@@ -528,6 +528,19 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
       _ "$LOG/check_net_recdbl_$H.log" "$CHK" --mode procs --devs $(seq -s, 1 $H | sed 's/[0-9]*/0/g') --hosts $H \
       --quick --failures-only --colls AllReduce,AllGather,ReduceScatter
   done
+  # Hosts of several ranks (ranks numbered host by host): recursive doubling pairs ranks of one
+  # host in some exchanges and ranks of two hosts in the others, and across hosts of two ranks a
+  # direct reduce's root takes in from its own host and the others. The log must show recursive
+  # doubling, and direct collectives where hosts hold two ranks and none where they hold four.
+  # RANKS:HOSTS:DIRECT.
+  for L in 4:2:1 8:4:1 8:2:0; do
+    IFS=: read -r R H D <<< "$L"
+    step check_net_onehop_${R}r_${H}h net 240 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING "${@:3}"; rc=$?
+      d=$(grep -c -- "-> algo RecDoubling" "$1"); r=$(grep -c -- "-> algo Direct" "$1")
+      echo "collectives by recursive doubling: $d, direct: $r"; [ $rc = 0 ] && [ "$d" -gt 0 ] && [ $((r > 0)) = "$2" ]' \
+      _ "$LOG/check_net_onehop_${R}r_${H}h.log" "$D" "$CHK" --mode procs --devs $(seq -s, 1 $R | sed 's/[0-9]*/0/g') \
+      --hosts $H --quick --failures-only --colls AllReduce,AllGather,ReduceScatter,Broadcast,Reduce
+  done
   # Direct broadcast and reduce between 3 hosts of one rank each, each protocol forced (LL and
   # LL128: one collective work; Simple: the broadcast as the root's sends); the log must show it.
   for P in LL LL128 Simple; do

@@ -525,24 +525,35 @@ const DIRECT_REDUCE_ROOT_BYTES: usize = 1 << 20;
 const DIRECT_MAX_RANKS: usize = 8;
 
 /// Whether a broadcast or reduce of `bytes` runs direct, between the root and every rank (one hop)
-/// instead of along the ring (n - 1 hops): across hosts of one rank each over NET, from three
-/// ranks on (two are one hop either way), while the root's bytes stay under [`DIRECT_ROOT_BYTES`]
+/// instead of along the ring (n - 1 hops): across hosts over NET, from three ranks on (two are
+/// one hop either way), while the root's bytes stay under [`DIRECT_ROOT_BYTES`]
 /// (broadcast: the root's sends, `plan::kernels::direct_p2p`) or [`DIRECT_REDUCE_ROOT_BYTES`]
 /// (reduce: `FN_ALGO_DIRECT`). Four processes as hosts on one H200: a broadcast of 8 B in 31 µs
 /// where the ring takes 36 and NCCL's 34 (docs/NET.md, "Direct broadcast and reduce"). Like the
 /// one-shot all-reduce, no tuner plugin is offered it: NCCL has no index for it. Every input is
 /// the same on every rank.
+///
+/// Where hosts hold several ranks the ring crosses NET only between hosts, while the root still
+/// sends or takes in a message over NET for every rank elsewhere, one after another through its
+/// proxy: a reduce runs direct across hosts of at most two ranks (its chain leaves the root's host
+/// and comes back, so it crosses NET once a host where the direct reduce crosses once), a
+/// broadcast (whose chain ends on the last host) only across hosts of one rank. On 2× H200 against
+/// the ring: reduce of 8 B–256 KB 1.06–1.37× faster over two hosts of two ranks, 1.06–1.46× to
+/// 128 KB over four; broadcast 0.75–0.88× over two hosts of two ranks, over four 0.90–0.97× to
+/// 64 B and 1.02–1.27× above, over two hosts of four 0.71–0.89× (docs/NET.md, "Hosts of several
+/// ranks").
 pub fn direct(kind: CollKind, bytes: usize, shape: &CommShape, allowed: &Allowed) -> bool {
     let n = shape.nranks;
-    let cap = match kind {
-        CollKind::Broadcast => DIRECT_ROOT_BYTES,
-        CollKind::Reduce => DIRECT_REDUCE_ROOT_BYTES,
+    let (cap, ranks_a_host) = match kind {
+        CollKind::Broadcast => (DIRECT_ROOT_BYTES, 1),
+        CollKind::Reduce => (DIRECT_REDUCE_ROOT_BYTES, 2),
         _ => return false,
     };
     allowed.direct_for(kind)
         && allowed.ring_for(kind)
         && shape.link == Link::Net
-        && shape.tree.nhosts == n
+        && shape.tree.nhosts >= 2
+        && n <= ranks_a_host * shape.tree.nhosts
         && (3..=DIRECT_MAX_RANKS).contains(&n)
         && bytes > 0
         && (n - 1).saturating_mul(bytes) <= cap
@@ -555,6 +566,13 @@ pub fn direct(kind: CollKind, bytes: usize, shape: &CommShape, allowed: &Allowed
 /// against 369–379 (docs/NET.md, "Recursive doubling").
 const RECDBL_MAX_ALLREDUCE: usize = 128 << 10;
 const RECDBL_MAX_ALLGATHER: usize = 512 << 10;
+/// The most bytes of a recursive-doubling all-reduce or all-gather where hosts hold several ranks:
+/// the ring's hops inside a host are cheap there, and the exchanges over NET move everything on
+/// one channel. On 2× H200, over four hosts of two ranks and two of four, the all-gather of
+/// 256–512 KB took 1.2–1.3× the ring's time and was level at 128 KB; the all-reduce of 128 KB took
+/// 2.4–2.9× the ring's time in three of six runs (1.15× faster over two hosts of two), of 64 KB
+/// it ran 1.18–1.35× faster (docs/NET.md, "Hosts of several ranks").
+const RECDBL_MAX_SHARED_HOSTS: usize = 64 << 10;
 /// A reduce-scatter all-reduces its whole input in the communicator's scratch, where the ring
 /// moves each byte once: it pays up to 2 KiB of output a rank. Four hosts: 8 KB of input 62–63 µs
 /// against 65–66, 16 KB 68–71 against 67–68; eight: 16 KB 114–118 against 160–163, 64 KB 204–206
@@ -562,10 +580,14 @@ const RECDBL_MAX_ALLGATHER: usize = 512 << 10;
 const RECDBL_MAX_REDUCESCATTER_PER_RANK: usize = 2 << 10;
 
 /// Whether recursive doubling can run on a communicator of `nranks` ranks over `nhosts` hosts
-/// linked by `link` at all: a power of two of hosts of one rank each over NET, from four (two are
-/// one hop either way). Init gives such a communicator the reduce-scatter's scratch.
+/// linked by `link` at all: a power of two of ranks, from four (two are one hop either way), across
+/// hosts over NET. Where a host holds several ranks, some exchanges pair ranks of one host (P2P or
+/// SHM, connected at init) and the others cross hosts: with ranks numbered host by host, as
+/// launchers number them, two hosts of two ranks make one hop over NET and one inside a host where
+/// the ring makes two over NET and one inside. Init gives such a communicator the
+/// reduce-scatter's scratch.
 pub fn recursive_doubling_shape(nranks: usize, nhosts: usize, link: Link) -> bool {
-    link == Link::Net && nhosts == nranks && nranks >= 4 && nranks.is_power_of_two()
+    link == Link::Net && nhosts >= 2 && nranks >= 4 && nranks.is_power_of_two()
 }
 
 /// Whether an all-reduce, all-gather or reduce-scatter of `bytes` (all-gather: its output;
@@ -575,7 +597,9 @@ pub fn recursive_doubling_shape(nranks: usize, nhosts: usize, link: Link) -> boo
 /// [`RECDBL_MAX_ALLGATHER`] or [`RECDBL_MAX_REDUCESCATTER_PER_RANK`] a rank. Like the direct broadcast and reduce, no tuner plugin is offered
 /// it (NCCL has no index for it), and NCCL_ALGO as a list of algorithms to use leaves it out.
 pub fn recursive_doubling(kind: CollKind, bytes: usize, shape: &CommShape, allowed: &Allowed) -> bool {
+    let shared_hosts = shape.tree.nhosts < shape.nranks;
     let cap = match kind {
+        CollKind::AllReduce | CollKind::AllGather if shared_hosts => RECDBL_MAX_SHARED_HOSTS,
         CollKind::AllReduce => RECDBL_MAX_ALLREDUCE,
         CollKind::AllGather => RECDBL_MAX_ALLGATHER,
         CollKind::ReduceScatter => (RECDBL_MAX_REDUCESCATTER_PER_RANK * shape.nranks).min(FN_RECDBL_SCRATCH as usize),

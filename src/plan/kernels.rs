@@ -394,6 +394,17 @@ mod tests {
         assert!(direct_peers(&ar, &SHAPE, &Allowed::ALL).is_empty(), "one host");
         let w = coll_work(&ag, &eight(0), &Allowed::ALL);
         assert_eq!((w.algo as u32, w.nChannels), (abi::FN_ALGO_RECDBL, 1));
+        // Two hosts of two ranks (0, 1 | 2, 3): the partner on the same host, then the one across.
+        let two_by_two = |rank| CommShape {
+            tree: crate::topo::tree::TreeShape { nhosts: 2, depth: 2, max_children: 1 },
+            ..four_hosts(rank)
+        };
+        assert_eq!(direct_peers(&rs, &two_by_two(1), &Allowed::ALL), vec![0, 3]);
+        let Task::Coll(reduce) = coll(CollKind::Reduce, types::ncclFloat32, abi::FN_OP_SUM, 2) else { unreachable!() };
+        let reduce = CollTask { root: 2, ..reduce };
+        assert_eq!(direct_peers(&reduce, &two_by_two(2), &Allowed::ALL), vec![0, 1, 3], "the root");
+        assert_eq!(direct_peers(&reduce, &two_by_two(0), &Allowed::ALL), vec![2]);
+        assert!(direct_peers(&bcast(2, 1, 1, 8), &two_by_two(0), &Allowed::ALL).is_empty(), "the ring");
     }
 
     /// A broadcast across hosts that the tuner sends direct in Simple is the root's sends to every

@@ -249,7 +249,9 @@ fn net_communicators_use_ll_for_small_messages_and_few_channels() {
 fn a_chains_store_and_forward_spreads_mid_size_broadcasts_over_channels() {
     let two_by_two =
         CommShape { link: Link::Net, tree: TreeShape { nhosts: 2, depth: 2, max_children: 2 }, ..shape(4, 4, 4) };
-    let allowed = Allowed::for_connections(4, true, false);
+    // The ring listed: a broadcast or reduce this size would otherwise run direct (one hop).
+    let listed = parse_restrictions(Some("ring"), None).unwrap();
+    let allowed = Allowed::for_connections(4, true, false).intersect(&listed);
     let behind = |kind, count| {
         let (hops, wire) = ring_shape(kind, 4.0, count as f64);
         price(
@@ -474,24 +476,30 @@ fn one_rank_hosts(n: usize) -> CommShape {
     CommShape { link: Link::Net, tree: TreeShape { nhosts: n, depth: 2, max_children: 2 }, ..shape(n, 4, 4) }
 }
 
+/// Four ranks over NET as two hosts of two ranks each, seen from rank 0.
+fn two_hosts_of_two() -> CommShape {
+    CommShape { tree: TreeShape { nhosts: 2, depth: 2, max_children: 1 }, ..one_rank_hosts(4) }
+}
+
 /// `runs` (whether an algorithm NCCL has no name for runs) holds across four hosts of one rank each
-/// over NET, and with NCCL_ALGO excluding others; not over SHM, not with two ranks a host, not
-/// where NCCL_ALGO lists the algorithms to use.
-fn only_net_hosts_of_one_rank_and_unlisted(runs: impl Fn(&CommShape, &Allowed) -> bool) {
+/// over NET, across two hosts of two ranks, and with NCCL_ALGO excluding others; not over SHM, not
+/// on one host whose ranks talk over NET, not where NCCL_ALGO lists the algorithms to use.
+fn only_across_net_hosts_and_unlisted(runs: impl Fn(&CommShape, &Allowed) -> bool) {
     let hosts = one_rank_hosts(4);
     assert!(runs(&hosts, &Allowed::ALL));
+    assert!(runs(&two_hosts_of_two(), &Allowed::ALL));
     assert!(!runs(&CommShape { link: Link::Shm, ..hosts.clone() }, &Allowed::ALL));
-    let two_per_host = CommShape { tree: TreeShape { nhosts: 2, depth: 2, max_children: 1 }, ..hosts.clone() };
-    assert!(!runs(&two_per_host, &Allowed::ALL));
+    let one_host = CommShape { tree: TreeShape::chain(4), ..hosts.clone() };
+    assert!(!runs(&one_host, &Allowed::ALL));
     assert!(!runs(&hosts, &parse_restrictions(Some("ring,tree"), None).unwrap()));
     assert!(runs(&hosts, &parse_restrictions(Some("^tree"), None).unwrap()));
 }
 
-/// A broadcast or reduce runs direct only across hosts of one rank each over NET, from three ranks
-/// on, up to the root's byte budget, and not where NCCL_ALGO lists the algorithms to use; both
-/// then pick the direct algorithm on one channel, in the protocol the root's bytes move fastest in.
+/// A broadcast or reduce runs direct only across hosts over NET, from three ranks on, up to the
+/// root's byte budget, and not where NCCL_ALGO lists the algorithms to use; both then pick the
+/// direct algorithm on one channel, in the protocol the root's bytes move fastest in.
 #[test]
-fn direct_only_across_hosts_of_one_rank_and_small_enough() {
+fn direct_only_across_hosts_and_small_enough() {
     let all = &Allowed::ALL;
     assert!(direct(CollKind::Broadcast, 8, &one_rank_hosts(4), all));
     assert!(direct(CollKind::Broadcast, 1 << 20, &one_rank_hosts(4), all));
@@ -500,7 +508,7 @@ fn direct_only_across_hosts_of_one_rank_and_small_enough() {
     assert!(!direct(CollKind::Broadcast, 8, &one_rank_hosts(2), all), "two ranks: one hop either way");
     assert!(!direct(CollKind::Broadcast, 8, &one_rank_hosts(9), all));
     assert!(!direct(CollKind::Broadcast, 0, &one_rank_hosts(4), all));
-    only_net_hosts_of_one_rank_and_unlisted(|shape, allowed| direct(CollKind::Broadcast, 8, shape, allowed));
+    only_across_net_hosts_and_unlisted(|shape, allowed| direct(CollKind::Reduce, 8, shape, allowed));
     let listed = parse_restrictions(Some("ring"), None).unwrap();
     assert!(!direct(CollKind::Broadcast, 8, &one_rank_hosts(4), &all.intersect(&listed)));
     assert!(direct(CollKind::Reduce, 256 << 10, &one_rank_hosts(4), all));
@@ -554,9 +562,7 @@ fn recursive_doubling_across_a_power_of_two_of_hosts() {
         assert!(!recursive_doubling(kind, 8, &one_rank_hosts(4), all), "{kind:?}");
     }
     assert!(!recursive_doubling(CollKind::AllReduce, 0, &one_rank_hosts(4), all));
-    only_net_hosts_of_one_rank_and_unlisted(|shape, allowed| {
-        recursive_doubling(CollKind::AllReduce, 8, shape, allowed)
-    });
+    only_across_net_hosts_and_unlisted(|shape, allowed| recursive_doubling(CollKind::AllReduce, 8, shape, allowed));
     let listed = parse_restrictions(Some("ring,tree"), None).unwrap();
     // The tuner picks it on one channel, LL for a few bytes; the ring when NCCL_ALGO lists it.
     for kind in [CollKind::AllReduce, CollKind::AllGather, CollKind::ReduceScatter] {
@@ -567,4 +573,38 @@ fn recursive_doubling_across_a_power_of_two_of_hosts() {
         assert_eq!(choose(kind, 2, 4, &one_rank_hosts(8), &simple).proto, FN_PROTO_SIMPLE, "{kind:?}");
     }
     assert_ne!(choose(CollKind::AllReduce, 1 << 20, 4, &one_rank_hosts(4), all).algo, FN_ALGO_RECDBL);
+}
+
+/// Two hosts of two ranks: the small all-reduce, all-gather, reduce-scatter and reduce take one
+/// hop over NET (recursive doubling, or the root's own connections) where the ring takes two, and
+/// the large ones keep the ring.
+#[test]
+fn two_hosts_of_two_ranks_run_small_collectives_in_one_hop_over_net() {
+    let (all, mixed) = (&Allowed::ALL, &two_hosts_of_two());
+    for kind in [CollKind::AllReduce, CollKind::AllGather, CollKind::ReduceScatter] {
+        let c = choose(kind, 2, 4, mixed, all);
+        assert_eq!((c.algo, c.proto, c.nchannels), (FN_ALGO_RECDBL, FN_PROTO_LL, 1), "{kind:?}");
+        assert_eq!(choose(kind, 16 << 20, 4, mixed, all).algo, FN_ALGO_RING, "{kind:?}");
+    }
+    // The all-reduce's and all-gather's caps are lower where hosts hold several ranks.
+    for kind in [CollKind::AllReduce, CollKind::AllGather] {
+        assert!(recursive_doubling(kind, RECDBL_MAX_SHARED_HOSTS, mixed, all), "{kind:?}");
+        assert!(!recursive_doubling(kind, RECDBL_MAX_SHARED_HOSTS + 4, mixed, all), "{kind:?}");
+    }
+    // A reduce goes direct across hosts of up to two ranks; a broadcast keeps the ring, which
+    // crosses NET once there.
+    let c = choose(CollKind::Reduce, 2, 4, mixed, all);
+    assert_eq!((c.algo, c.proto, c.nchannels), (FN_ALGO_DIRECT, FN_PROTO_LL, 1));
+    assert_eq!(choose(CollKind::Reduce, 16 << 20, 4, mixed, all).algo, FN_ALGO_RING);
+    assert_eq!(choose(CollKind::Broadcast, 2, 4, mixed, all).algo, FN_ALGO_RING);
+    let four_of_two = CommShape { nranks: 8, tree: TreeShape { nhosts: 4, ..mixed.tree }, ..mixed.clone() };
+    assert!(direct(CollKind::Reduce, 8, &four_of_two, all));
+    assert!(!direct(CollKind::Broadcast, 8, &four_of_two, all));
+    let two_of_four = CommShape { nranks: 8, ..mixed.clone() };
+    assert!(!direct(CollKind::Reduce, 8, &two_of_four, all));
+    assert!(recursive_doubling(CollKind::AllReduce, 8, &two_of_four, all));
+    // Three ranks, not a power of two: direct, but no recursive doubling.
+    let three = CommShape { nranks: 3, ..mixed.clone() };
+    assert!(direct(CollKind::Reduce, 8, &three, all));
+    assert!(!recursive_doubling(CollKind::AllReduce, 8, &three, all));
 }
