@@ -4,7 +4,7 @@
 //! planner, the communicator and the group code all import it and none of them imports another
 //! sideways or upwards.
 
-use crate::abi::{fnWork, FN_WORK_SEND};
+use crate::abi::{fnWork, FN_ALGO_DIRECT, FN_ALGO_RECDBL, FN_WORK_SEND};
 use crate::cuda::module::KernelId;
 use crate::cuda::CUstream;
 use crate::plugin::tuner::Session as TunerSession;
@@ -213,14 +213,26 @@ impl Launch {
     /// The connections' channels its works use, a bit each: a collective runs on channels
     /// 0..nChannels, a send or receive on `chan`.. for its parts.
     pub fn channels(&self) -> u64 {
-        let range = |from: usize, n: usize| (from..from + n).filter(|&c| c < 64).fold(0u64, |m, c| m | 1 << c);
-        self.works.iter().fold(0, |m, w| {
-            m | if (w.type_ as u32) < FN_WORK_SEND {
-                range(0, usize::from(w.nChannels))
-            } else {
-                range(w.chan.max(0) as usize, usize::from(w.nParts).max(1))
-            }
-        })
+        self.works.iter().fold(0, |m, w| m | work_channels(w))
+    }
+
+    /// Those of [`Launch::channels`] that works which may reach a peer connected at runtime use:
+    /// sends and receives, recursive doubling and direct collectives (the proxy tests such
+    /// connections' receives only for these).
+    pub fn off_ring_channels(&self) -> u64 {
+        let off_ring =
+            |w: &&fnWork| (w.type_ as u32) >= FN_WORK_SEND || matches!(w.algo as u32, FN_ALGO_RECDBL | FN_ALGO_DIRECT);
+        self.works.iter().filter(off_ring).fold(0, |m, w| m | work_channels(w))
+    }
+}
+
+/// The channels a work uses, a bit each (none past 63).
+fn work_channels(w: &fnWork) -> u64 {
+    let range = |from: usize, n: usize| (from..from + n).filter(|&c| c < 64).fold(0u64, |m, c| m | 1 << c);
+    if (w.type_ as u32) < FN_WORK_SEND {
+        range(0, usize::from(w.nChannels))
+    } else {
+        range(w.chan.max(0) as usize, usize::from(w.nParts).max(1))
     }
 }
 
@@ -251,5 +263,30 @@ mod tests {
         assert_eq!(launch(vec![work(FN_WORK_RECV, 0, 2, 0)]).channels(), 0b100);
         assert_eq!(launch(vec![work(FN_WORK_SEND, 0, 0, 4), work(FN_WORK_ALLREDUCE, 1, 0, 0)]).channels(), 0b1111);
         assert_eq!(launch(vec![work(FN_WORK_ALLREDUCE, 80, 0, 0)]).channels(), u64::MAX);
+    }
+
+    /// Only sends, receives, recursive doubling and direct collectives may reach a peer connected
+    /// at runtime: a ring or tree collective names no channel for such connections.
+    #[test]
+    fn a_launch_names_off_ring_channels_for_works_that_may_reach_runtime_peers() {
+        let coll = |algo: u32, nch: u16| fnWork {
+            type_: FN_WORK_ALLREDUCE as i32,
+            algo: algo as _,
+            nChannels: nch,
+            ..Default::default()
+        };
+        let recv = fnWork { type_: FN_WORK_RECV as i32, chan: 3, nParts: 1, ..Default::default() };
+        let launch = |works: Vec<fnWork>| Launch {
+            kernel: KernelId::COPY,
+            grid: 1,
+            stream: std::ptr::null_mut(),
+            joined: vec![],
+            works,
+        };
+        let ring = launch(vec![coll(crate::abi::FN_ALGO_RING, 4)]);
+        assert_eq!((ring.channels(), ring.off_ring_channels()), (0b1111, 0));
+        let mixed = launch(vec![coll(crate::abi::FN_ALGO_RING, 2), coll(FN_ALGO_RECDBL, 1), recv]);
+        assert_eq!((mixed.channels(), mixed.off_ring_channels()), (0b1011, 0b1001));
+        assert_eq!(launch(vec![coll(FN_ALGO_DIRECT, 1)]).off_ring_channels(), 0b1);
     }
 }

@@ -209,7 +209,9 @@ impl Comm {
         let (gpu, res) = self.gpu()?;
         let _g = gpu.ctx.enter()?;
         if let Some(w) = &self.proxy_waker {
-            w.wake(launches.iter().fold(0, |m, l| m | l.channels()));
+            let (all, off_ring) =
+                launches.iter().fold((0, 0), |(a, o), l| (a | l.channels(), o | l.off_ring_channels()));
+            w.wake(all, off_ring);
         }
         let mut st = gpu.launch_state.lock();
         for (l, kernel) in launches.iter().zip(kernels) {

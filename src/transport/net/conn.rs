@@ -479,7 +479,7 @@ impl NetTransport {
         let who = Peers::of(bootstrap, &handles, &challenges, &setup.names);
         let conns: Vec<(usize, usize)> = (0..nch).map(|ch| (peer, ch)).collect();
         let links = establish(net, &mut *listener, &who, &conns, deadline)?;
-        self.add(links, &who, alloc)
+        self.add(links, &who, alloc, true)
     }
 
     /// Gives each link its host block and hands it to the proxy.
@@ -512,7 +512,7 @@ impl NetTransport {
             profiler: setup.profiler.clone(),
             launches: Arc::default(),
         };
-        t.add(links, who, alloc)?;
+        t.add(links, who, alloc, false)?;
         crate::nccl_info!(
             Subsys::INIT | Subsys::NET,
             "NET/{net_name}: rank {} has {} connections through the proxy of device {}",
@@ -523,8 +523,15 @@ impl NetTransport {
         Ok(t)
     }
 
-    /// Gives each link its host block and hands it to the proxy.
-    fn add(&mut self, links: Vec<Link>, who: &Peers, alloc: &dyn Fn(usize) -> Result<HostBlock>) -> Result<()> {
+    /// Gives each link its host block and hands it to the proxy; `runtime`: made after init, for
+    /// a peer off the ring (`proxy::Launches`).
+    fn add(
+        &mut self,
+        links: Vec<Link>,
+        who: &Peers,
+        alloc: &dyn Fn(usize) -> Result<HostBlock>,
+        runtime: bool,
+    ) -> Result<()> {
         let layout = self.layout;
         let t = self;
         for (peer, ch, send, recv) in links {
@@ -539,7 +546,7 @@ impl NetTransport {
             let what = format!("{}, channel {ch}", who.name(peer));
             let trace = t.profiler.clone().map(|profiler| TraceInfo { profiler, peer, channel: ch });
             let entry = Entry::new(send, recv, block.clone(), layout, what, t.fault.clone(), trace.as_ref())?
-                .launched_by(t.launches.clone(), ch);
+                .launched_by(t.launches.clone(), ch, runtime);
             t.ids.push(t.proxy.add(entry));
             t.blocks.insert((peer, ch), block);
         }

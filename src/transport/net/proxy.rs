@@ -128,6 +128,8 @@ pub struct Entry {
     /// The communicator's launches ([`Launches`]), and this connection's channel.
     launches: Arc<Launches>,
     channel: usize,
+    /// Made at runtime, for a peer off the ring ([`Launches`]).
+    off_ring: bool,
 }
 
 impl Entry {
@@ -164,19 +166,21 @@ impl Entry {
             active: Instant::now(),
             launches: Arc::default(),
             channel: 0,
+            off_ring: false,
         })
     }
 
-    /// Makes the connection hot whenever a launch of `launches`' communicator names `channel`.
-    pub fn launched_by(mut self, launches: Arc<Launches>, channel: usize) -> Entry {
-        (self.launches, self.channel) = (launches, channel);
+    /// Makes the connection hot whenever a launch of `launches`' communicator names `channel`;
+    /// for one made at runtime (`off_ring`), a launch that may reach such peers ([`Launches`]).
+    pub fn launched_by(mut self, launches: Arc<Launches>, channel: usize, off_ring: bool) -> Entry {
+        (self.launches, self.channel, self.off_ring) = (launches, channel, off_ring);
         self
     }
 
     /// Whether this round tests the receive: a sweep, a recent move, or a launch on its channel
     /// (see [`HOT`]).
     fn hot(&self, now: Instant, sweep: bool) -> bool {
-        sweep || now - self.active < HOT || self.launches.named(self.channel, now, self.active)
+        sweep || now - self.active < HOT || self.launches.named(self.channel, self.off_ring, now, self.active)
     }
 
     /// One round over both halves, the receiving one only if `recv` (see [`HOT`]): (anything
@@ -311,15 +315,20 @@ impl Entry {
 }
 
 /// When a communicator's launches last named each channel, in microseconds since the struct was
-/// made (0: never).
+/// made (0: never): `at` by any launch, `off_ring_at` by a launch whose works may reach a peer
+/// connected at runtime (recursive doubling, a direct root, a send or receive). Such a peer's
+/// connection is hot only for the latter: a ring launch on its channel never uses it, and testing
+/// its receive every round lengthens the round the ring's steps wait through.
 pub struct Launches {
     epoch: Instant,
     at: [AtomicU64; FN_MAX_CHANNELS as usize],
+    off_ring_at: [AtomicU64; FN_MAX_CHANNELS as usize],
 }
 
 impl Default for Launches {
     fn default() -> Launches {
-        Launches { epoch: Instant::now(), at: [const { AtomicU64::new(0) }; FN_MAX_CHANNELS as usize] }
+        let never = || [const { AtomicU64::new(0) }; FN_MAX_CHANNELS as usize];
+        Launches { epoch: Instant::now(), at: never(), off_ring_at: never() }
     }
 }
 
@@ -329,19 +338,23 @@ impl Launches {
         (t.saturating_duration_since(self.epoch).as_micros() as u64).max(1)
     }
 
-    fn name(&self, channels: u64) {
+    fn name(&self, channels: u64, off_ring: u64) {
         let now = self.stamp(Instant::now());
-        for (c, at) in self.at.iter().enumerate() {
-            if channels >> c & 1 == 1 {
-                at.store(now, Ordering::Relaxed);
+        for (stamps, mask) in [(&self.at, channels | off_ring), (&self.off_ring_at, off_ring)] {
+            for (c, at) in stamps.iter().enumerate() {
+                if mask >> c & 1 == 1 {
+                    at.store(now, Ordering::Relaxed);
+                }
             }
         }
     }
 
-    /// Whether a launch named `channel` less than [`LAUNCHED`] ago, or after `moved` (when its
+    /// Whether a launch named `channel` (for a connection made at runtime, `off_ring`, a launch
+    /// that may reach such peers) less than [`LAUNCHED`] ago, or after `moved` (when its
     /// connection last moved) and less than [`LAUNCH_SPIN`] ago.
-    fn named(&self, channel: usize, now: Instant, moved: Instant) -> bool {
-        let at = self.at.get(channel).map_or(0, |a| a.load(Ordering::Relaxed));
+    fn named(&self, channel: usize, off_ring: bool, now: Instant, moved: Instant) -> bool {
+        let stamps = if off_ring { &self.off_ring_at } else { &self.at };
+        let at = stamps.get(channel).map_or(0, |a| a.load(Ordering::Relaxed));
         let age = self.stamp(now).saturating_sub(at);
         at != 0
             && (age < LAUNCHED.as_micros() as u64 || (age < LAUNCH_SPIN.as_micros() as u64 && at > self.stamp(moved)))
@@ -366,10 +379,11 @@ pub struct Waker {
 }
 
 impl Waker {
-    /// `channels`: a bit per channel the launch's kernels use. Cheap when the thread is polling
-    /// already: a store per channel and one more, and a futex wake only if it sleeps.
-    pub fn wake(&self, channels: u64) {
-        self.launches.name(channels);
+    /// `channels`: a bit per channel the launch's kernels use; `off_ring`: those of them its works
+    /// that may reach a peer connected at runtime use ([`Launches`]). Cheap when the thread is
+    /// polling already: a store per channel and one more, and a futex wake only if it sleeps.
+    pub fn wake(&self, channels: u64, off_ring: u64) {
+        self.launches.name(channels, off_ring);
         self.woken.store(true, Ordering::Release);
         self.thread.unpark();
     }
@@ -552,23 +566,32 @@ mod tests {
     }
 
     /// A launch makes the connections of the channels it names hot for a while, no others, and
-    /// those that have not moved since it until they do (at most LAUNCH_SPIN).
+    /// those that have not moved since it until they do (at most LAUNCH_SPIN); a connection made
+    /// at runtime only for a launch that may reach such peers.
     #[test]
     fn launches_name_their_channels_for_a_while() {
         let l = Launches::default();
         let before = Instant::now();
-        assert!(!(0..64).any(|c| l.named(c, before, before)), "nothing is named before a launch");
+        assert!(!(0..64).any(|c| l.named(c, false, before, before)), "nothing is named before a launch");
         std::thread::sleep(Duration::from_millis(1));
-        l.name(1 << 0 | 1 << 5 | 1 << 63);
+        l.name(1 << 0 | 1 << 5 | 1 << 63, 0);
         let now = Instant::now();
-        let named: Vec<usize> = (0..64).filter(|&c| l.named(c, now, now)).collect();
+        let named: Vec<usize> = (0..64).filter(|&c| l.named(c, false, now, now)).collect();
         assert_eq!(named, [0, 5, 63]);
-        assert!(!l.named(64, now, before), "no channel 64");
+        assert!(!(0..64).any(|c| l.named(c, true, now, now)), "a ring launch leaves runtime connections cold");
+        assert!(!l.named(64, false, now, before), "no channel 64");
         let later = now + LAUNCHED + Duration::from_millis(1);
-        assert!(!l.named(5, later, now), "a launch's mark wears off once its connection moved");
-        assert!(l.named(5, later, before), "a connection that has not moved since stays hot");
-        assert!(!l.named(1, later, before), "only on the channels named");
-        assert!(!l.named(5, now + LAUNCH_SPIN + Duration::from_millis(1), before), "but not forever");
+        assert!(!l.named(5, false, later, now), "a launch's mark wears off once its connection moved");
+        assert!(l.named(5, false, later, before), "a connection that has not moved since stays hot");
+        assert!(!l.named(1, false, later, before), "only on the channels named");
+        assert!(!l.named(5, false, now + LAUNCH_SPIN + Duration::from_millis(1), before), "but not forever");
+        l.name(1 << 1, 1 << 2);
+        let now = Instant::now();
+        let (ring, off): (Vec<usize>, Vec<usize>) = (
+            (0..64).filter(|&c| l.named(c, false, now, now)).collect(),
+            (0..64).filter(|&c| l.named(c, true, now, now)).collect(),
+        );
+        assert_eq!((ring, off), (vec![0, 1, 2, 5, 63], vec![2]), "a launch reaching peers off the ring names both");
     }
 
     /// A comm that never sees a byte, and counts how often it is asked to keep its path warm.
@@ -626,7 +649,7 @@ mod tests {
         let id = proxy.add(e);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(warms.load(Ordering::Relaxed), 0, "no launch awaited, no warm-up");
-        proxy.waker(Arc::default()).wake(1);
+        proxy.waker(Arc::default()).wake(1, 0);
         std::thread::sleep(Duration::from_millis(20));
         let during = warms.load(Ordering::Relaxed);
         // About 200 in 20 ms; a loaded machine's thread may run a fraction of the time.
@@ -645,7 +668,7 @@ mod tests {
         let waker = proxy.waker(Arc::default());
         for _ in 0..3 {
             std::thread::sleep(SPIN * 2);
-            waker.wake(1);
+            waker.wake(1, 0);
             let end = Instant::now() + Duration::from_secs(10);
             while proxy.inner.woken.load(Ordering::Acquire) {
                 assert!(Instant::now() < end, "the proxy thread never took the wake-up");
