@@ -259,11 +259,12 @@ fn steps_cross_byte_for_byte(plugin: bool) {
         }
     });
     assert!(f0.lock().is_empty() && f1.lock().is_empty(), "faults: {:?} {:?}", f0.lock(), f1.lock());
-    // The kernels' view: host FIFOs, tails for Simple and LL128 (LL is untailed), sizes on the send side.
+    // The kernels' view: host FIFOs, tails for Simple and LL128 (an LL sender publishes none, an
+    // LL receiver waits for the proxy's), sizes on the send side.
     let c = t0.conn(1, 1).unwrap();
     let b = t0.block(1, 1).unwrap();
     assert_eq!(c.send.flags, FN_CONN_TAIL_LL128);
-    assert_eq!(c.recv.flags, FN_CONN_TAIL_LL128);
+    assert_eq!(c.recv.flags, FN_CONN_TAIL_LL128 | FN_CONN_RECV_TAIL_LL);
     assert_eq!(c.send.sizes as u64, b.dev(proxy::SEND_SIZES));
     assert_eq!(c.recv.buffs[FN_PROTO_LL as usize] as u64, b.dev(l.recv_fifo(FN_PROTO_LL)));
     assert!(t0.conn(1, 2).is_none() && t0.conn(0, 0).is_none());
@@ -273,10 +274,11 @@ fn steps_cross_byte_for_byte(plugin: bool) {
     assert!(f1.lock().is_empty(), "{:?}", f1.lock());
 }
 
-/// An LL step publishes no tail over NET (kernels/README.md): the proxy sends it once its size word
-/// is there and every line carries the step's flag, not before, and empties the word; the
-/// receiving kernel, which polls the lines' flags, finds every line whole. Three rounds of the
-/// slots, the last line of each step stored late.
+/// An LL step's sender publishes no tail over NET (kernels/README.md): the proxy sends it once its
+/// size word is there and every line carries the step's flag, not before, and empties the word;
+/// the receiving proxy publishes the step's tail once all of it has landed, and the receiving
+/// kernel, which waits for that tail, then finds every line whole. Three rounds of the slots, the
+/// last line of each step stored late.
 #[test]
 fn untailed_ll_steps_go_out_once_every_line_carries_its_flag() {
     untailed_ll_steps(false);
@@ -319,8 +321,9 @@ fn untailed_ll_steps(plugin: bool) {
             assert!(!arrived(0), "step {s} went out before its last line carried the flag");
         }
         store(sb, send_at, lines - 1);
+        wait_for(&format!("step {s}'s tail"), || rb.load_u64(proxy::RECV_TAIL) > s);
         for i in 0..lines {
-            wait_for(&format!("step {s}, line {i}"), || arrived(i));
+            assert!(arrived(i), "step {s}, line {i}: the tail came before the line");
             let v = rb.load_u32(recv_at + 16 * i) as u64 | (rb.load_u32(recv_at + 16 * i + 8) as u64) << 32;
             assert_eq!(v, word(s, i), "step {s}, line {i}");
         }

@@ -390,8 +390,7 @@ impl RecvSide {
 /// wrote there with that flag, as an LL step there would have left them: the next LL step in that
 /// slot waits for a flag FN_NSTEPS later, so none takes these bytes for its lines. A Simple slot
 /// needs no stamp: its kernel reads it only once tail passes its step. The kernel reads neither
-/// slot until tail passes this step (an LL step: until its lines carry its flag, which the copy
-/// writes).
+/// slot until tail passes this step.
 fn move_out(blk: &HostBlock, from: usize, to: usize, bytes: usize, got: usize, ll_flag: Option<u32>) {
     // SAFETY: both ranges are in the block (checked by `ptr`), the landing slot is the proxy's
     // until tail passes this step and the step's own slot is free until then; they do not overlap.
