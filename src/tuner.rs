@@ -570,7 +570,7 @@ const RECDBL_MAX_ALLGATHER: usize = 512 << 10;
 /// the ring's hops inside a host are cheap there, and the exchanges over NET move everything on
 /// one channel. On 2× H200, over four hosts of two ranks and two of four, the all-gather of
 /// 256–512 KB took 1.2–1.3× the ring's time and was level at 128 KB; the all-reduce of 128 KB took
-/// 2.4–2.9× the ring's time in three of six runs (1.15× faster over two hosts of two), of 64 KB
+/// 2.4–2.9× the ring's time in three of ten runs (1.11–1.12× faster over two hosts of two), of 64 KB
 /// it ran 1.18–1.35× faster (docs/NET.md, "Hosts of several ranks").
 const RECDBL_MAX_SHARED_HOSTS: usize = 64 << 10;
 /// A reduce-scatter all-reduces its whole input in the communicator's scratch, where the ring

@@ -36,8 +36,9 @@
 //! as NCCL posts its proxy ops at enqueue, and it then polls until something moves (at most
 //! [`LAUNCH_SPIN`]), as NCCL's proxy polls while an op is posted: the kernel may run long after
 //! its launch, behind the compute queued before it on its stream, and its first step should not
-//! wait for a nap to end. The wake-up names the channels the kernels use, so that a round asks
-//! only those connections (and ones that moved in the last millisecond) for bytes, as NCCL's
+//! wait for a nap to end. The wake-up names the channels the kernels use (and apart, those of
+//! works that may reach a peer connected at runtime: [`Launches`]), so that a round asks only
+//! those connections (and ones that moved in the last millisecond) for bytes, as NCCL's
 //! proxy progresses only the ops posted to it: a round is then shorter, and each step is noticed
 //! sooner (docs/NET.md, "Small steps"). While it waits for that first step, it has its comms keep
 //! the thread's send path warm ([`SendComm::warm`]): the kernel's TCP stack, idle a few
