@@ -241,6 +241,11 @@ mod tests {
     use super::*;
     use crate::abi::{FN_WORK_ALLREDUCE, FN_WORK_RECV};
 
+    /// A copy-kernel launch of `works`: only its works matter here.
+    fn launch(works: Vec<fnWork>) -> Launch {
+        Launch { kernel: KernelId::COPY, grid: 1, stream: std::ptr::null_mut(), joined: vec![], works }
+    }
+
     /// A launch names channels 0..nChannels for a collective and a p2p work's channels from its
     /// first for its parts; nothing past channel 63.
     #[test]
@@ -251,13 +256,6 @@ mod tests {
             chan,
             nParts: parts,
             ..Default::default()
-        };
-        let launch = |works: Vec<fnWork>| Launch {
-            kernel: KernelId::COPY,
-            grid: 1,
-            stream: std::ptr::null_mut(),
-            joined: vec![],
-            works,
         };
         assert_eq!(launch(vec![work(FN_WORK_ALLREDUCE, 3, 0, 0)]).channels(), 0b111);
         assert_eq!(launch(vec![work(FN_WORK_RECV, 0, 2, 0)]).channels(), 0b100);
@@ -276,13 +274,6 @@ mod tests {
             ..Default::default()
         };
         let recv = fnWork { type_: FN_WORK_RECV as i32, chan: 3, nParts: 1, ..Default::default() };
-        let launch = |works: Vec<fnWork>| Launch {
-            kernel: KernelId::COPY,
-            grid: 1,
-            stream: std::ptr::null_mut(),
-            joined: vec![],
-            works,
-        };
         let ring = launch(vec![coll(crate::abi::FN_ALGO_RING, 4)]);
         assert_eq!((ring.channels(), ring.off_ring_channels()), (0b1111, 0));
         let mixed = launch(vec![coll(crate::abi::FN_ALGO_RING, 2), coll(FN_ALGO_RECDBL, 1), recv]);
