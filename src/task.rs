@@ -210,19 +210,16 @@ impl Launch {
         self.works.iter().any(|w| (w.type_ as u32) >= FN_WORK_SEND)
     }
 
-    /// The connections' channels its works use, a bit each: a collective runs on channels
-    /// 0..nChannels, a send or receive on `chan`.. for its parts.
-    pub fn channels(&self) -> u64 {
-        self.works.iter().fold(0, |m, w| m | work_channels(w))
-    }
-
-    /// Those of [`Launch::channels`] that works which may reach a peer connected at runtime use:
-    /// sends and receives, recursive doubling and direct collectives (the proxy tests such
-    /// connections' receives only for these).
-    pub fn off_ring_channels(&self) -> u64 {
-        let off_ring =
-            |w: &&fnWork| (w.type_ as u32) >= FN_WORK_SEND || matches!(w.algo as u32, FN_ALGO_RECDBL | FN_ALGO_DIRECT);
-        self.works.iter().filter(off_ring).fold(0, |m, w| m | work_channels(w))
+    /// The connections' channels its works use, a bit each (a collective runs on channels
+    /// 0..nChannels, a send or receive on `chan`.. for its parts), and apart those that works which
+    /// may reach a peer connected at runtime use: sends and receives, recursive doubling and direct
+    /// collectives (the proxy tests such connections' receives only for these).
+    pub fn channels(&self) -> (u64, u64) {
+        self.works.iter().fold((0, 0), |(all, off_ring), w| {
+            let c = work_channels(w);
+            let reaches = (w.type_ as u32) >= FN_WORK_SEND || matches!(w.algo as u32, FN_ALGO_RECDBL | FN_ALGO_DIRECT);
+            (all | c, if reaches { off_ring | c } else { off_ring })
+        })
     }
 }
 
@@ -257,10 +254,10 @@ mod tests {
             nParts: parts,
             ..Default::default()
         };
-        assert_eq!(launch(vec![work(FN_WORK_ALLREDUCE, 3, 0, 0)]).channels(), 0b111);
-        assert_eq!(launch(vec![work(FN_WORK_RECV, 0, 2, 0)]).channels(), 0b100);
-        assert_eq!(launch(vec![work(FN_WORK_SEND, 0, 0, 4), work(FN_WORK_ALLREDUCE, 1, 0, 0)]).channels(), 0b1111);
-        assert_eq!(launch(vec![work(FN_WORK_ALLREDUCE, 80, 0, 0)]).channels(), u64::MAX);
+        assert_eq!(launch(vec![work(FN_WORK_ALLREDUCE, 3, 0, 0)]).channels().0, 0b111);
+        assert_eq!(launch(vec![work(FN_WORK_RECV, 0, 2, 0)]).channels(), (0b100, 0b100));
+        assert_eq!(launch(vec![work(FN_WORK_SEND, 0, 0, 4), work(FN_WORK_ALLREDUCE, 1, 0, 0)]).channels().0, 0b1111);
+        assert_eq!(launch(vec![work(FN_WORK_ALLREDUCE, 80, 0, 0)]).channels().0, u64::MAX);
     }
 
     /// Only sends, receives, recursive doubling and direct collectives may reach a peer connected
@@ -275,9 +272,9 @@ mod tests {
         };
         let recv = fnWork { type_: FN_WORK_RECV as i32, chan: 3, nParts: 1, ..Default::default() };
         let ring = launch(vec![coll(crate::abi::FN_ALGO_RING, 4)]);
-        assert_eq!((ring.channels(), ring.off_ring_channels()), (0b1111, 0));
+        assert_eq!(ring.channels(), (0b1111, 0));
         let mixed = launch(vec![coll(crate::abi::FN_ALGO_RING, 2), coll(FN_ALGO_RECDBL, 1), recv]);
-        assert_eq!((mixed.channels(), mixed.off_ring_channels()), (0b1011, 0b1001));
-        assert_eq!(launch(vec![coll(FN_ALGO_DIRECT, 1)]).off_ring_channels(), 0b1);
+        assert_eq!(mixed.channels(), (0b1011, 0b1001));
+        assert_eq!(launch(vec![coll(FN_ALGO_DIRECT, 1)]).channels(), (0b1, 0b1));
     }
 }

@@ -209,8 +209,7 @@ impl Comm {
         let (gpu, res) = self.gpu()?;
         let _g = gpu.ctx.enter()?;
         if let Some(w) = &self.proxy_waker {
-            let (all, off_ring) =
-                launches.iter().fold((0, 0), |(a, o), l| (a | l.channels(), o | l.off_ring_channels()));
+            let (all, off_ring) = launches.iter().map(Launch::channels).fold((0, 0), |(a, o), (c, r)| (a | c, o | r));
             w.wake(all, off_ring);
         }
         let mut st = gpu.launch_state.lock();

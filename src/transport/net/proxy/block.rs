@@ -81,9 +81,9 @@ impl Landing {
         }
     }
 }
-/// The line that carries a one-message step's size word, after its data: an LL line of the step
-/// (its flag in both halves) whose first word is the size word. No LL step reads it: the step's
-/// own lines end before it, and a later step in the slot waits for a later flag.
+/// The line that carries a one-message step's size word (its first 4 bytes), after its data. No
+/// kernel reads it: the step's own lines end before it, and a later step in the slot is read only
+/// once the tail has passed that step, whose own lines then cover what it reads.
 pub const WORD_LINE: usize = 16;
 
 /// Where each protocol's slots sit in a connection's host block (`slot_bytes`: NCCL_BUFFSIZE's

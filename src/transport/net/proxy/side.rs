@@ -92,11 +92,11 @@ impl SendSide {
             fence(Ordering::Acquire);
             if layout.inline(proto, bytes, self.landing) {
                 // One message from the slot: the data, then the word's line on the slot's next
-                // line, which the kernel leaves alone (it writes the step's `bytes` only).
+                // line, which the kernel leaves alone (it writes the step's `bytes` only). The
+                // rest of that line is not read: the receiving kernel reads a slot only once the
+                // proxy's tail has passed its step, and then only the step's own lines.
                 let len = Layout::inline_len(bytes);
-                let (word_at, stamp) = (at + len - WORD_LINE, u64::from(flag) << 32);
-                blk.store_u64(word_at, u64::from(word) | stamp);
-                blk.store_u64(word_at + 8, stamp);
+                blk.store_u32(at + len - WORD_LINE, word);
                 // SAFETY: the kernel does not write this slot again before head passes the step,
                 // which happens only once this send has completed.
                 let Some(r) = (unsafe { self.comm.isend(blk.ptr(at, len), len, TAG_SIZE, registered(&self.mr))? })
@@ -338,14 +338,7 @@ impl RecvSide {
                     } else {
                         if proto != landing.proto() {
                             let to = layout.recv_fifo(proto) + slot * layout.stride(proto);
-                            move_out(
-                                blk,
-                                landed,
-                                to,
-                                bytes,
-                                got,
-                                (landing == Landing::Ll).then_some((step + 1) as u32),
-                            );
+                            move_out(blk, landed, to, bytes);
                         }
                         self.landed(blk, step);
                         (moved, turn_over) = (true, true);
@@ -385,21 +378,14 @@ impl RecvSide {
     }
 }
 
-/// Moves a one-message step from the slot it landed in (`from`, `got` bytes with its word's line)
-/// to its own slot. Landed in an LL slot (`ll_flag`: the step's LL flag), it stamps the lines it
-/// wrote there with that flag, as an LL step there would have left them: the next LL step in that
-/// slot waits for a flag FN_NSTEPS later, so none takes these bytes for its lines. A Simple slot
-/// needs no stamp: its kernel reads it only once tail passes its step. The kernel reads neither
-/// slot until tail passes this step.
-fn move_out(blk: &HostBlock, from: usize, to: usize, bytes: usize, got: usize, ll_flag: Option<u32>) {
+/// Moves a one-message step's `bytes` from the slot it landed in (`from`) to its own slot (`to`).
+/// What it leaves in the landing slot needs no care: a kernel reads a slot only once the tail has
+/// passed the step whose lines it reads there, and those lines are then that step's (every
+/// protocol waits for the tail over NET, `FN_CONN_RECV_TAIL_LL`).
+fn move_out(blk: &HostBlock, from: usize, to: usize, bytes: usize) {
     // SAFETY: both ranges are in the block (checked by `ptr`), the landing slot is the proxy's
     // until tail passes this step and the step's own slot is free until then; they do not overlap.
     unsafe { std::ptr::copy_nonoverlapping(blk.ptr(from, bytes), blk.ptr(to, bytes), bytes) };
-    if let Some(flag) = ll_flag {
-        for half in (from..from + got).step_by(8) {
-            blk.store_u64(half, u64::from(flag) << 32);
-        }
-    }
 }
 
 impl Drop for RecvSide {
