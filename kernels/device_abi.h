@@ -101,16 +101,11 @@ enum fnConnFlags {
   /* The FIFO is in host memory (SHM, NET), where a 128-byte store does not arrive whole and a proxy
    * may fill the slot: LL128 publishes each step's tail after a system fence, as Simple does, and
    * the receiver waits for the tail before it reads the slot (LL128 flags are still written and
-   * checked). LL's 16-byte lines written by a GPU arrive whole over PCIe, each 8-byte half with its
-   * own flag, so an LL sender publishes no tail (over NET the sending proxy checks the lines'
-   * flags instead). */
+   * checked). LL's 16-byte lines arrive whole, each 8-byte half with its own flag: a GPU's 16-byte
+   * store over PCIe, and over NET the receiving proxy's, which lands a step away from the FIFO and
+   * then stores each half with one 8-byte store. So LL publishes no tail and its receiver polls the
+   * lines, as over P2P (over NET the sending proxy checks the lines' flags instead). */
   FN_CONN_TAIL_LL128 = 2,
-  /* Receive half only: a proxy's copy from the network fills the FIFO (NET). That copy (a socket's
-   * receive, a plugin's) does not store each 8-byte half of an LL line whole, data before flag: a
-   * reduce over three hosts read one half's stale data under its new flag. So the LL receiver
-   * waits for the step's tail, which the proxy publishes once the whole step has landed, before
-   * it reads the slot (the lines' flags are still checked). */
-  FN_CONN_RECV_TAIL_LL = 4,
 };
 
 /* fnConnSend.sizes entries: low bits the step's bytes (a slot is always smaller), top two its protocol. */

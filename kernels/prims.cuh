@@ -91,8 +91,8 @@ struct Prims {
       if (g.tid == 0 && S) publish(n * sizeof(T));
     } else {
       // The data carries its own flag (step + 1): no tail. The receiver frees the slot once the
-      // whole group has read it. Over host memory LL128 adds Simple's tail in both directions,
-      // and over NET LL's receiver waits for the proxy's tail (fnConnFlags).
+      // whole group has read it. Over host memory LL128 adds Simple's tail in both directions
+      // (fnConnFlags).
       if (R && recvTailed) {
         if (g.tid == 0) stop = waitCounter(comm, recvConn->tail, 0, recvStep);
         if (groupBarrierAny(g, stop != FN_DEV_OK)) return false;
@@ -119,10 +119,8 @@ struct Prims {
   }
 
   // Whether protocol P publishes and waits for a tail on a connection with these fnConnFlags
-  // (Simple always does; FN_CONN_RECV_TAIL_LL is set on receive halves only).
-  __device__ static bool tailed(uint32_t flags) {
-    return (P == FN_PROTO_LL128 && (flags & FN_CONN_TAIL_LL128)) || (P == FN_PROTO_LL && (flags & FN_CONN_RECV_TAIL_LL));
-  }
+  // (Simple always does).
+  __device__ static bool tailed(uint32_t flags) { return P == FN_PROTO_LL128 && (flags & FN_CONN_TAIL_LL128); }
 
   // Thread 0 (Simple): waits until the receiver has freed the slot of sendStep (see headSeen).
   __device__ __forceinline__ int waitSendSlot() {

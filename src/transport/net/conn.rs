@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::proxy::{self, Entry, FaultHook, HostBlock, Launches, Layout, Proxy, TraceInfo};
 use super::{Connecting, Handle, MemHandle, Net, PtrKind, RecvBuf, RecvComm, Request, SendComm};
-use crate::abi::{fnConn, fnConnRecv, fnConnSend, FN_CONN_RECV_TAIL_LL, FN_CONN_TAIL_LL128, FN_NUM_PROTOS};
+use crate::abi::{fnConn, fnConnRecv, fnConnSend, FN_CONN_TAIL_LL128, FN_NUM_PROTOS};
 use crate::bootstrap::Bootstrap;
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
@@ -577,8 +577,7 @@ impl NetTransport {
                 buffs: fifos(&|p| l.recv_fifo(p)),
                 tail: b.dev(proxy::RECV_TAIL) as *mut _,
                 head: b.dev(proxy::RECV_HEAD) as *mut _,
-                // The proxy's copy from the network may store an LL line's halves torn.
-                flags: FN_CONN_TAIL_LL128 | FN_CONN_RECV_TAIL_LL,
+                flags: FN_CONN_TAIL_LL128,
                 ..Default::default()
             },
         })

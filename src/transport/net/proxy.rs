@@ -15,13 +15,14 @@
 //! - **receive** (`side::RecvSide`): it posts a receive for the next step's size word once the
 //!   kernel has freed that slot (`head`), then a receive of exactly that many bytes into that
 //!   protocol's slot; when the data lands it moves `tail` (after a release fence), which the
-//!   kernel waits for before it reads the slot, in every protocol (LL too: the copy from the
-//!   network does not store a line's halves whole, `FN_CONN_RECV_TAIL_LL`). One step lands a
-//!   round, so that each direction gets its turn (docs/NET.md, "One step a turn").
+//!   kernel waits for before it reads the slot in Simple and LL128. An LL step's kernel polls its
+//!   lines instead, and a copy from the network does not store each 8-byte half of a line whole:
+//!   its bytes land in the LL landing, away from the kernel, and the proxy then stores them in
+//!   the slot one half at a time ([`Layout::ll_landing`]). One step lands a round, so that each
+//!   direction gets its turn (docs/NET.md, "One step a turn").
 //! - Through a net plugin a small step's bytes and word go as one message, sent from its slot
-//!   with the word on the line after the bytes; it lands in the step's LL slot, where an LL
-//!   step's kernel reads it once `tail` passes it, and any other step is copied to its own slot
-//!   ([`Layout::one_message`]).
+//!   with the word on the line after the bytes; it lands in the step's slot of the LL landing and
+//!   moves to its own slot from there ([`Layout::one_message`]).
 //!
 //! The block's layout is `block`'s; the profiler events, `trace`'s.
 //!

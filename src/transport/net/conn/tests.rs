@@ -91,10 +91,9 @@ fn fake_receiver(b: &HostBlock, l: Layout, seed: u64, steps: u64) {
             let got = unsafe { at.add(i).read() };
             assert_eq!(got, byte(seed, s, i), "step {s} (protocol {proto}, {bytes} bytes): byte {i}");
         }
-        // Through a plugin a small step lands in its LL slot with its size word on the line after
-        // it: an LL step's word line stays there, any other step is copied to its own slot (what
-        // it leaves in the LL slot is never read: a kernel reads a slot once the tail has passed
-        // the step whose lines it reads). After a Simple step the next lands in its Simple slot:
+        // Through a plugin a small step lands in its slot of the LL landing with its size word on
+        // the line after it, which the kernel never reads, and is copied to its own slot: nothing
+        // past its bytes reaches the slot. After a Simple step the next lands in its Simple slot:
         // a Simple step in place with its word's line after it (unless it came as the second step
         // of a pair, with no line), any other copied to its own slot.
         let landing = match s {
@@ -104,21 +103,14 @@ fn fake_receiver(b: &HostBlock, l: Layout, seed: u64, steps: u64) {
         let one_message = l.inline(proto, bytes, landing);
         let word = (bytes as u32 | proto << FN_SIZE_PROTO_SHIFT).to_ne_bytes();
         let mut past = bytes;
-        if one_message && landing == proxy::Landing::Simple {
-            if proto == FN_PROTO_SIMPLE {
-                // The message's last line, after the step's bytes to whole lines.
-                let end = Layout::inline_len(bytes);
-                // SAFETY: as above; the word's line is in the slot (an inline step is under a slot).
-                let line = unsafe { std::slice::from_raw_parts(at.add(end - 16), 16) };
-                if line[..4] == word {
-                    past = end;
-                }
-            }
-        } else if one_message && proto == FN_PROTO_LL {
+        if one_message && landing == proxy::Landing::Simple && proto == FN_PROTO_SIMPLE {
+            // The message's last line, after the step's bytes to whole lines.
+            let end = Layout::inline_len(bytes);
             // SAFETY: as above; the word's line is in the slot (an inline step is under a slot).
-            let line = unsafe { std::slice::from_raw_parts(at.add(bytes), 16) };
-            assert_eq!(line[..4], word, "step {s}: its word");
-            past += 16;
+            let line = unsafe { std::slice::from_raw_parts(at.add(end - 16), 16) };
+            if line[..4] == word {
+                past = end;
+            }
         }
         if past < stride {
             // SAFETY: as above.
@@ -127,14 +119,13 @@ fn fake_receiver(b: &HostBlock, l: Layout, seed: u64, steps: u64) {
         }
         // SAFETY: as above.
         unsafe { at.write_bytes(POISON, stride) };
-        let landed = landing.proto();
-        if l.one_message && landed != proto {
+        if l.one_message && landing == proxy::Landing::Simple && proto != FN_PROTO_SIMPLE {
             // The step's first message (the whole step, copied out, or its size word) landed in a
-            // slot of another protocol: what it left there is no step of that protocol's, so that
-            // a later one's check past its bytes holds.
-            let other = l.stride(landed);
+            // Simple slot: what it left there is no Simple step's, so that a later one's check past
+            // its bytes holds.
+            let other = l.stride(FN_PROTO_SIMPLE);
             // SAFETY: that slot is in the block, and the proxy lands nothing there before head moves.
-            unsafe { b.ptr(l.recv_fifo(landed) + slot * other, other).write_bytes(POISON, other) };
+            unsafe { b.ptr(l.recv_fifo(FN_PROTO_SIMPLE) + slot * other, other).write_bytes(POISON, other) };
         }
         fence(Ordering::SeqCst);
         b.store_u64(proxy::RECV_HEAD, s + 1);
@@ -244,12 +235,12 @@ fn steps_cross_byte_for_byte(plugin: bool) {
         }
     });
     assert!(f0.lock().is_empty() && f1.lock().is_empty(), "faults: {:?} {:?}", f0.lock(), f1.lock());
-    // The kernels' view: host FIFOs, tails for Simple and LL128 (an LL sender publishes none, an
-    // LL receiver waits for the proxy's), sizes on the send side.
+    // The kernels' view: host FIFOs, tails for Simple and LL128 (LL publishes none, its receiver
+    // polls the lines), sizes on the send side.
     let c = t0.conn(1, 1).unwrap();
     let b = t0.block(1, 1).unwrap();
     assert_eq!(c.send.flags, FN_CONN_TAIL_LL128);
-    assert_eq!(c.recv.flags, FN_CONN_TAIL_LL128 | FN_CONN_RECV_TAIL_LL);
+    assert_eq!(c.recv.flags, FN_CONN_TAIL_LL128);
     assert_eq!(c.send.sizes as u64, b.dev(proxy::SEND_SIZES));
     assert_eq!(c.recv.buffs[FN_PROTO_LL as usize] as u64, b.dev(l.recv_fifo(FN_PROTO_LL)));
     assert!(t0.conn(1, 2).is_none() && t0.conn(0, 0).is_none());
@@ -261,9 +252,8 @@ fn steps_cross_byte_for_byte(plugin: bool) {
 
 /// An LL step's sender publishes no tail over NET (kernels/README.md): the proxy sends it once its
 /// size word is there and every line carries the step's flag, not before, and empties the word;
-/// the receiving proxy publishes the step's tail once all of it has landed, and the receiving
-/// kernel, which waits for that tail, then finds every line whole. Three rounds of the slots, the
-/// last line of each step stored late.
+/// the receiving kernel polls the lines, as over P2P, and finds each half that carries the flag
+/// whole, and the tail follows. Three rounds of the slots, the last line of each step stored late.
 #[test]
 fn untailed_ll_steps_go_out_once_every_line_carries_its_flag() {
     untailed_ll_steps(false);
@@ -306,12 +296,21 @@ fn untailed_ll_steps(plugin: bool) {
             assert!(!arrived(0), "step {s} went out before its last line carried the flag");
         }
         store(sb, send_at, lines - 1);
-        wait_for(&format!("step {s}'s tail"), || rb.load_u64(proxy::RECV_TAIL) > s);
         for i in 0..lines {
-            assert!(arrived(i), "step {s}, line {i}: the tail came before the line");
-            let v = rb.load_u32(recv_at + 16 * i) as u64 | (rb.load_u32(recv_at + 16 * i + 8) as u64) << 32;
-            assert_eq!(v, word(s, i), "step {s}, line {i}");
+            // Each half at once, as the kernel's 16-byte load reads it: a flag never before its data.
+            let half = |h: usize| rb.load_u64(recv_at + 16 * i + 8 * h);
+            let end = Instant::now() + Duration::from_secs(10);
+            let (lo, hi) = loop {
+                let (lo, hi) = (half(0), half(1));
+                if (lo >> 32, hi >> 32) == (u64::from(flag), u64::from(flag)) {
+                    break (lo, hi);
+                }
+                assert!(Instant::now() < end, "step {s}, line {i}: no flag");
+                thread::yield_now();
+            };
+            assert_eq!(lo as u32 as u64 | (hi as u32 as u64) << 32, word(s, i), "step {s}, line {i}");
         }
+        wait_for(&format!("step {s}'s tail"), || rb.load_u64(proxy::RECV_TAIL) > s);
         rb.store_u64(proxy::RECV_HEAD, s + 1);
     }
     assert!(f0.lock().is_empty() && f1.lock().is_empty(), "faults: {:?} {:?}", f0.lock(), f1.lock());

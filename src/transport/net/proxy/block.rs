@@ -37,11 +37,11 @@ pub const SIZE_EMPTY: u32 = crate::abi::FN_SIZE_EMPTY;
 const SIZE_MASK: u32 = (1 << FN_SIZE_PROTO_SHIFT) - 1;
 
 /// The most bytes of a Simple or LL128 step that travel in one message with its size word into
-/// an LL slot ([`Landing::Ll`]), when the net does not merge the two itself
+/// a slot of the LL landing ([`Landing::Ll`]), when the net does not merge the two itself
 /// ([`Layout::one_message`]): the receiving proxy copies such a step to its own slot. Up to 16
 /// KiB that copy costs less than a second message; from 16 to 32 KiB it measured level or slower
 /// (docs/NET.md, "One message per small step"). Every LL step but the largest (a whole slot)
-/// crosses as one message, with no copy.
+/// crosses as one message (and moves from the landing to its slot as every LL step does).
 pub const INLINE_MAX: usize = 16 << 10;
 /// The most bytes of a step that travel in one message into a Simple slot ([`Landing::Simple`]).
 /// Four hosts through the test plugin on one H200, against two messages a step: steps of 16–64
@@ -52,7 +52,7 @@ pub const SIMPLE_LANDING_MAX: usize = 64 << 10;
 
 /// Where the first message of a step lands through a plugin ([`Layout::one_message`]), which both
 /// ends of a connection derive alike from the step before (its protocol travels in its size
-/// word): in the step's LL slot, where an LL step lands in place, or, after a Simple step, in the
+/// word): in the step's slot of the LL landing, where an LL step lands, or, after a Simple step, in the
 /// step's Simple slot, where a Simple step lands in place up to its slot less a line, so that a
 /// run of Simple steps crosses one message each (docs/NET.md, "One message per small step").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -82,8 +82,9 @@ impl Landing {
     }
 }
 /// The line that carries a one-message step's size word (its first 4 bytes), after its data. No
-/// kernel reads it: the step's own lines end before it, and a later step in the slot is read only
-/// once the tail has passed that step, whose own lines then cover what it reads.
+/// kernel reads it: in the LL landing no kernel reads anything, and in a Simple slot the step's
+/// own bytes end before it, and a later step there is read only once the tail has passed that
+/// step, whose own bytes then cover what it reads.
 pub const WORD_LINE: usize = 16;
 
 /// Where each protocol's slots sit in a connection's host block (`slot_bytes`: NCCL_BUFFSIZE's
@@ -93,11 +94,10 @@ pub struct Layout {
     pub slot_bytes: usize,
     /// A small step crosses as one message ([`Layout::inline`]), its data and then its size word's
     /// line, sent from the step's slot, where the sending proxy writes the line after the data; it
-    /// lands in the step's LL slot, where an LL step's receiver finds its lines as the net writes
-    /// them, and any other step is copied to its own slot (docs/NET.md, "One message per small
-    /// step"). For nets that send each message on its own (plugins); the built-in Socket net
-    /// already puts a step's two messages in one `sendmsg` and lands the data in its slot with no
-    /// copy.
+    /// lands in the step's slot of the LL landing and is copied to its own slot (docs/NET.md, "One
+    /// message per small step"). For nets that send each message on its own (plugins); the
+    /// built-in Socket net already puts a step's two messages in one `sendmsg` and lands the data
+    /// in its slot with no copy (an LL step's, in the LL landing).
     pub one_message: bool,
 }
 
@@ -117,9 +117,28 @@ impl Layout {
         FIFOS + fifo::bytes(self.slot_bytes) + fifo::offset(proto, self.slot_bytes)
     }
 
+    /// Offset of the LL landing: where the net stores what the receiving kernel would find in its
+    /// LL FIFO (one slot a step, at the same place as there), which the kernel never reads. A
+    /// copy from the network (a socket's receive, a plugin's) does not store each 8-byte half of
+    /// an LL line whole, data with its flag, and an LL receiver polls the lines with no tail: so
+    /// the proxy moves each LL step from here to its slot one half at a time ([`publish_ll`]).
+    pub fn ll_landing(&self) -> usize {
+        FIFOS + 2 * fifo::bytes(self.slot_bytes)
+    }
+
+    /// Where the net stores what belongs at `off` of the receiver's FIFOs: an offset in its LL
+    /// FIFO moves to the LL landing, any other stays.
+    pub fn net_side(&self, off: usize) -> usize {
+        let ll = self.recv_fifo(FN_PROTO_LL);
+        match off.checked_sub(ll) {
+            Some(d) if d < NSTEPS as usize * self.stride(FN_PROTO_LL) => self.ll_landing() + d,
+            _ => off,
+        }
+    }
+
     /// Bytes of one connection's host block.
     pub fn block_bytes(&self) -> usize {
-        FIFOS + 2 * fifo::bytes(self.slot_bytes)
+        self.ll_landing() + NSTEPS as usize * self.stride(FN_PROTO_LL)
     }
 
     /// Bytes of the one message of a step of `bytes`: its data to whole 16-byte lines, then the
@@ -130,20 +149,20 @@ impl Layout {
 
     /// Where the first message of the step at `slot` lands, and the most bytes it may be: its
     /// size word alone, or with [`Layout::one_message`] the whole step, in the step's slot of the
-    /// receiver's FIFO that `landing` names.
+    /// receiver's FIFO that `landing` names (of the LL landing, for LL).
     pub fn recv_first(&self, slot: usize, landing: Landing) -> (usize, usize) {
         let p = landing.proto();
         match self.one_message {
-            true => (self.recv_fifo(p) + slot * self.stride(p), self.stride(p)),
+            true => (self.net_side(self.recv_fifo(p) + slot * self.stride(p)), self.stride(p)),
             false => (RECV_SIZES + 4 * slot, 4),
         }
     }
 
     /// Whether the step of `proto` and `bytes` crosses as one message where the step lands as
     /// `landing` says: with its word's line it fits the slot it lands in and its own slot, which
-    /// it is sent from; and, landing in an LL slot, it is LL (in place) or at most [`INLINE_MAX`]
-    /// (copied on arrival), landing in a Simple slot at most [`SIMPLE_LANDING_MAX`] (in place if
-    /// Simple, else copied: the first step after a run of Simple steps).
+    /// it is sent from; and, landing in the LL landing, it is LL or at most [`INLINE_MAX`],
+    /// landing in a Simple slot at most [`SIMPLE_LANDING_MAX`] (in place if Simple, else copied:
+    /// the first step after a run of Simple steps).
     pub fn inline(&self, proto: u32, bytes: usize, landing: Landing) -> bool {
         let fits = |slot: usize| Layout::inline_len(bytes) <= slot;
         let small = match landing {
@@ -311,6 +330,54 @@ impl HostBlock {
     }
 }
 
+/// Moves an LL step's `bytes` of lines from where the net stored them (`from`, in the LL landing
+/// or, for a step that came as one message after a Simple step, in a Simple slot) to its slot
+/// (`to`), where its kernel polls them: stores of whole 8-byte halves, in order, so that a half
+/// the kernel finds carrying the step's flag carries its data too ([`Layout::ll_landing`]). With
+/// AVX, 32 bytes a store: the kernel's threads poll every line of the step across PCIe while the
+/// proxy stores them, and each store to a line one of them just read costs the cache line's
+/// ownership again: with 8-byte stores, collectives whose LL steps carry 8 KiB of lines ran 2.5–5
+/// us slower than with the socket's whole-line copy into the slot (one H200, 2026-11-27).
+pub fn publish_ll(blk: &HostBlock, from: usize, to: usize, bytes: usize) {
+    let (src, dst) = (blk.ptr(from, bytes), blk.ptr(to, bytes));
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") && (from | to).is_multiple_of(8) {
+        // SAFETY: both ranges are in the block (checked by `ptr`), 8-byte aligned, and do not
+        // overlap (a landing is never the step's own slot); AVX is there.
+        unsafe { publish_avx(src, dst, bytes) };
+        return;
+    }
+    for off in (0..bytes).step_by(8) {
+        blk.store_u64(to + off, blk.load_u64(from + off));
+    }
+}
+
+/// [`publish_ll`]'s copy with 32-byte loads and stores (a 16-byte one for an odd line last): an
+/// aligned 8-byte part of a vector store is stored whole.
+///
+/// # Safety
+/// `src` and `dst` are valid for `bytes` (a multiple of 16), 8-byte aligned, apart, and the CPU
+/// has AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn publish_avx(src: *const u8, dst: *mut u8, bytes: usize) {
+    use std::arch::x86_64::{
+        __m128i, __m256i, _mm256_loadu_si256, _mm256_storeu_si256, _mm_loadu_si128, _mm_storeu_si128,
+    };
+    let mut off = 0;
+    while off + 32 <= bytes {
+        // SAFETY: in both ranges (the caller's contract).
+        unsafe {
+            _mm256_storeu_si256(dst.add(off) as *mut __m256i, _mm256_loadu_si256(src.add(off) as *const __m256i))
+        };
+        off += 32;
+    }
+    if off < bytes {
+        // SAFETY: as above; what is left is one 16-byte line.
+        unsafe { _mm_storeu_si128(dst.add(off) as *mut __m128i, _mm_loadu_si128(src.add(off) as *const __m128i)) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::GOODBYE;
@@ -327,11 +394,20 @@ mod tests {
                     ends.push((off, off + FN_NSTEPS as usize * l.stride(p)));
                 }
             }
+            // The LL landing mirrors the receiver's LL FIFO, slot for slot, apart from every FIFO.
+            let (ll, ll_fifo) = (l.ll_landing(), l.recv_fifo(FN_PROTO_LL));
+            let ll_bytes = FN_NSTEPS as usize * l.stride(FN_PROTO_LL);
+            assert_eq!(ll % 128, 0);
+            ends.push((ll, ll + ll_bytes));
+            assert_eq!((l.net_side(ll_fifo), l.net_side(ll_fifo + ll_bytes - 8)), (ll, ll + ll_bytes - 8));
+            for other in [ll_fifo - 1, ll_fifo + ll_bytes, l.recv_fifo(FN_PROTO_SIMPLE), RECV_SIZES] {
+                assert_eq!(l.net_side(other), other, "only the LL FIFO moves");
+            }
             if one_message {
                 let (ll_slot, simple_slot) = (l.stride(FN_PROTO_LL), l.stride(FN_PROTO_SIMPLE));
                 for slot in 0..FN_NSTEPS as usize {
-                    let ll = l.recv_fifo(FN_PROTO_LL) + slot * ll_slot;
-                    assert_eq!(l.recv_first(slot, Landing::Ll), (ll, ll_slot), "a step lands in its own LL slot");
+                    let ll = l.ll_landing() + slot * ll_slot;
+                    assert_eq!(l.recv_first(slot, Landing::Ll), (ll, ll_slot), "in its slot of the LL landing");
                     let simple = l.recv_fifo(FN_PROTO_SIMPLE) + slot * simple_slot;
                     assert_eq!(l.recv_first(slot, Landing::Simple), (simple, simple_slot), "or its Simple slot");
                 }
@@ -339,7 +415,7 @@ mod tests {
                 for p in [FN_PROTO_SIMPLE, FN_PROTO_LL128] {
                     assert!(l.inline(p, INLINE_MAX, ll) && !l.inline(p, INLINE_MAX + 1, ll), "protocol {p}");
                 }
-                assert!(l.inline(FN_PROTO_LL, ll_slot - WORD_LINE, ll), "LL steps land in place");
+                assert!(l.inline(FN_PROTO_LL, ll_slot - WORD_LINE, ll), "LL steps of all but a whole slot");
                 assert!(!l.inline(FN_PROTO_LL, ll_slot, ll), "a whole LL slot has no room for its word's line");
                 // After a Simple step: a Simple step up to its slot less a line lands in place, the
                 // others are copied up to their own slot less a line.

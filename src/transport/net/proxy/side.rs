@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 
 use super::block::{
-    HostBlock, Landing, Layout, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS, SIZE_EMPTY,
-    WORD_LINE,
+    publish_ll, HostBlock, Landing, Layout, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS,
+    SIZE_EMPTY, WORD_LINE,
 };
 use super::block::{GOODBYE, NSTEPS, TAG_DATA, TAG_SIZE};
 use super::trace::Trace;
@@ -228,8 +228,9 @@ impl Drop for SendSide {
 pub(super) enum Expect {
     /// The first message of this step (its size word, or the whole step), landing as said.
     Size(u64, Landing),
-    /// The bytes of the steps up to this one: (last step, bytes), one step's or a pair's.
-    Data(u64, usize),
+    /// The bytes of the steps up to this one: (last step, bytes), one step's or a pair's; for an
+    /// LL step, the slot its lines move to from the LL landing.
+    Data(u64, usize, Option<usize>),
 }
 
 /// The receiving half of a connection, as the proxy drives it.
@@ -285,9 +286,12 @@ impl RecvSide {
                     return Ok(moved);
                 }
                 let slot = (step % NSTEPS) as usize;
-                let at = blk.ptr(layout.recv_fifo(proto) + slot * layout.stride(proto), bytes);
-                let Some(r) = self.post(at, bytes, TAG_DATA)? else { return Ok(moved) };
-                self.inflight.push_back((r, Expect::Data(step + steps - 1, bytes)));
+                let at = layout.recv_fifo(proto) + slot * layout.stride(proto);
+                let Some(r) = self.post(blk.ptr(layout.net_side(at), bytes), bytes, TAG_DATA)? else {
+                    return Ok(moved);
+                };
+                let ll = (proto == FN_PROTO_LL).then_some(at);
+                self.inflight.push_back((r, Expect::Data(step + steps - 1, bytes, ll)));
                 self.data_next = None;
                 moved = true;
             }
@@ -336,8 +340,10 @@ impl RecvSide {
                             "step {step}: a {got}-byte message whose size word announces {bytes} bytes"
                         )));
                     } else {
-                        if proto != landing.proto() {
-                            let to = layout.recv_fifo(proto) + slot * layout.stride(proto);
+                        let to = layout.recv_fifo(proto) + slot * layout.stride(proto);
+                        if proto == FN_PROTO_LL {
+                            publish_ll(blk, landed, to, bytes);
+                        } else if proto != landing.proto() {
                             move_out(blk, landed, to, bytes);
                         }
                         self.landed(blk, step);
@@ -345,11 +351,14 @@ impl RecvSide {
                         continue;
                     }
                 }
-                Expect::Data(step, bytes) => {
+                Expect::Data(step, bytes, ll) => {
                     if got != bytes {
                         return Err(Error::Remote(format!(
                             "step {step}: {got} bytes arrived where the size word announced {bytes}"
                         )));
+                    }
+                    if let Some(to) = ll {
+                        publish_ll(blk, layout.net_side(to), to, bytes);
                     }
                     self.landed(blk, step);
                     (moved, turn_over) = (true, true);
@@ -378,10 +387,10 @@ impl RecvSide {
     }
 }
 
-/// Moves a one-message step's `bytes` from the slot it landed in (`from`) to its own slot (`to`).
-/// What it leaves in the landing slot needs no care: a kernel reads a slot only once the tail has
-/// passed the step whose lines it reads there, and those lines are then that step's (every
-/// protocol waits for the tail over NET, `FN_CONN_RECV_TAIL_LL`).
+/// Moves a one-message step of Simple or LL128, `bytes`, from the slot it landed in (`from`: the
+/// LL landing, or a Simple slot for an LL128 step) to its own slot (`to`), which its kernel reads
+/// only once the tail has passed the step. What it leaves in a Simple slot needs no care either: a
+/// Simple kernel reads a slot once the tail has passed the step whose bytes it reads there.
 fn move_out(blk: &HostBlock, from: usize, to: usize, bytes: usize) {
     // SAFETY: both ranges are in the block (checked by `ptr`), the landing slot is the proxy's
     // until tail passes this step and the step's own slot is free until then; they do not overlap.
@@ -402,7 +411,7 @@ impl Drop for RecvSide {
 mod tests {
     use super::*;
     use crate::abi::FN_NSTEPS;
-    use crate::abi::{FN_PROTO_SIMPLE, FN_SIZE_PROTO_SHIFT};
+    use crate::abi::{FN_PROTO_LL128, FN_PROTO_SIMPLE, FN_SIZE_PROTO_SHIFT};
     use crate::transport::net::{PtrKind, SendComm};
     use parking_lot::Mutex;
     use std::sync::atomic::AtomicBool;
@@ -410,9 +419,15 @@ mod tests {
     use std::sync::Arc;
 
     /// A receive comm whose peer has already sent `messages`: each receive takes the next one.
+    /// `log` keeps every receive posted, (address, bytes).
     struct Arrived {
         messages: VecDeque<Vec<u8>>,
         posted: VecDeque<(*mut u8, usize)>,
+        log: Arc<Mutex<Vec<(usize, usize)>>>,
+    }
+
+    fn arrived(messages: VecDeque<Vec<u8>>) -> Box<Arrived> {
+        Box::new(Arrived { messages, posted: VecDeque::new(), log: Arc::default() })
     }
 
     // SAFETY: only the test's thread uses it.
@@ -427,6 +442,7 @@ mod tests {
         }
         unsafe fn irecv(&mut self, bufs: &[RecvBuf], _: &[&MemHandle]) -> Result<Option<Request>> {
             self.posted.push_back((bufs[0].data, bufs[0].size));
+            self.log.lock().push((bufs[0].data as usize, bufs[0].size));
             Ok(Some(Request(self.posted.len())))
         }
         fn iflush(&mut self, _: &[RecvBuf], _: &[&MemHandle]) -> Result<Option<Request>> {
@@ -517,8 +533,7 @@ mod tests {
                     messages.push_back(data);
                 }
             }
-            let comm = Arrived { messages, posted: VecDeque::new() };
-            let mut recv = RecvSide::new(Box::new(comm), MemHandle(1), None);
+            let mut recv = RecvSide::new(arrived(messages), MemHandle(1), None);
             for s in 0..3u64 {
                 assert!(recv.progress(&blk, &layout).unwrap(), "step {s} moved");
                 assert_eq!(blk.load_u64(RECV_TAIL), s + 1, "one step a call (one message: {one_message})");
@@ -585,7 +600,7 @@ mod tests {
         let pair: Vec<u8> = (0..full + 300).map(|i| (i % 251) as u8).collect();
         messages.push_back(Layout::encode(FN_PROTO_SIMPLE, pair.len()).to_ne_bytes().to_vec());
         messages.push_back(pair.clone());
-        let mut recv = RecvSide::new(Box::new(Arrived { messages, posted: VecDeque::new() }), MemHandle(1), None);
+        let mut recv = RecvSide::new(arrived(messages), MemHandle(1), None);
         blk.store_u64(RECV_HEAD, 1);
         for _ in 0..32 {
             recv.progress(&blk, &layout).unwrap();
@@ -614,10 +629,74 @@ mod tests {
                 messages.push_back(vec![s]);
             }
             messages.push_back(Layout::encode(FN_PROTO_SIMPLE, bytes).to_ne_bytes().to_vec());
-            let mut recv = RecvSide::new(Box::new(Arrived { messages, posted: VecDeque::new() }), MemHandle(1), None);
+            let mut recv = RecvSide::new(arrived(messages), MemHandle(1), None);
             let err = (0..64).find_map(|_| recv.progress(&blk, &layout).err()).expect("refused");
             assert!(err.to_string().contains("pair"), "{err}");
             assert_eq!(blk.load_u64(RECV_TAIL), u64::from(before), "nothing of it landed");
+        }
+    }
+
+    /// The net never stores into the receiver's LL FIFO, which its kernel polls with no tail: an
+    /// LL step lands in the LL landing (alone, or as one message with its word, or after a Simple
+    /// step in a Simple slot) and reaches its slot through the proxy's stores, its lines and
+    /// nothing past them. Other steps still land in, or are copied to, their own slots.
+    #[test]
+    fn ll_steps_reach_their_slot_only_through_the_proxy() {
+        const POISON: u8 = 0xEE;
+        for one_message in [false, true] {
+            let layout = Layout { slot_bytes: 1 << 16, one_message };
+            let blk = HostBlock::plain(layout.block_bytes()).unwrap();
+            let ll_stride = layout.stride(FN_PROTO_LL);
+            let fifo = layout.recv_fifo(FN_PROTO_LL);
+            // SAFETY: the LL FIFO is in the block, and nothing else writes it now.
+            unsafe { blk.ptr(fifo, NSTEPS as usize * ll_stride).write_bytes(POISON, NSTEPS as usize * ll_stride) };
+            let steps = [
+                (FN_PROTO_LL, 32),
+                (FN_PROTO_LL, 1024),
+                (FN_PROTO_SIMPLE, 4096),
+                (FN_PROTO_LL, 4096),
+                (FN_PROTO_LL128, 1024),
+                (FN_PROTO_LL, ll_stride),
+            ];
+            let data = |s: usize, bytes: usize| -> Vec<u8> { (0..bytes).map(|i| (i * 7 + s * 31 + 1) as u8).collect() };
+            let (mut messages, mut landing) = (VecDeque::new(), Landing::Ll);
+            for (s, &(proto, bytes)) in steps.iter().enumerate() {
+                let word = Layout::encode(proto, bytes).to_ne_bytes();
+                if layout.inline(proto, bytes, landing) {
+                    let mut line = vec![0u8; WORD_LINE];
+                    line[..4].copy_from_slice(&word);
+                    messages.push_back([data(s, bytes), line].concat());
+                } else {
+                    messages.push_back(word.to_vec());
+                    messages.push_back(data(s, bytes));
+                }
+                landing = Landing::after(proto);
+            }
+            assert!(!layout.inline(FN_PROTO_LL, ll_stride, Landing::Ll), "a whole LL slot comes in two messages");
+            let comm = arrived(messages);
+            let log = comm.log.clone();
+            let mut recv = RecvSide::new(comm, MemHandle(1), None);
+            for (s, &(proto, bytes)) in steps.iter().enumerate() {
+                for _ in 0..4 {
+                    if blk.load_u64(RECV_TAIL) <= s as u64 {
+                        recv.progress(&blk, &layout).unwrap();
+                    }
+                }
+                assert_eq!(blk.load_u64(RECV_TAIL), s as u64 + 1, "step {s} landed (one message: {one_message})");
+                let stride = layout.stride(proto);
+                // SAFETY: the step's slot is in the block, and nothing writes it now.
+                let got = unsafe {
+                    std::slice::from_raw_parts(blk.ptr(layout.recv_fifo(proto) + s * stride, stride), stride)
+                };
+                assert!(got[..bytes] == data(s, bytes), "step {s}'s bytes in its slot (one message: {one_message})");
+                if proto == FN_PROTO_LL {
+                    assert!(got[bytes..].iter().all(|&b| b == POISON), "step {s}: nothing past its lines");
+                }
+            }
+            let ll = blk.ptr(fifo, 0) as usize..blk.ptr(fifo, 0) as usize + NSTEPS as usize * ll_stride;
+            for &(at, len) in log.lock().iter() {
+                assert!(at + len <= ll.start || at >= ll.end, "a receive posted into the LL FIFO: {at:#x}+{len}");
+            }
         }
     }
 }
