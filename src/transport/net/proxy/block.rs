@@ -341,9 +341,10 @@ impl HostBlock {
 pub fn publish_ll(blk: &HostBlock, from: usize, to: usize, bytes: usize) {
     let (src, dst) = (blk.ptr(from, bytes), blk.ptr(to, bytes));
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") && (from | to).is_multiple_of(8) {
-        // SAFETY: both ranges are in the block (checked by `ptr`), 8-byte aligned, and do not
-        // overlap (a landing is never the step's own slot); AVX is there.
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: both ranges are in the block (checked by `ptr`) and apart (a landing is never
+        // the step's own slot); every slot starts 16-byte aligned (`layout_fits_and_aligns`), and
+        // AVX is there.
         unsafe { publish_avx(src, dst, bytes) };
         return;
     }
@@ -356,8 +357,9 @@ pub fn publish_ll(blk: &HostBlock, from: usize, to: usize, bytes: usize) {
 /// aligned 8-byte part of a vector store is stored whole.
 ///
 /// # Safety
-/// `src` and `dst` are valid for `bytes` (a multiple of 16), 8-byte aligned, apart, and the CPU
-/// has AVX.
+/// `src` and `dst` are valid for `bytes` (a multiple of 16) and apart, and the CPU has AVX. They
+/// should be 8-byte aligned, or a half may be stored in two parts (not unsound, but no longer
+/// whole).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 unsafe fn publish_avx(src: *const u8, dst: *mut u8, bytes: usize) {
