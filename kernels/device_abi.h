@@ -103,8 +103,8 @@ enum fnConnFlags {
    * the receiver waits for the tail before it reads the slot (LL128 flags are still written and
    * checked). LL's 16-byte lines arrive whole, each 8-byte half with its own flag: a GPU's 16-byte
    * store over PCIe, and over NET the receiving proxy's, which lands a step away from the FIFO and
-   * then stores each half with one 8-byte store. So LL publishes no tail and its receiver polls the
-   * lines, as over P2P (over NET the sending proxy checks the lines' flags instead). */
+   * then stores the lines so that no store splits a half. So LL publishes no tail and its receiver
+   * polls the lines, as over P2P (over NET the sending proxy checks the lines' flags instead). */
   FN_CONN_TAIL_LL128 = 2,
 };
 

@@ -18,7 +18,7 @@
 //!   kernel waits for before it reads the slot in Simple and LL128. An LL step's kernel polls its
 //!   lines instead, and a copy from the network does not store each 8-byte half of a line whole:
 //!   its bytes land in the LL landing, away from the kernel, and the proxy then stores them in
-//!   the slot one half at a time ([`Layout::ll_landing`]). One step lands a round, so that each
+//!   the slot with stores that keep each half whole ([`Layout::ll_landing`]). One step lands a round, so that each
 //!   direction gets its turn (docs/NET.md, "One step a turn").
 //! - Through a net plugin a small step's bytes and word go as one message, sent from its slot
 //!   with the word on the line after the bytes; it lands in the step's slot of the LL landing and

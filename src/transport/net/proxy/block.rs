@@ -121,7 +121,8 @@ impl Layout {
     /// LL FIFO (one slot a step, at the same place as there), which the kernel never reads. A
     /// copy from the network (a socket's receive, a plugin's) does not store each 8-byte half of
     /// an LL line whole, data with its flag, and an LL receiver polls the lines with no tail: so
-    /// the proxy moves each LL step from here to its slot one half at a time ([`publish_ll`]).
+    /// the proxy moves each LL step from here to its slot with stores that keep each half whole
+    /// ([`publish_ll`]).
     pub fn ll_landing(&self) -> usize {
         FIFOS + 2 * fifo::bytes(self.slot_bytes)
     }

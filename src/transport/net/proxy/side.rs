@@ -92,9 +92,8 @@ impl SendSide {
             fence(Ordering::Acquire);
             if layout.inline(proto, bytes, self.landing) {
                 // One message from the slot: the data, then the word's line on the slot's next
-                // line, which the kernel leaves alone (it writes the step's `bytes` only). The
-                // rest of that line is not read: the receiving kernel reads a slot only once the
-                // proxy's tail has passed its step, and then only the step's own lines.
+                // line, which the kernel leaves alone (it writes the step's `bytes` only). No
+                // kernel reads the rest of that line on the other side ([`WORD_LINE`]).
                 let len = Layout::inline_len(bytes);
                 blk.store_u32(at + len - WORD_LINE, word);
                 // SAFETY: the kernel does not write this slot again before head passes the step,
