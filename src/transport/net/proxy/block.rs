@@ -349,6 +349,11 @@ pub fn publish_ll(blk: &HostBlock, from: usize, to: usize, bytes: usize) {
         unsafe { publish_avx(src, dst, bytes) };
         return;
     }
+    publish_words(blk, from, to, bytes);
+}
+
+/// [`publish_ll`]'s copy without AVX: one 8-byte store a half.
+fn publish_words(blk: &HostBlock, from: usize, to: usize, bytes: usize) {
     for off in (0..bytes).step_by(8) {
         blk.store_u64(to + off, blk.load_u64(from + off));
     }
@@ -454,6 +459,30 @@ mod tests {
         assert!(SEND_WORDS + 4 * FN_NSTEPS as usize <= FIFOS);
         assert!(l.decode(GOODBYE).is_err(), "a goodbye is never a step");
         assert!(l.decode(SIZE_EMPTY).is_err(), "an empty entry is never a step");
+    }
+
+    /// Both of the landing's copies move an LL step's lines exactly, odd lines included, and
+    /// nothing past them.
+    #[test]
+    fn ll_lines_move_exactly() {
+        let l = Layout { slot_bytes: 1 << 16, one_message: false };
+        let stride = l.stride(FN_PROTO_LL);
+        for bytes in [16, 32, 48, 1008, stride] {
+            type Copy = fn(&HostBlock, usize, usize, usize);
+            for (name, copy) in [("publish_ll", publish_ll as Copy), ("publish_words", publish_words as Copy)] {
+                let blk = HostBlock::plain(l.block_bytes()).unwrap();
+                let (from, to) = (l.ll_landing() + stride, l.recv_fifo(FN_PROTO_LL) + stride);
+                for off in (0..stride).step_by(8) {
+                    blk.store_u64(from + off, 0x0101_0101_0101_0101u64.wrapping_mul(off as u64 + 1));
+                    blk.store_u64(to + off, u64::MAX);
+                }
+                copy(&blk, from, to, bytes);
+                for off in (0..stride).step_by(8) {
+                    let want = if off < bytes { blk.load_u64(from + off) } else { u64::MAX };
+                    assert_eq!(blk.load_u64(to + off), want, "{name}, {bytes} bytes: word at {off}");
+                }
+            }
+        }
     }
 
     #[test]
