@@ -48,14 +48,14 @@ enum fnAlgo {
   FN_ALGO_DIRECT = 4,    /* Reduce: every other rank sends its input straight to the root over their
                             own connection (conns[root], channel = CTA), which reduces them in rank
                             order; Broadcast: the root sends its input to every other rank in rank
-                            order (conns[peer]), which receive it; one hop. Across hosts of one
-                            rank each (src/tuner.rs) */
+                            order (conns[peer]), which receive it; one hop. Across hosts over NET
+                            (src/tuner.rs: reduce on hosts of up to two ranks, broadcast of one) */
   FN_ALGO_RECDBL = 5,    /* AllReduce, AllGather, ReduceScatter: recursive doubling, log2(n)
                             exchanges, in exchange d rank r swaps with r ^ 2^d over their own
                             connection (conns[r ^ 2^d], channel = CTA); all-reduce sends all it has
                             reduced so far, all-gather the 2^d pieces it holds, reduce-scatter
                             all-reduces the whole input in fnDevComm.scratch and keeps its piece.
-                            One channel; a power of two of hosts of one rank each (src/tuner.rs) */
+                            One channel; a power of two of ranks across hosts (src/tuner.rs) */
 };
 
 /* What one work item does. */
