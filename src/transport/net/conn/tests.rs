@@ -640,6 +640,8 @@ fn one_message_steps_of_the_wrong_length_fail_the_connection() {
     let big = proxy::INLINE_MAX + 128;
     for (proto, data, extra, cut, huge, after_simple) in [
         (FN_PROTO_SIMPLE, 32usize, 16usize, false, false, false),
+        (FN_PROTO_LL, 32, 16, false, false, false),
+        (FN_PROTO_LL, 32, 16, false, false, true),
         (FN_PROTO_SIMPLE, 32, 0, true, false, false),
         (FN_PROTO_SIMPLE, 32, 0, false, true, false),
         (FN_PROTO_LL128, big, 0, false, false, false),
@@ -664,7 +666,7 @@ fn one_message_steps_of_the_wrong_length_fail_the_connection() {
         };
         // A step of `data` bytes, sent with `data` + `extra` bytes before its word's line, or 3
         // bytes of a word.
-        let mut msg = vec![0u8; data + extra + 16];
+        let mut msg = vec![0xA5u8; data + extra + 16];
         let word = msg.len() - 16;
         let bytes: u32 = if huge { (1 << FN_SIZE_PROTO_SHIFT) - 1 } else { data as u32 };
         msg[word..word + 4].copy_from_slice(&(bytes | proto << FN_SIZE_PROTO_SHIFT).to_le_bytes());
@@ -681,7 +683,12 @@ fn one_message_steps_of_the_wrong_length_fail_the_connection() {
             _ => format!("announces {data} bytes"),
         };
         assert!(m.contains(&want), "{m}");
-        assert_eq!(t0.block(1, 0).unwrap().load_u64(proxy::RECV_TAIL), landed);
+        let b = t0.block(1, 0).unwrap();
+        assert_eq!(b.load_u64(proxy::RECV_TAIL), landed);
+        // An LL kernel polls its lines, not the tail: none of the bad step reached them.
+        let l = t0.layout();
+        let ll = (0..FN_NSTEPS as usize * l.stride(FN_PROTO_LL)).step_by(8);
+        assert!(ll.clone().all(|o| b.load_u64(l.recv_fifo(FN_PROTO_LL) + o) == 0), "{proto}: the LL FIFO was written");
     }
 }
 
