@@ -426,33 +426,41 @@ __device__ __noinline__ bool broadcast(const Group g, const fnDevComm* comm, con
   return ok;
 }
 
-// The root sends its input to every other rank over their own connection (channel c), one peer
-// after another in rank order, copying it to its own output with the first; every other rank
-// receives from the root. One hop, for small messages across hosts (src/tuner.rs); three ranks at
-// least, so the root has a first peer.
+// Broadcast without the ring: this rank receives from rank w.chan (-1: it is the root) and sends
+// on to the ranks w.scalar lists (rank + 1 in each 4 bits, the first lowest), one after another,
+// over their own connections (channel c). The first of them gets each step as it arrives, the
+// others from this rank's output; the root copies its input to its own output with its first send.
+// Across hosts of one rank the root sends to every rank; across hosts of several ranks to one rank
+// of every other host, then to the next rank of its own, and every rank passes it on to the next of
+// its host (src/plan/kernels.rs). For small messages across hosts (src/tuner.rs).
 template <typename T, typename Op, int P>
 __device__ __noinline__ bool broadcastDirect(const Group g, const fnDevComm* comm, const fnWork w, const Op op) {
-  const int n = comm->nRanks, c = blockIdx.x, root = w.root;
+  const int c = blockIdx.x, from = w.chan;
+  uint64_t to = w.scalar;
   const Part pt = channelPart<T>(w.count, w.nChannels, c);
   const T* src = static_cast<const T*>(w.sendbuff) + pt.off;  // used on the root only
   T* dst = static_cast<T*>(w.recvbuff) + pt.off;
-  if (comm->rank != root) {
-    Prims<T, Op, P> p(g, comm, op, nullptr, &comm->conns[root * FN_MAX_CHANNELS + c].recv);
-    const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) { return p.recv(dst + base, len); });
-    if (ok) p.save();
-    return ok;
+  // The send half towards the first rank of a list.
+  auto sendTo = [&](uint64_t list) { return &comm->conns[(int(list & 15) - 1) * FN_MAX_CHANNELS + c].send; };
+  if (from >= 0) {
+    Prims<T, Op, P> p(g, comm, op, to ? sendTo(to) : nullptr, &comm->conns[from * FN_MAX_CHANNELS + c].recv);
+    const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
+      return to ? p.recvCopySend(dst + base, len) : p.recv(dst + base, len);
+    });
+    if (!ok) return false;
+    p.save();
+    to >>= 4;
+    src = dst;
   }
-  bool first = true;
-  for (int peer = 0; peer < n; peer++) {
-    if (peer == root) continue;
-    Prims<T, Op, P> p(g, comm, op, &comm->conns[peer * FN_MAX_CHANNELS + c].send, nullptr);
-    const bool copy = first && src != dst;
-    first = false;
+  bool copy = src != dst;
+  for (; to; to >>= 4) {
+    Prims<T, Op, P> p(g, comm, op, sendTo(to), nullptr);
     const bool ok = forEachChunk<T>(pt.len, p.slotElems, [&](uint64_t base, uint64_t len) {
       return copy ? p.copySend(src + base, dst + base, len) : p.send(src + base, len);
     });
     if (!ok) return false;
     p.save();
+    copy = false;
   }
   return true;
 }

@@ -47,9 +47,11 @@ enum fnAlgo {
                             sendbuff / recvbuff are LSA rank 0's flat addresses (kernels/README.md) */
   FN_ALGO_DIRECT = 4,    /* Reduce: every other rank sends its input straight to the root over their
                             own connection (conns[root], channel = CTA), which reduces them in rank
-                            order; Broadcast: the root sends its input to every other rank in rank
-                            order (conns[peer]), which receive it; one hop. Across hosts over NET
-                            (src/tuner.rs: reduce on hosts of up to two ranks, broadcast of one) */
+                            order; one hop. Broadcast: each rank receives from fnWork.chan and sends
+                            on to the ranks fnWork.scalar lists (conns[peer]): the root to one rank
+                            of every other host, then to the next of its own, and every rank to the
+                            next of its host; across hosts of one rank, one hop. Across hosts over
+                            NET (src/tuner.rs: reduce on hosts of up to two ranks) */
   FN_ALGO_RECDBL = 5,    /* AllReduce, AllGather, ReduceScatter: recursive doubling, log2(n)
                             exchanges, in exchange d rank r swaps with r ^ 2^d over their own
                             connection (conns[r ^ 2^d], channel = CTA); all-reduce sends all it has
@@ -208,11 +210,14 @@ typedef struct fnWork {
   uint64_t count;      /* AllReduce/Reduce/Broadcast: elements; AllGather: per-rank input elements;
                           ReduceScatter: per-rank output elements; Send/Recv/Copy: bytes */
   uint64_t scalar;     /* PreMulSum: the scalar's bits in dtype (host immediate), or a device
-                          pointer to it when scalarIsPtr */
+                          pointer to it when scalarIsPtr; Broadcast by FN_ALGO_DIRECT: the ranks
+                          this rank sends to in order, rank + 1 in each 4 bits from the lowest,
+                          0 after the last */
   int32_t type;        /* fnWorkType */
   int32_t root;        /* Reduce/Broadcast: root rank; Send/Recv: peer rank */
   int32_t blk;         /* Send/Recv/Copy: the first CTA that runs it; collectives use every CTA */
-  int32_t chan;        /* Send/Recv: the channel (connection) of its first part */
+  int32_t chan;        /* Send/Recv: the channel (connection) of its first part; Broadcast by
+                          FN_ALGO_DIRECT: the rank this rank receives from, -1 on the root */
   uint8_t op;          /* fnRedOp */
   uint8_t dtype;       /* fnDataType */
   uint8_t scalarIsPtr;

@@ -530,9 +530,9 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   done
   # Hosts of several ranks (ranks numbered host by host): recursive doubling pairs ranks of one
   # host in some exchanges and ranks of two hosts in the others, and across hosts of two ranks a
-  # direct reduce's root takes in from its own host and the others. The log must show recursive
-  # doubling, and direct collectives where hosts hold two ranks and none where they hold four.
-  # RANKS:HOSTS:DIRECT.
+  # direct reduce's root takes in from its own host and the others (over four, a direct broadcast
+  # enters each host once). The log must show recursive doubling, and direct collectives where
+  # hosts hold two ranks and none where they hold four. RANKS:HOSTS:DIRECT.
   for L in 4:2:1 8:4:1 8:2:0; do
     IFS=: read -r R H D <<< "$L"
     step check_net_onehop_${R}r_${H}h net 240 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING "${@:3}"; rc=$?
@@ -548,6 +548,14 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
       n=$(grep -c -- "-> algo Direct" "$1"); echo "collectives run direct: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
       _ "$LOG/check_net_direct_${P}_3.log" env NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0,0 --hosts 3 --quick \
       --failures-only --colls Broadcast,Reduce
+  done
+  # The direct broadcast across three hosts of two ranks from every root, each protocol forced:
+  # the root's sends to each host's entry, the chain inside each host, forwarding as steps arrive.
+  for P in LL LL128 Simple; do
+    step check_net_bcast_${P}_6r_3h net 150 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING "${@:2}"; rc=$?
+      n=$(grep -c -- "Broadcast: .* -> algo Direct" "$1"); echo "broadcasts run direct: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
+      _ "$LOG/check_net_bcast_${P}_6r_3h.log" env NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0,0,0,0,0 --hosts 3 --quick \
+      --roots all --failures-only --colls Broadcast
   done
   net_step check_net_eager_4 150 NCCL_RUNTIME_CONNECT=0 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
   # CUDA graphs over NET: an all-reduce, and every rank sending to and receiving from every other

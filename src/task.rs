@@ -99,6 +99,10 @@ pub struct CommShape {
     pub slot_bytes: usize,
     /// The Tree algorithm's hosts, depth and fan-out.
     pub tree: TreeShape,
+    /// Each rank's host, numbered alike on every rank; `None`: the ranks spread evenly over
+    /// `tree.nhosts` hosts, host by host in rank order, as launchers number them (`ferronickel
+    /// plan` and the planner's tests describe communicators so). See [`CommShape::host`].
+    pub hosts: Option<Arc<[u32]>>,
     /// The slowest kind of connection between two of its ranks: it prices algorithms, protocols
     /// and channels (`tuner`).
     pub link: Link,
@@ -133,6 +137,14 @@ impl Link {
 }
 
 impl CommShape {
+    /// Rank `r`'s host (see `hosts`).
+    pub fn host(&self, r: usize) -> usize {
+        match &self.hosts {
+            Some(h) => h[r] as usize,
+            None => r / self.nranks.div_ceil(self.tree.nhosts.max(1)).max(1),
+        }
+    }
+
     /// Rank 0 of `nranks` ranks on one host, every pair on P2P: the shape planner tests start from.
     #[cfg(test)]
     pub const fn one_host(nranks: usize, nchannels: usize, all_pairs_channels: usize) -> CommShape {
@@ -144,6 +156,7 @@ impl CommShape {
             all_pairs_channels,
             slot_bytes: 512 << 10, // NCCL_BUFFSIZE's default, 4 MiB, over 8 slots
             tree: TreeShape::chain(nranks),
+            hosts: None,
             link: Link::P2p,
             net: None,
             tuner: None,

@@ -523,6 +523,8 @@ const DIRECT_REDUCE_ROOT_BYTES: usize = 1 << 20;
 /// The most ranks a direct broadcast or reduce serves: the root's messages go out or come in one
 /// after another through its proxy, so more peers only pay at small sizes (measured up to four).
 const DIRECT_MAX_RANKS: usize = 8;
+// A direct broadcast's work lists the ranks it sends to, 4 bits each (kernels/device_abi.h).
+const _: () = assert!(DIRECT_MAX_RANKS < 16);
 
 /// Whether a broadcast or reduce of `bytes` runs direct, between the root and every rank (one hop)
 /// instead of along the ring (n - 1 hops): across hosts over NET, from three ranks on (two are
@@ -533,27 +535,30 @@ const DIRECT_MAX_RANKS: usize = 8;
 /// one-shot all-reduce, no tuner plugin is offered it: NCCL has no index for it. Every input is
 /// the same on every rank.
 ///
-/// Where hosts hold several ranks the ring crosses NET only between hosts, while the root still
-/// sends or takes in a message over NET for every rank elsewhere, one after another through its
-/// proxy: a reduce runs direct across hosts of at most two ranks (its chain leaves the root's host
-/// and comes back, so it crosses NET once a host where the direct reduce crosses once), a
-/// broadcast (whose chain ends on the last host) only across hosts of one rank. On 2× H200 against
-/// the ring: reduce of 8 B–256 KB 1.06–1.37× faster over two hosts of two ranks, 1.06–1.46× to
-/// 128 KB over four; broadcast 0.75–0.88× over two hosts of two ranks, over four 0.90–0.97× to
-/// 64 B and 1.02–1.27× above, over two hosts of four 0.71–0.89× (docs/NET.md, "Hosts of several
-/// ranks").
+/// Where hosts hold several ranks the ring crosses NET only between hosts, while a direct reduce's
+/// root takes in a message over NET for every rank elsewhere, one after another through its proxy:
+/// a reduce runs direct across hosts of at most two ranks (its chain leaves the root's host and
+/// comes back, so it crosses NET once a host where the direct reduce crosses once); on 2× H200
+/// against the ring, reduce of 8 B–256 KB 1.06–1.37× faster over two hosts of two ranks,
+/// 1.06–1.46× to 128 KB over four (docs/NET.md, "Hosts of several ranks"). A broadcast there
+/// crosses NET once on every path (`plan::kernels::direct_broadcast_links`): the root sends to one
+/// rank of every other host and each host's ranks pass it along, where the ring crosses NET
+/// between each two hosts in turn; so from three hosts on, as over two the ring crosses once too.
+/// On 2× H200 against the ring, four hosts of two ranks: 1.04–1.17× faster at 8 B–4 KB,
+/// 1.30–1.71× at 8–256 KB; over two hosts of two 0.94–1.05× to 8 KB and 0.53–0.89× from 128 KB
+/// (docs/NET.md, "Hosts of several ranks").
 pub fn direct(kind: CollKind, bytes: usize, shape: &CommShape, allowed: &Allowed) -> bool {
     let n = shape.nranks;
-    let (cap, ranks_a_host) = match kind {
-        CollKind::Broadcast => (DIRECT_ROOT_BYTES, 1),
-        CollKind::Reduce => (DIRECT_REDUCE_ROOT_BYTES, 2),
+    let (cap, fits) = match kind {
+        CollKind::Broadcast => (DIRECT_ROOT_BYTES, n == shape.tree.nhosts || shape.tree.nhosts >= 3),
+        CollKind::Reduce => (DIRECT_REDUCE_ROOT_BYTES, n <= 2 * shape.tree.nhosts),
         _ => return false,
     };
     allowed.direct_for(kind)
         && allowed.ring_for(kind)
         && shape.link == Link::Net
         && shape.tree.nhosts >= 2
-        && n <= ranks_a_host * shape.tree.nhosts
+        && fits
         && (3..=DIRECT_MAX_RANKS).contains(&n)
         && bytes > 0
         && (n - 1).saturating_mul(bytes) <= cap

@@ -167,6 +167,8 @@ pub struct Comm {
     over_net: Vec<bool>,
     /// The Tree algorithm's hosts, depth and fan-out (the trees themselves are in the device comm).
     pub tree: TreeShape,
+    /// Each rank's host, numbered alike on every rank (`CommShape::hosts`).
+    hosts: Arc<[u32]>,
     /// The slowest kind of connection between two of its ranks (alike on every rank).
     pub link: Link,
     /// The NET link as a net plugin reports it (alike on every rank); `None`: no NET, or the
@@ -233,6 +235,7 @@ impl Comm {
             runtime_peers: Mutex::new(HashSet::new()),
             over_net: vec![false; nranks],
             tree: TreeShape::chain(nranks),
+            hosts: vec![0; nranks].into(),
             link: Link::P2p,
             net: None,
             proxy_waker: None,
@@ -366,6 +369,7 @@ impl Comm {
             all_pairs_channels: self.conns.all_pairs_channels(),
             slot_bytes: self.conns.slot_bytes(),
             tree: self.tree,
+            hosts: Some(self.hosts.clone()),
             link: self.link,
             net: self.net,
             tuner: self.tuner_plugin.clone(),

@@ -51,13 +51,22 @@ fn coll_work(t: &CollTask, shape: &CommShape, allowed: &Allowed) -> fnWork {
         Some((b, _)) => (b.send.flat, b.recv.flat, (b.send.stride4g, b.recv.stride4g)),
         None => (t.send, t.recv, (0, 0)),
     };
+    // A direct broadcast names where this rank's data comes from and goes to (kernels/device_abi.h).
+    let (chan, scalar) = match (t.kind, choice.algo) {
+        (CollKind::Broadcast, abi::FN_ALGO_DIRECT) => {
+            let links = direct_broadcast_links(shape, t.root);
+            (links.from.map_or(-1, |r| r as i32), links.to_nibbles())
+        }
+        _ => (0, t.op.scalar),
+    };
     fnWork {
         sendbuff: send as *const _,
         recvbuff: recv as *mut _,
         count: count as u64,
-        scalar: t.op.scalar,
+        scalar,
         type_: ty as i32,
         root: t.root as i32,
+        chan,
         op: t.op.kind as u8,
         dtype: dtype as u8,
         scalarIsPtr: t.op.scalar_is_ptr as u8,
@@ -142,29 +151,36 @@ fn is_direct(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> bool {
     tuner::direct(c.kind, bytes, shape, allowed)
 }
 
-/// The peers a collective connects this rank with beyond the ring: for a direct broadcast or
-/// reduce every other rank on the root, the root elsewhere; for recursive doubling the partner of
-/// each exchange (rank ^ 1, ^ 2, ^ 4, ...); none for any other collective.
+/// The peers a collective connects this rank with beyond the ring: for a direct broadcast its
+/// links ([`direct_broadcast_links`]), for a direct reduce every other rank on the root, the root
+/// elsewhere; for recursive doubling the partner of each exchange (rank ^ 1, ^ 2, ^ 4, ...); none
+/// for any other collective.
 pub fn direct_peers(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Vec<usize> {
     let elem = types::dtype_size(c.dtype).expect("validated dtype");
     if tuner::recursive_doubling(c.kind, tuner::coll_bytes(c.kind, c.count, elem, shape.nranks), shape, allowed) {
         let n = shape.nranks;
         return (0..n.trailing_zeros()).map(|b| shape.rank ^ (1 << b)).collect();
     }
-    match is_direct(c, shape, allowed) {
-        false => vec![],
-        true if shape.rank == c.root => (0..shape.nranks).filter(|&p| p != c.root).collect(),
-        true => vec![c.root],
+    match (is_direct(c, shape, allowed), c.kind) {
+        (false, _) => vec![],
+        (true, CollKind::Broadcast) => {
+            let links = direct_broadcast_links(shape, c.root);
+            links.from.into_iter().chain(links.to).collect()
+        }
+        (true, _) if shape.rank == c.root => (0..shape.nranks).filter(|&p| p != c.root).collect(),
+        (true, _) => vec![c.root],
     }
 }
 
-/// A broadcast that runs direct in the Simple protocol: the sends and receives that carry it, split
-/// over the connections' channels, the root's copy to its own output included; `None` for any other
-/// collective. (A direct reduce, and a direct broadcast in LL or LL128, is a collective work on one
+/// A broadcast that runs direct in the Simple protocol across hosts of one rank each: the sends
+/// and receives that carry it, split over the connections' channels, the root's copy to its own
+/// output included; `None` for any other collective. (A direct reduce, a direct broadcast in LL or
+/// LL128, and one across hosts of several ranks, which ranks pass on, are a collective work on one
 /// channel, `FN_ALGO_DIRECT`, which the tuner picks.)
 pub fn direct_p2p(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Option<Vec<Task>> {
     let elem = types::dtype_size(c.dtype).expect("validated dtype");
     if c.kind != CollKind::Broadcast
+        || shape.tree.nhosts < shape.nranks
         || !is_direct(c, shape, allowed)
         || tuner::choose(c.kind, c.count, elem, shape, allowed).proto != abi::FN_PROTO_SIMPLE
     {
@@ -182,6 +198,60 @@ pub fn direct_p2p(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Option<
         tasks.push(Task::Recv { buf: c.recv, bytes, peer: root });
     }
     Some(tasks)
+}
+
+/// Where a direct broadcast's data reaches one rank from, and where that rank sends it on.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BroadcastLinks {
+    /// `None` on the root.
+    pub from: Option<usize>,
+    /// In the order the rank sends.
+    pub to: Vec<usize>,
+}
+
+impl BroadcastLinks {
+    /// `to` as the work carries it (kernels/device_abi.h): rank + 1 in each 4 bits, the first
+    /// send lowest, 0 after the last.
+    pub fn to_nibbles(&self) -> u64 {
+        self.to.iter().rev().fold(0u64, |m, &r| m << 4 | (r as u64 + 1))
+    }
+}
+
+/// A direct broadcast's links at `shape.rank`. Each host's ranks form a chain in rank order that
+/// starts at its entry (on the root's host the root; elsewhere the rank at the root's place among
+/// its host's ranks, the same local GPU where hosts are alike) and wraps around; every rank sends
+/// to the next of its chain. The root also sends, first, to every other host's entry, hosts in
+/// order after its own. Across hosts of one rank that is the root sending to everyone. One hop over
+/// NET on every path, where the ring makes one between each two hosts; the hops inside a host are
+/// those of the ring's passage through it.
+pub fn direct_broadcast_links(shape: &CommShape, root: usize) -> BroadcastLinks {
+    let n = shape.nranks;
+    let host_ranks = |h: usize| -> Vec<usize> { (0..n).filter(|&r| shape.host(r) == h).collect() };
+    let (me, root_host) = (shape.rank, shape.host(root));
+    let place = host_ranks(root_host).iter().position(|&r| r == root).expect("the root is on its host");
+    // A host's ranks in chain order, its entry first.
+    let chain = |h: usize| -> Vec<usize> {
+        let mut ranks = host_ranks(h);
+        let entry = if h == root_host { place } else { place % ranks.len() };
+        ranks.rotate_left(entry);
+        ranks
+    };
+    let mine = chain(shape.host(me));
+    let at = mine.iter().position(|&r| r == me).expect("a rank is on its host");
+    let mut to: Vec<usize> = mine.get(at + 1).copied().into_iter().collect();
+    if me == root {
+        // Other hosts by number, from the one after the root's, then its own chain.
+        let mut hosts: Vec<usize> = (0..n).map(|r| shape.host(r)).filter(|&h| h != root_host).collect();
+        hosts.sort_unstable_by_key(|&h| ((h + n - root_host) % n, h));
+        hosts.dedup();
+        to = hosts.into_iter().map(|h| chain(h)[0]).chain(to).collect();
+    }
+    let from = match at {
+        0 if me == root => None,
+        0 => Some(root),
+        _ => Some(mine[at - 1]),
+    };
+    BroadcastLinks { from, to }
 }
 
 /// Plans one communicator's share of a group: collectives first, in issue order (every rank
@@ -445,7 +515,7 @@ mod tests {
         assert!(direct_p2p(&c, &four_hosts(1), &Allowed::ALL).is_none());
         let w = coll_work(&c, &four_hosts(3), &Allowed::ALL);
         assert_eq!((w.algo as u32, w.proto as u32, w.nChannels, w.root), (abi::FN_ALGO_DIRECT, abi::FN_PROTO_LL, 1, 1));
-        assert_eq!(direct_peers(&c, &four_hosts(1), &Allowed::ALL), vec![0, 2, 3]);
+        assert_eq!(direct_peers(&c, &four_hosts(1), &Allowed::ALL), vec![2, 3, 0], "hosts after the root's first");
         assert_eq!(direct_peers(&c, &four_hosts(3), &Allowed::ALL), vec![1]);
         let s = std::ptr::null_mut();
         let ops = vec![
@@ -457,6 +527,81 @@ mod tests {
         assert_eq!(launches.len(), 1, "one copy kernel launch");
         let algos: Vec<u32> = launches[0].works.iter().map(|w| w.algo as u32).collect();
         assert_eq!(algos, [abi::FN_ALGO_RECDBL, abi::FN_ALGO_DIRECT, abi::FN_ALGO_RECDBL]);
+    }
+
+    /// Across hosts of several ranks a direct broadcast crosses NET once: the root sends to one
+    /// rank of every other host and each host's ranks pass it along a chain. Every rank but the
+    /// root receives exactly once, and the work names the links.
+    #[test]
+    fn a_direct_broadcast_across_shared_hosts_crosses_net_once() {
+        let links = |shape: &dyn Fn(usize) -> CommShape, n: usize, root: usize| -> Vec<(Option<usize>, Vec<usize>)> {
+            (0..n)
+                .map(|r| {
+                    let l = direct_broadcast_links(&shape(r), root);
+                    (l.from, l.to)
+                })
+                .collect()
+        };
+        let hosts = |nranks: usize, nhosts: usize| {
+            move |rank| CommShape {
+                nranks,
+                tree: crate::topo::tree::TreeShape { nhosts, depth: 2, max_children: 2 },
+                ..four_hosts(rank)
+            }
+        };
+        // Four hosts of two (0 1 | 2 3 | 4 5 | 6 7), root 5, second on its host: the second rank
+        // of each host is its entry, hosts after the root's first.
+        let four_by_two = links(&hosts(8, 4), 8, 5);
+        assert_eq!(four_by_two[5], (None, vec![7, 1, 3, 4]));
+        assert_eq!(four_by_two[1], (Some(5), vec![0]));
+        assert_eq!(four_by_two[0], (Some(1), vec![]));
+        assert_eq!(four_by_two[4], (Some(5), vec![]));
+        // Two hosts of four, root 2: rank 6 enters the other host; chains wrap around.
+        let two_by_four = links(&hosts(8, 2), 8, 2);
+        assert_eq!(two_by_four[2], (None, vec![6, 3]));
+        assert_eq!(two_by_four[6], (Some(2), vec![7]));
+        assert_eq!(two_by_four[7], (Some(6), vec![4]));
+        assert_eq!(two_by_four[5], (Some(4), vec![]));
+        assert_eq!(two_by_four[0], (Some(3), vec![1]));
+        // Hosts of unequal size from an explicit map (host 0: 0, 3; host 1: 1, 2, 4), root 3: the
+        // other host is entered at place 1, rank 2.
+        let uneven = |rank| CommShape { hosts: Some(vec![0, 1, 1, 0, 1].into()), ..hosts(5, 2)(rank) };
+        let uneven = links(&uneven, 5, 3);
+        assert_eq!(
+            uneven,
+            [(Some(3), vec![]), (Some(4), vec![]), (Some(3), vec![4]), (None, vec![2, 0]), (Some(2), vec![1])]
+        );
+        // Every layout and root: each rank but the root receives once, from a rank that sends to
+        // it, and at most one hop of any path crosses hosts.
+        for (nranks, nhosts) in [(4, 2), (6, 3), (8, 2), (8, 4), (3, 3), (8, 8)] {
+            let shape = hosts(nranks, nhosts);
+            for root in 0..nranks {
+                let all = links(&shape, nranks, root);
+                let mut got = vec![0; nranks];
+                for (r, (from, to)) in all.iter().enumerate() {
+                    assert_eq!(from.is_none(), r == root, "{nranks}/{nhosts} root {root} rank {r}");
+                    if let Some(f) = from {
+                        assert!(all[*f].1.contains(&r), "{nranks}/{nhosts} root {root}: {f} does not send to {r}");
+                        let crosses = |a: usize, b: usize| shape(0).host(a) != shape(0).host(b);
+                        assert!(!(crosses(*f, r) && all[*f].0.is_some_and(|ff| crosses(ff, *f))), "two NET hops");
+                    }
+                    to.iter().for_each(|&t| got[t] += 1);
+                }
+                let want: Vec<usize> = (0..nranks).map(|r| usize::from(r != root)).collect();
+                assert_eq!(got, want, "{nranks}/{nhosts} root {root}");
+            }
+        }
+        // The work: LL on one channel, the links in chan and scalar; no Simple sends.
+        let c = bcast(5, 0x1000, 0x2000, 64);
+        let w = coll_work(&c, &hosts(8, 4)(1), &Allowed::ALL);
+        assert_eq!((w.algo as u32, w.proto as u32, w.nChannels), (abi::FN_ALGO_DIRECT, abi::FN_PROTO_LL, 1));
+        assert_eq!((w.chan, w.scalar), (5, 0x1));
+        let w = coll_work(&c, &hosts(8, 4)(5), &Allowed::ALL);
+        assert_eq!((w.chan, w.scalar), (-1, 0x5428), "ranks 7, 1, 3, 4, each + 1");
+        assert_eq!(direct_peers(&c, &hosts(8, 4)(1), &Allowed::ALL), vec![5, 0]);
+        let simple = Allowed { protos: [false, false, true], ..Allowed::ALL };
+        assert!(direct_p2p(&c, &hosts(8, 4)(5), &simple).is_none(), "a Simple one passes on in the kernel too");
+        assert_eq!(coll_work(&c, &hosts(8, 4)(5), &simple).algo as u32, abi::FN_ALGO_DIRECT);
     }
 
     /// A direct Simple broadcast gets a launch of its own between the collectives around it, in

@@ -14,6 +14,7 @@ const CLUSTER: CommShape = CommShape {
     all_pairs_channels: 4,
     slot_bytes: 512 << 10,
     tree: TreeShape { nhosts: 128, depth: 7 + 7, max_children: 3 },
+    hosts: None,
     link: Link::P2p,
     net: None,
     tuner: None,
@@ -591,17 +592,23 @@ fn two_hosts_of_two_ranks_run_small_collectives_in_one_hop_over_net() {
         assert!(recursive_doubling(kind, RECDBL_MAX_SHARED_HOSTS, mixed, all), "{kind:?}");
         assert!(!recursive_doubling(kind, RECDBL_MAX_SHARED_HOSTS + 4, mixed, all), "{kind:?}");
     }
-    // A reduce goes direct across hosts of up to two ranks; a broadcast keeps the ring, which
-    // crosses NET once there.
+    // A reduce goes direct across hosts of up to two ranks; a broadcast from three hosts on (over
+    // two its ring crosses NET once too).
     let c = choose(CollKind::Reduce, 2, 4, mixed, all);
     assert_eq!((c.algo, c.proto, c.nchannels), (FN_ALGO_DIRECT, FN_PROTO_LL, 1));
     assert_eq!(choose(CollKind::Reduce, 16 << 20, 4, mixed, all).algo, FN_ALGO_RING);
     assert_eq!(choose(CollKind::Broadcast, 2, 4, mixed, all).algo, FN_ALGO_RING);
     let four_of_two = CommShape { nranks: 8, tree: TreeShape { nhosts: 4, ..mixed.tree }, ..mixed.clone() };
     assert!(direct(CollKind::Reduce, 8, &four_of_two, all));
-    assert!(!direct(CollKind::Broadcast, 8, &four_of_two, all));
+    let c = choose(CollKind::Broadcast, 2, 4, &four_of_two, all);
+    assert_eq!((c.algo, c.proto, c.nchannels), (FN_ALGO_DIRECT, FN_PROTO_LL, 1));
+    assert!(direct(CollKind::Broadcast, DIRECT_ROOT_BYTES / 7, &four_of_two, all));
+    assert!(!direct(CollKind::Broadcast, DIRECT_ROOT_BYTES / 7 + 1, &four_of_two, all));
+    let three_of_two = CommShape { nranks: 6, tree: TreeShape { nhosts: 3, ..mixed.tree }, ..mixed.clone() };
+    assert!(direct(CollKind::Broadcast, 8, &three_of_two, all));
     let two_of_four = CommShape { nranks: 8, ..mixed.clone() };
     assert!(!direct(CollKind::Reduce, 8, &two_of_four, all));
+    assert!(!direct(CollKind::Broadcast, 8, &two_of_four, all));
     assert!(recursive_doubling(CollKind::AllReduce, 8, &two_of_four, all));
     // Three ranks, not a power of two: direct, but no recursive doubling.
     let three = CommShape { nranks: 3, ..mixed.clone() };
