@@ -246,6 +246,22 @@ fn plan_matches_rings_worked_out_by_hand() {
     // Not on one host, where no peer is over NET.
     let out = ok_text(&["plan", "--nranks", "4", "--gpus-per-host", "4"], &[("NCCL_NCHANNELS_PER_NET_PEER", "1")]);
     assert!(!out.contains("peers on other hosts"), "{out}");
+
+    // A small broadcast over four hosts of two goes direct: from rank 0 to each other host's first
+    // rank, then to its own host's other; each host's first rank on to its other.
+    let j = ok_json(&["plan", "--nranks", "8", "--hosts", "4", "--gpus-per-host", "2"], &[]);
+    assert_eq!(choice(&j, 16, "broadcast").0, "Direct");
+    let sends: Vec<Vec<u64>> = j["direct_broadcast_sends_from_root_0"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_array().unwrap().iter().map(|r| r.as_u64().unwrap()).collect())
+        .collect();
+    assert_eq!(sends, [vec![2, 4, 6, 1], vec![], vec![3], vec![], vec![5], vec![], vec![7], vec![]]);
+    // Over two hosts the ring crosses NET once too: no direct broadcast.
+    let j = ok_json(&["plan", "--nranks", "8", "--hosts", "2", "--gpus-per-host", "2"], &[]);
+    assert!(j["direct_broadcast_sends_from_root_0"].is_null(), "{j}");
+    assert_eq!(choice(&j, 16, "broadcast").0, "Ring");
 }
 
 #[test]

@@ -242,6 +242,27 @@ pub fn run(args: PlanArgs) -> CmdResult {
         .unwrap();
     }
 
+    // A direct broadcast's route from rank 0, where the table below says Direct for it.
+    let direct_bcast = tuner::direct(CollKind::Broadcast, 8, &shape, allowed).then(|| {
+        (0..nranks)
+            .map(|rank| nccl::plan::kernels::direct_broadcast_links(&CommShape { rank, ..shape.clone() }, 0).to)
+            .collect::<Vec<_>>()
+    });
+    if let Some(to) = &direct_bcast {
+        let sends: Vec<String> = to
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.is_empty())
+            .map(|(r, t)| format!("{r} -> {}", t.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")))
+            .collect();
+        writeln!(
+            text,
+            "direct broadcast from rank 0 (where the table says Direct), each rank's sends in order: {}",
+            sends.join("; ")
+        )
+        .unwrap();
+    }
+
     writeln!(text, "\nPer message size (float): the tuner's algorithm/protocol, channels and modelled kernel time:")
         .unwrap();
     write!(text, "{:>10}", "size").unwrap();
@@ -293,6 +314,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         "net_peer_channels": conns.runtime_channels(),
         "oneshot_channels": shape.all_pairs_channels,
         "fifo_bytes": conns.fifo_bytes,
+        "direct_broadcast_sends_from_root_0": direct_bcast,
         "tuner_plugin": plugin_note,
         "net_link": net_json,
         "sizes": rows,
