@@ -222,8 +222,8 @@ impl BroadcastLinks {
 /// its host's ranks, the same local GPU where hosts are alike) and wraps around; every rank sends
 /// to the next of its chain. The root also sends, first, to every other host's entry, hosts in
 /// order after its own. Across hosts of one rank that is the root sending to everyone. One hop over
-/// NET on every path, where the ring makes one between each two hosts; the hops inside a host are
-/// those of the ring's passage through it.
+/// NET on every path, where the ring makes one between each two hosts; inside a host as many hops
+/// as the ring's passage through it (in rank order, which may differ from the ring's).
 pub fn direct_broadcast_links(shape: &CommShape, root: usize) -> BroadcastLinks {
     let n = shape.nranks;
     let host_ranks = |h: usize| -> Vec<usize> { (0..n).filter(|&r| shape.host(r) == h).collect() };
