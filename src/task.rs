@@ -99,10 +99,11 @@ pub struct CommShape {
     pub slot_bytes: usize,
     /// The Tree algorithm's hosts, depth and fan-out.
     pub tree: TreeShape,
-    /// Each rank's host, numbered alike on every rank; `None`: the ranks spread evenly over
-    /// `tree.nhosts` hosts, host by host in rank order, as launchers number them (`ferronickel
-    /// plan` and the planner's tests describe communicators so). See [`CommShape::host`].
-    pub hosts: Option<Arc<[u32]>>,
+    /// Each rank's host and its place in that host's chain (the ring's order within the host),
+    /// alike on every rank; `None`: the ranks spread evenly over `tree.nhosts` hosts, host by host
+    /// in rank order, as launchers number them (the planner's tests describe communicators so).
+    /// See [`CommShape::host`].
+    pub hosts: Option<Arc<[(u32, u32)]>>,
     /// The slowest kind of connection between two of its ranks: it prices algorithms, protocols
     /// and channels (`tuner`).
     pub link: Link,
@@ -140,9 +141,18 @@ impl CommShape {
     /// Rank `r`'s host (see `hosts`).
     pub fn host(&self, r: usize) -> usize {
         match &self.hosts {
-            Some(h) => h[r] as usize,
+            Some(h) => h[r].0 as usize,
             None => r / self.nranks.div_ceil(self.tree.nhosts.max(1)).max(1),
         }
+    }
+
+    /// The ranks of host `h` in its chain's order (see `hosts`).
+    pub fn host_chain(&self, h: usize) -> Vec<usize> {
+        let mut ranks: Vec<usize> = (0..self.nranks).filter(|&r| self.host(r) == h).collect();
+        if let Some(places) = &self.hosts {
+            ranks.sort_unstable_by_key(|&r| places[r].1);
+        }
+        ranks
     }
 
     /// Rank 0 of `nranks` ranks on one host, every pair on P2P: the shape planner tests start from.

@@ -139,7 +139,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         runtime_peers: Mutex::new(HashSet::new()),
         over_net,
         tree: trees.shape(),
-        hosts: trees.host_index().into(),
+        hosts: trees.host_places().into(),
         link,
         net: net_link,
         proxy_waker,

@@ -167,8 +167,8 @@ pub struct Comm {
     over_net: Vec<bool>,
     /// The Tree algorithm's hosts, depth and fan-out (the trees themselves are in the device comm).
     pub tree: TreeShape,
-    /// Each rank's host, numbered alike on every rank (`CommShape::hosts`).
-    hosts: Arc<[u32]>,
+    /// Each rank's host and place in its host's chain, alike on every rank (`CommShape::hosts`).
+    hosts: Arc<[(u32, u32)]>,
     /// The slowest kind of connection between two of its ranks (alike on every rank).
     pub link: Link,
     /// The NET link as a net plugin reports it (alike on every rank); `None`: no NET, or the
@@ -235,7 +235,7 @@ impl Comm {
             runtime_peers: Mutex::new(HashSet::new()),
             over_net: vec![false; nranks],
             tree: TreeShape::chain(nranks),
-            hosts: vec![0; nranks].into(),
+            hosts: (0..nranks as u32).map(|r| (0, r)).collect(),
             link: Link::P2p,
             net: None,
             proxy_waker: None,

@@ -217,21 +217,21 @@ impl BroadcastLinks {
     }
 }
 
-/// A direct broadcast's links at `shape.rank`. Each host's ranks form a chain in rank order that
-/// starts at its entry (on the root's host the root; elsewhere the rank at the root's place among
-/// its host's ranks, the same local GPU where hosts are alike) and wraps around; every rank sends
-/// to the next of its chain. The root also sends, first, to every other host's entry, hosts in
-/// order after its own. Across hosts of one rank that is the root sending to everyone. One hop over
-/// NET on every path, where the ring makes one between each two hosts; inside a host as many hops
-/// as the ring's passage through it (in rank order, which may differ from the ring's).
+/// A direct broadcast's links at `shape.rank`. Each host's ranks form a chain in the ring's order
+/// within the host ([`CommShape::host_chain`]) that starts at its entry (on the root's host the
+/// root; elsewhere the rank at the root's place in its host's chain, the same local GPU where hosts
+/// are alike) and wraps around; every rank sends to the next of its chain. The root also sends,
+/// first, to every other host's entry, hosts in order after its own. Across hosts of one rank that
+/// is the root sending to everyone. One hop over NET on every path, where the ring makes one
+/// between each two hosts; inside a host as many hops as the ring's passage through it, all but the
+/// wrap-around over the ring's own links.
 pub fn direct_broadcast_links(shape: &CommShape, root: usize) -> BroadcastLinks {
     let n = shape.nranks;
-    let host_ranks = |h: usize| -> Vec<usize> { (0..n).filter(|&r| shape.host(r) == h).collect() };
     let (me, root_host) = (shape.rank, shape.host(root));
-    let place = host_ranks(root_host).iter().position(|&r| r == root).expect("the root is on its host");
+    let place = shape.host_chain(root_host).iter().position(|&r| r == root).expect("the root is on its host");
     // A host's ranks in chain order, its entry first.
     let chain = |h: usize| -> Vec<usize> {
-        let mut ranks = host_ranks(h);
+        let mut ranks = shape.host_chain(h);
         let entry = if h == root_host { place } else { place % ranks.len() };
         ranks.rotate_left(entry);
         ranks
@@ -565,16 +565,32 @@ mod tests {
         assert_eq!(two_by_four[0], (Some(3), vec![1]));
         // Hosts of unequal size from an explicit map (host 0: 0, 3; host 1: 1, 2, 4), root 3: the
         // other host is entered at place 1, rank 2.
-        let uneven = |rank| CommShape { hosts: Some(vec![0, 1, 1, 0, 1].into()), ..hosts(5, 2)(rank) };
+        let map = vec![(0, 0), (1, 0), (1, 1), (0, 1), (1, 2)];
+        let uneven = |rank| CommShape { hosts: Some(map.clone().into()), ..hosts(5, 2)(rank) };
         let uneven = links(&uneven, 5, 3);
         assert_eq!(
             uneven,
             [(Some(3), vec![]), (Some(4), vec![]), (Some(3), vec![4]), (None, vec![2, 0]), (Some(2), vec![1])]
         );
-        // Every layout and root: each rank but the root receives once, from a rank that sends to
-        // it, and at most one hop of any path crosses hosts.
-        for (nranks, nhosts) in [(4, 2), (6, 3), (8, 2), (8, 4), (3, 3), (8, 8)] {
-            let shape = hosts(nranks, nhosts);
+        // Chains in the ring's order within each host, GPU by GPU (0 2 1 3 | 4 6 5 7): root 1 is
+        // third in its chain, so the other host is entered at its third, rank 5.
+        let gpu_by_gpu: Vec<(u32, u32)> = (0..8).map(|r| ((r / 4) as u32, [0, 2, 1, 3][r % 4])).collect();
+        let ring_order = |rank| CommShape { hosts: Some(gpu_by_gpu.clone().into()), ..hosts(8, 2)(rank) };
+        let ring_order = links(&ring_order, 8, 1);
+        assert_eq!(ring_order[1], (None, vec![5, 3]));
+        assert_eq!(ring_order[5], (Some(1), vec![7]));
+        assert_eq!(ring_order[3], (Some(1), vec![0]));
+        assert_eq!(ring_order[2], (Some(0), vec![]));
+        assert_eq!(ring_order[6], (Some(4), vec![]));
+        // Every layout and root (with chains in rank order, and GPU by GPU): each rank but the root
+        // receives once, from a rank that sends to it, and at most one hop of any path crosses hosts.
+        type Layout = Box<dyn Fn(usize) -> CommShape>;
+        let mut layouts: Vec<Layout> =
+            [(4, 2), (6, 3), (8, 2), (8, 4), (3, 3), (8, 8)].map(|(n, h)| Box::new(hosts(n, h)) as Layout).into();
+        let by_gpu = gpu_by_gpu.clone();
+        layouts.push(Box::new(move |rank| CommShape { hosts: Some(by_gpu.clone().into()), ..hosts(8, 2)(rank) }));
+        for shape in &layouts {
+            let (nranks, nhosts) = (shape(0).nranks, shape(0).tree.nhosts);
             for root in 0..nranks {
                 let all = links(&shape, nranks, root);
                 let mut got = vec![0; nranks];

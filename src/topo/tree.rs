@@ -164,9 +164,10 @@ impl Trees {
         edges
     }
 
-    /// Each rank's host, as an index into the hosts in ring order.
-    pub fn host_index(&self) -> Vec<u32> {
-        self.place.iter().map(|&(h, _)| h as u32).collect()
+    /// Each rank's host, as an index into the hosts in ring order, and its position in that
+    /// host's chain.
+    pub fn host_places(&self) -> Vec<(u32, u32)> {
+        self.place.iter().map(|&(h, i)| (h as u32, i as u32)).collect()
     }
 
     pub fn shape(&self) -> TreeShape {

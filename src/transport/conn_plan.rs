@@ -45,7 +45,7 @@ impl InitPairs {
     /// The ranks of each host and the trees' edges between hosts.
     pub fn hosts_and_trees(trees: &Trees) -> InitPairs {
         let edges = trees.host_edges().into_iter().map(|(a, b)| (a as u32, b as u32)).collect();
-        InitPairs::HostsAndTrees { host: trees.host_index(), edges }
+        InitPairs::HostsAndTrees { host: trees.host_places().into_iter().map(|(h, _)| h).collect(), edges }
     }
 
     fn connects(&self, a: usize, b: usize) -> bool {

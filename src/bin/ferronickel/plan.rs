@@ -151,7 +151,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         all_pairs_channels: conns.all_pairs_channels(),
         slot_bytes: conns.slot_bytes(),
         tree,
-        hosts: None,
+        hosts: Some(trees.host_places().into()),
         link,
         net: net_link,
         tuner: plugin,
