@@ -186,13 +186,13 @@ pub fn direct_p2p(c: &CollTask, shape: &CommShape, allowed: &Allowed) -> Option<
     {
         return None;
     }
-    let bytes = c.count * elem;
-    let (root, me) = (c.root, shape.rank);
-    if me != root {
-        return Some(vec![Task::Recv { buf: c.recv, bytes, peer: root }]);
+    let (bytes, root) = (c.count * elem, c.root);
+    // Across hosts of one rank the links are the root's sends to every rank.
+    let links = direct_broadcast_links(shape, root);
+    if let Some(from) = links.from {
+        return Some(vec![Task::Recv { buf: c.recv, bytes, peer: from }]);
     }
-    let mut tasks: Vec<Task> =
-        (0..shape.nranks).filter(|&p| p != root).map(|peer| Task::Send { buf: c.send, bytes, peer }).collect();
+    let mut tasks: Vec<Task> = links.to.into_iter().map(|peer| Task::Send { buf: c.send, bytes, peer }).collect();
     if c.send != c.recv {
         tasks.push(Task::Send { buf: c.send, bytes, peer: root });
         tasks.push(Task::Recv { buf: c.recv, bytes, peer: root });
@@ -496,7 +496,7 @@ mod tests {
                 })
                 .collect()
         };
-        let want = [(true, 0x1000, B, 0), (true, 0x1000, B, 2), (true, 0x1000, B, 3)];
+        let want = [(true, 0x1000, B, 2), (true, 0x1000, B, 3), (true, 0x1000, B, 0)];
         let copy = [(true, 0x1000, B, 1), (false, 0x2000, B, 1)];
         assert_eq!(sends(1), [&want[..], &copy[..]].concat());
         assert_eq!(sends(3), vec![(false, 0x2000, B, 1)]);
