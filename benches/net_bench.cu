@@ -45,6 +45,7 @@
 // time, and every call's time in order.
 // Output: "# ..." header lines, rows "coll bytes iters p50_us p99_us mean_us algbw_GBs busbw_GBs
 // wrong", and last "NET_BENCH: PASS" or "NET_BENCH: FAIL <why>" (exit 1).
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <nccl.h>
@@ -399,6 +400,9 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
   alarm((unsigned)o.timeoutS);
   NK(ncclCommDestroy(comm));
   alarm(0);
+  // A profiler writes its records here: the rank ends in _exit, which runs no atexit handler
+  // (benches/kernel_trace.c).
+  cudaProfilerStop();
   return 0;
 }
 

@@ -549,13 +549,18 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
       _ "$LOG/check_net_direct_${P}_3.log" env NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0,0 --hosts 3 --quick \
       --failures-only --colls Broadcast,Reduce
   done
-  # The direct broadcast across three hosts of two ranks from every root, each protocol forced:
-  # the root's sends to each host's entry, the chain inside each host, forwarding as steps arrive.
-  for P in LL LL128 Simple; do
-    step check_net_bcast_${P}_6r_3h net 150 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING "${@:2}"; rc=$?
-      n=$(grep -c -- "Broadcast: .* -> algo Direct" "$1"); echo "broadcasts run direct: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
-      _ "$LOG/check_net_bcast_${P}_6r_3h.log" env NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0,0,0,0,0 --hosts 3 --quick \
-      --roots all --failures-only --colls Broadcast
+  # The direct broadcast from every root, each protocol forced: across three hosts of two ranks
+  # the root's sends to each host's entry, the chain inside each host, forwarding as steps arrive;
+  # across eight hosts of one, in LL and LL128, the root's seven sends, one after another from one
+  # CTA. RANKS:HOSTS:PROTOCOLS.
+  for L in 6:3:LL,LL128,Simple 8:8:LL,LL128; do
+    IFS=: read -r R H PS <<< "$L"
+    for P in ${PS//,/ }; do
+      step check_net_bcast_${P}_${R}r_${H}h net 150 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING "${@:2}"; rc=$?
+        n=$(grep -c -- "Broadcast: .* -> algo Direct" "$1"); echo "broadcasts run direct: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
+        _ "$LOG/check_net_bcast_${P}_${R}r_${H}h.log" env NCCL_PROTO=$P "$CHK" --mode procs \
+        --devs $(seq -s, 1 $R | sed 's/[0-9]*/0/g') --hosts $H --quick --roots all --failures-only --colls Broadcast
+    done
   done
   net_step check_net_eager_4 150 NCCL_RUNTIME_CONNECT=0 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
   # CUDA graphs over NET: an all-reduce, and every rank sending to and receiving from every other
@@ -653,7 +658,12 @@ fi
 if [ "$LIB" = ours ] && [ "$NG" -ge 1 ] && python3 -c 'import torch' >/dev/null 2>&1; then
   now=$(date +%s); left=$((BUDGET - (now - T_START) - 20))
   ONEGPU_ARG=""; [ "$NG" -lt 2 ] && ONEGPU_ARG=--one-gpu-ours
-  step torch torch $left env OUT="$OUT" bash scripts/torch_check.sh --budget $((left - 10)) $ONEGPU_ARG
+  # Its steps take 5 to 100 s each: with less left than its longest, none would start.
+  if [ $left -lt 120 ]; then
+    skip torch torch "over the ${BUDGET}s budget (${left}s left; the PyTorch check needs 120)"
+  else
+    step torch torch $left env OUT="$OUT" bash scripts/torch_check.sh --budget $((left - 10)) $ONEGPU_ARG
+  fi
 else
   skip torch torch "needs our library, a GPU and PyTorch"
 fi

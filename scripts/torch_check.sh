@@ -281,6 +281,9 @@ for i in "${!NAMES[@]}"; do
   printf "%-24s | %-10s | %6s | %s\n" "${NAMES[$i]}" "${RESULTS[$i]}" "${TIMES[$i]}" "${DETAILS[$i]}"
 done
 TOTAL=$(($(date +%s) - T_START))
-if [ $NFAIL = 0 ]; then echo "TORCH CHECK: PASS (${#NAMES[@]} steps, ${TOTAL}s)"; exit 0; fi
+NRAN=0; for r in "${RESULTS[@]}"; do [ "$r" != SKIP ] && NRAN=$((NRAN + 1)); done
+# A check whose every step was skipped checked nothing: say so, and do not pass.
+if [ $NRAN = 0 ]; then echo "TORCH CHECK: NOTHING RAN (${#NAMES[@]} steps skipped, ${TOTAL}s)"; exit 3; fi
+if [ $NFAIL = 0 ]; then echo "TORCH CHECK: PASS (${#NAMES[@]} steps, $NRAN run, ${TOTAL}s)"; exit 0; fi
 echo "TORCH CHECK: FAIL ($NFAIL of ${#NAMES[@]} steps failed, ${TOTAL}s)"
 exit 1
