@@ -526,12 +526,13 @@ __device__ __noinline__ bool reduceScatter(const Group g, const fnDevComm* comm,
   return ok;
 }
 
-// Point-to-point, always in bytes whatever the kernel's type: Simple slot-sized steps on one
-// connection.
-using P2pPrims = Prims<uint8_t, OpNone<uint8_t>, FN_PROTO_SIMPLE>;
+// Point-to-point, always in bytes whatever the kernel's type: slot-sized steps of the work's
+// protocol on one connection (LL for small parts, where Simple's fence and step counter cost more
+// than the copy; Simple otherwise: src/plan/kernels.rs).
+template <int P>
 __device__ __noinline__ bool p2pSend(const Group g, const fnDevComm* comm, const fnWork w) {
   const OpNone<uint8_t> op;
-  P2pPrims p(g, comm, op, &comm->conns[w.root * FN_MAX_CHANNELS + w.chan].send, nullptr);
+  Prims<uint8_t, OpNone<uint8_t>, P> p(g, comm, op, &comm->conns[w.root * FN_MAX_CHANNELS + w.chan].send, nullptr);
   const uint8_t* src = static_cast<const uint8_t*>(w.sendbuff);
   for (uint64_t off = 0; off < w.count; off += p.slotElems) {
     if (!p.send(src + off, min(p.slotElems, w.count - off))) return false;
@@ -539,9 +540,10 @@ __device__ __noinline__ bool p2pSend(const Group g, const fnDevComm* comm, const
   p.save();
   return true;
 }
+template <int P>
 __device__ __noinline__ bool p2pRecv(const Group g, const fnDevComm* comm, const fnWork w) {
   const OpNone<uint8_t> op;
-  P2pPrims p(g, comm, op, nullptr, &comm->conns[w.root * FN_MAX_CHANNELS + w.chan].recv);
+  Prims<uint8_t, OpNone<uint8_t>, P> p(g, comm, op, nullptr, &comm->conns[w.root * FN_MAX_CHANNELS + w.chan].recv);
   uint8_t* dst = static_cast<uint8_t*>(w.recvbuff);
   for (uint64_t off = 0; off < w.count; off += p.slotElems) {
     if (!p.recv(dst + off, min(p.slotElems, w.count - off))) return false;
@@ -643,8 +645,9 @@ __device__ __forceinline__ void runWorks(const fnKernelArgs& args) {
           fnWork part;
           if (!p2pPart(w, b, part) || (split && recvHalf != (w.type == FN_WORK_RECV))) continue;
           if (part.count == 0) continue;  // both ends skip the same empty part
-          if (w.type == FN_WORK_SEND) ok = p2pSend(g, comm, part);
-          else if (w.type == FN_WORK_RECV) ok = p2pRecv(g, comm, part);
+          const bool ll = part.proto == FN_PROTO_LL;
+          if (w.type == FN_WORK_SEND) ok = ll ? p2pSend<FN_PROTO_LL>(g, comm, part) : p2pSend<FN_PROTO_SIMPLE>(g, comm, part);
+          else if (w.type == FN_WORK_RECV) ok = ll ? p2pRecv<FN_PROTO_LL>(g, comm, part) : p2pRecv<FN_PROTO_SIMPLE>(g, comm, part);
           else p2pCopy(g, part);
           break;
         }

@@ -223,7 +223,7 @@ typedef struct fnWork {
   uint8_t scalarIsPtr;
   uint8_t nParts;      /* Send/Recv/Copy: split into this many contiguous FN_ALIGN-aligned byte
                           ranges; part j runs on CTA blk + j over channel chan + j (0 means 1) */
-  uint8_t proto;       /* collectives: fnProto (p2p always Simple) */
+  uint8_t proto;       /* fnProto; Send/Recv: LL or Simple, alike at both ends (src/plan/kernels.rs) */
   uint8_t algo;        /* collectives: fnAlgo */
   uint16_t nChannels;  /* collectives: channels (CTAs 0..nChannels-1) it is spread over */
   uint32_t sendStride4G; /* FN_ALGO_SYMMETRIC: rank q's send / recv buffer is q * stride * 4 GiB */

@@ -7,7 +7,7 @@ use crate::abi::{self, fnWork, FN_MAX_WORKS};
 use crate::cuda::module::KernelId;
 use crate::cuda::CUstream;
 use crate::error::{Error, Result};
-use crate::task::{CollKind, CollTask, CommShape, Launch, Task};
+use crate::task::{CollKind, CollTask, CommShape, Launch, Link, Task};
 use crate::tuner::{self, Allowed};
 use crate::types;
 
@@ -79,6 +79,38 @@ fn coll_work(t: &CollTask, shape: &CommShape, allowed: &Allowed) -> fnWork {
     }
 }
 
+crate::int_param!(
+    /// NCCL_P2P_LL_THRESHOLD: a send or receive runs in LL when each of its parts carries at most
+    /// this many bytes; unset (-1): [`P2P_LL_BYTES`] or, across hosts, [`P2P_LL_BYTES_NET`].
+    p2p_ll_threshold, "NCCL_P2P_LL_THRESHOLD", -1
+);
+
+/// The most bytes a part of a send or receive carries in LL, as NCCL's default: one LL slot.
+/// Between two processes on two H200s, LL made send/recv, all-to-all, gather and scatter of 8 B–16
+/// KB 1.11–1.17× faster than Simple (geometric means), whose system fence and counters cost more
+/// than a small copy (docs/ARCHITECTURE.md, "Measured constants").
+const P2P_LL_BYTES: usize = 16 << 10;
+/// The same where the communicator spans hosts over NET: a part's LL lines then land through the
+/// proxy line by line, and from 8 KiB a part LL was 0.78–0.93× Simple's speed (1.05–1.20× up to 1
+/// KiB, level at 2–4 KiB).
+const P2P_LL_BYTES_NET: usize = 2 << 10;
+
+/// The protocol of a message of `bytes` in `parts` on communicator `shape`: LL up to the threshold
+/// a part, Simple above. Both ends derive it from what they agree on (the byte count, the parts,
+/// the communicator's links), so a send and its receive match.
+fn p2p_proto(shape: &CommShape, bytes: usize, parts: usize) -> u32 {
+    let limit = match usize::try_from(p2p_ll_threshold()) {
+        Ok(t) => t,
+        Err(_) if shape.link == Link::Net => P2P_LL_BYTES_NET,
+        Err(_) => P2P_LL_BYTES,
+    };
+    if bytes.div_ceil(parts.max(1)) <= limit {
+        abi::FN_PROTO_LL
+    } else {
+        abi::FN_PROTO_SIMPLE
+    }
+}
+
 fn p2p_work(m: &Msg, peer: usize, first_cta: usize) -> fnWork {
     fnWork {
         sendbuff: m.send as *const _,
@@ -90,6 +122,7 @@ fn p2p_work(m: &Msg, peer: usize, first_cta: usize) -> fnWork {
         chan: 0,
         dtype: abi::FN_UINT8 as u8,
         nParts: m.parts as u8,
+        proto: m.proto as u8,
         ..Default::default()
     }
 }
@@ -124,6 +157,8 @@ struct Msg {
     recv: u64,
     bytes: usize,
     parts: usize,
+    /// [`p2p_proto`]'s.
+    proto: u32,
 }
 
 crate::int_param!(
@@ -348,7 +383,8 @@ fn plan_p2p(
         let lane = lane_of(is_send, peer);
         let parts = p2p_parts(shape, p2p_channels(peer), bytes);
         let (ty, send, recv) = if is_send { (abi::FN_WORK_SEND, buf, 0) } else { (abi::FN_WORK_RECV, 0, buf) };
-        msgs.push(Msg { lane, key: (0, 0), ty, send, recv, bytes, parts });
+        let proto = p2p_proto(shape, bytes, parts);
+        msgs.push(Msg { lane, key: (0, 0), ty, send, recv, bytes, parts, proto });
     }
     if self_sends.len() != self_recvs.len() {
         return Err(Error::InvalidUsage(format!(
@@ -365,7 +401,8 @@ fn plan_p2p(
         }
         let lane = lane_of(true, rank);
         let parts = p2p_parts(shape, shape.nchannels, sb);
-        msgs.push(Msg { lane, key: (0, 0), ty: abi::FN_WORK_COPY, send: src, recv: dst, bytes: sb, parts });
+        let proto = abi::FN_PROTO_SIMPLE; // a copy within the rank
+        msgs.push(Msg { lane, key: (0, 0), ty: abi::FN_WORK_COPY, send: src, recv: dst, bytes: sb, parts, proto });
     }
     if msgs.len() <= per_launch {
         return Ok(Vec::from_iter((!msgs.is_empty()).then(|| p2p_launch(&lanes, &msgs, &streams))));
@@ -799,6 +836,25 @@ mod tests {
         assert_eq!(w.iter().map(|w| (w.blk, w.nParts)).collect::<Vec<_>>(), [(0, 1), (1, 1), (0, 1), (2, 1)]);
         assert_eq!(w[3].type_ as u32, abi::FN_WORK_COPY);
         assert_eq!(l[0].grid, 3);
+        // Small messages in LL, the 1 MiB ones (one part on 4 CTAs) in Simple.
+        let protos: Vec<u32> = w.iter().map(|w| w.proto as u32).collect();
+        assert_eq!(protos[..3], [abi::FN_PROTO_LL, abi::FN_PROTO_SIMPLE, abi::FN_PROTO_SIMPLE]);
+    }
+
+    /// A send or receive runs in LL while each part carries at most 16 KiB (NCCL's
+    /// NCCL_P2P_LL_THRESHOLD), 2 KiB across hosts over NET, so both ends pick the same protocol
+    /// from the parts they agree on.
+    #[test]
+    fn small_p2p_parts_run_in_ll() {
+        let one_host = CommShape::one_host(2, 64, 64);
+        assert_eq!(p2p_proto(&one_host, 1, 1), abi::FN_PROTO_LL);
+        assert_eq!(p2p_proto(&one_host, 16 << 10, 1), abi::FN_PROTO_LL);
+        assert_eq!(p2p_proto(&one_host, (16 << 10) + 1, 1), abi::FN_PROTO_SIMPLE);
+        assert_eq!(p2p_proto(&one_host, 64 << 10, 4), abi::FN_PROTO_LL);
+        assert_eq!(p2p_proto(&one_host, 1 << 20, 16), abi::FN_PROTO_SIMPLE);
+        let net = four_hosts(0);
+        assert_eq!(p2p_proto(&net, 2 << 10, 1), abi::FN_PROTO_LL);
+        assert_eq!(p2p_proto(&net, (2 << 10) + 1, 1), abi::FN_PROTO_SIMPLE);
     }
 
     #[test]
