@@ -3,7 +3,7 @@
 collective's time apart into its launch, the skew between the ranks' kernel starts, and the time
 inside the kernel, under NVIDIA's NCCL and ferronickel alike.
 
-usage: scripts/kernel_trace.py DIR [--match REGEX] [--skip N] [--groups N,N,...] [--per-call]
+usage: scripts/kernel_trace.py DIR [--match REGEX] [--skip N] [--groups N,N,...] [--per-call] [--timeline]
 
 A rank is a (process, device) pair; its kernels are those whose name matches --match (searched
 in the name and, for a C++ mangled name such as NCCL's, in its plain form), in start order. The
@@ -15,6 +15,12 @@ each rank's duration (end - start), the longest of them, the span (last end - fi
 where the file has A records (KERNEL_TRACE_API=1), each rank's launch lag (kernel start - start of
 the driver API call with the same correlationId). Per group it prints the median, p90 and max of
 each, and each rank's median duration; --per-call prints every call. Times in us.
+
+--timeline lays each group's calls side by side, from the call's first kernel start: every
+rank's kernel start and end and, where the directory also holds benches/proxy_timeline.c's
+tl.<pid>.txt files (both tools loaded in one run), its proxy's steps in the call: each send's
+start and completion and each receive's landing, by peer. Medians over the group's calls. The
+proxy stamps CLOCK_MONOTONIC; the tracer's C line sets them beside CUPTI's clock.
 """
 import argparse
 import glob
@@ -62,10 +68,55 @@ def load(path):
                 api[int(p[3])] = int(p[1])
             elif p[0] == "D" and len(p) >= 2:
                 dropped += int(p[1])
+            elif p[0] == "C" and len(p) >= 3 and head is not None:
+                head["clock_offset"] = int(p[1]) - int(p[2])
     if head is None:
         pid = os.path.basename(path).split(".")[1]
         head = dict(pid=pid, host="?", hostid="-", rank="-")
     return head, kernels, api, dropped
+
+
+def load_proxy(path, offset):
+    """benches/proxy_timeline.c's steps of one process, on the tracer's clock: a list of
+    (start, end, rank, peer, is_send) for each step of an op with a peer."""
+    ops, steps = {}, []
+    with open(path) as f:
+        for line in f:
+            p = line.split()
+            if p and p[0] == "O" and len(p) >= 9:
+                ops[p[1]] = (int(p[5]), int(p[7]), p[8] == "1")
+            elif p and p[0] == "S" and len(p) >= 7 and p[2] in ops:
+                steps.append((int(p[3]) + offset, int(p[4]) + offset, *ops[p[2]]))
+    steps.sort()
+    return steps
+
+
+def timeline(ranks, calls, first, size, proxy):
+    """Prints a group's calls side by side (see --timeline)."""
+    rows = {}
+    for k in range(first, first + size):
+        ref = calls[k]["ref"]
+        until = calls[k + 1]["ref"] if k + 1 < len(calls) else float("inf")
+        for i, r in enumerate(ranks):
+            x = r["kernels"][k]
+            rows.setdefault((i, 0, 0, 0, "kernel start"), []).append(x["start"] - ref)
+            rows.setdefault((i, 0, 0, 1, "kernel end"), []).append(x["end"] - ref)
+            seen = set()
+            # A step belongs to the call it ends in (a receive may be posted before its kernel
+            # starts); the first one to each peer and direction counts.
+            for t0, t1, rank, peer, is_send in proxy.get(r["pid"], []):
+                if not ref <= t1 < until or (peer, is_send) in seen:
+                    continue
+                seen.add((peer, is_send))
+                if is_send:
+                    rows.setdefault((i, 1, peer, 0, f"proxy send to rank {peer}: start"), []).append(t0 - ref)
+                    rows.setdefault((i, 1, peer, 1, f"proxy send to rank {peer}: done"), []).append(t1 - ref)
+                else:
+                    rows.setdefault((i, 2, peer, 0, f"proxy receive from rank {peer}: landed"), []).append(t1 - ref)
+    print(f"  timeline, us from each call's first kernel start (medians over {size} calls):")
+    for (i, *_, label), values in sorted(rows.items()):
+        r = ranks[i]
+        print(f"    pid {r['pid']} dev {r['dev']}  {label:<36}{us(statistics.median(values)):>10}")
 
 
 def pct(values, q):
@@ -84,11 +135,15 @@ def main():
     ap.add_argument("--skip", type=int, default=0, help="drop each rank's first N matched kernels")
     ap.add_argument("--groups", help="comma list of consecutive call counts, one per benchmark size")
     ap.add_argument("--per-call", action="store_true", help="print every call's numbers")
+    ap.add_argument("--timeline", action="store_true",
+                    help="each group's calls side by side, with the proxy's steps where tl.<pid>.txt files are beside")
     args = ap.parse_args()
     pattern = re.compile(args.match)
 
     ranks, dropped, incomplete = [], 0, 0
-    paths = sorted(glob.glob(os.path.join(args.dir, "kt.*.txt")))
+    # By pid: the ranks a benchmark forks one after another come out in rank order.
+    paths = sorted(glob.glob(os.path.join(args.dir, "kt.*.txt")),
+                   key=lambda p: (int(p.split(".")[-2]) if p.split(".")[-2].isdigit() else 0, p))
     for path in paths:
         head, kernels, api, d = load(path)
         dropped += d
@@ -121,9 +176,17 @@ def main():
         starts = [x["start"] for x in ks]
         durs = [x["end"] - x["start"] for x in ks]
         lags = [x["start"] - r["api"][x["corr"]] for r, x in zip(ranks, ks) if x["corr"] in r["api"]]
-        calls.append(dict(skew=max(starts) - min(starts), durs=durs, longest=max(durs),
+        calls.append(dict(ref=min(starts), skew=max(starts) - min(starts), durs=durs, longest=max(durs),
                           span=max(x["end"] for x in ks) - min(starts), lags=lags,
                           names={plain_name(x["name"]) for x in ks}))
+
+    proxy = {}
+    if args.timeline:
+        for r in ranks:
+            tl = os.path.join(args.dir, f"tl.{r['pid']}.txt")
+            if os.path.exists(tl) and "clock_offset" in r:
+                proxy[r["pid"]] = load_proxy(tl, r["clock_offset"])
+        print(f"proxy steps from {len(proxy)} of {len(ranks)} ranks (tl.<pid>.txt beside, and the tracer's clock line)")
 
     sizes = [int(g) for g in args.groups.split(",")] if args.groups else [ncalls]
     if sum(sizes) != ncalls:
@@ -156,6 +219,8 @@ def main():
         for i, r in enumerate(ranks):
             med = statistics.median(c["durs"][i] for c in group)
             print(f"  pid {r['pid']} dev {r['dev']} host {r['host']} hostid {r['hostid']} rank {r['rank']}: median duration {us(med)} us")
+        if args.timeline:
+            timeline(ranks, calls, first, len(group), proxy)
         if args.per_call:
             print(f"  {'call':>6}{'skew':>10}{'span':>10}{'longest':>10}{'lag max':>10}  durations")
             for j, c in enumerate(group):
