@@ -874,6 +874,20 @@ mod tests {
         let l = plan(&two, &Allowed::ALL, &|_| 64, &ops).unwrap();
         assert_eq!(l[0].works.iter().map(|w| (w.blk, w.nParts)).collect::<Vec<_>>(), [(0, 32), (32, 16)]);
         assert_eq!(l[0].grid, 48);
+        // A send and the receive that matches it get the same parts and protocol, at the sizes
+        // around each threshold, between GPUs of one host and across hosts.
+        let one_host = |rank| CommShape { rank, ..CommShape::one_host(4, 64, 64) };
+        let layouts: [&dyn Fn(usize) -> CommShape; 2] = [&one_host, &four_hosts];
+        for shape in layouts {
+            for bytes in [1, 2 << 10, (2 << 10) + 1, 16 << 10, (16 << 10) + 1, 64 << 10, (64 << 10) + 16, 1 << 20] {
+                let end = |rank: usize, task: Task| {
+                    let l = plan(&shape(rank), &Allowed::ALL, &|_| 4, &[(s, task)]).unwrap();
+                    (l[0].works[0].nParts, l[0].works[0].proto)
+                };
+                let sent = end(0, Task::Send { buf: 0, bytes, peer: 3 });
+                assert_eq!(sent, end(3, Task::Recv { buf: 0, bytes, peer: 0 }), "{bytes} bytes");
+            }
+        }
     }
 
     /// An all-to-all of 8 ranks, two messages each way per pair, with launches of 4 works: every
