@@ -308,7 +308,11 @@ pub fn plan(
         }
         if let Some(tasks) = direct_p2p(c, shape, allowed) {
             let ops: Vec<(CUstream, Task)> = tasks.into_iter().map(|t| (*stream, t)).collect();
-            launches.extend(plan_p2p(shape, p2p_channels, &ops, works_per_launch())?);
+            let mut sends = plan_p2p(shape, p2p_channels, &ops, works_per_launch())?;
+            // They carry a collective the tuner put in Simple (NCCL_PROTO may have asked for it),
+            // not a user's sends: Simple at every size, at both ends.
+            sends.iter_mut().flat_map(|l| &mut l.works).for_each(|w| w.proto = abi::FN_PROTO_SIMPLE as u8);
+            launches.extend(sends);
             continue;
         }
         let kernel = kernel_id(c)?;
@@ -682,6 +686,20 @@ mod tests {
         );
         assert_eq!((launches[1].works[0].root, launches[1].works[0].count), (0, B as u64), "from the root, its bytes");
         assert_eq!(launches[3].works[0].root, 2, "the user's receive stays in the group's own launch");
+        // Small, with NCCL_PROTO=Simple: the broadcast's sends and receive stay in Simple, where a
+        // user's receive of 8 bytes runs LL.
+        let simple = Allowed { protos: [false, false, true], ..Allowed::ALL };
+        let ops =
+            vec![(s, Task::Coll(bcast(0, 0x1000, 0x2000, 64))), (s, Task::Recv { buf: 0x3000, bytes: 8, peer: 2 })];
+        for rank in [0, 3] {
+            let launches = plan(&four_hosts(rank), &simple, &|_| 4, &ops).unwrap();
+            let protos: Vec<Vec<u32>> =
+                launches.iter().map(|l| l.works.iter().map(|w| w.proto as u32).collect()).collect();
+            let direct = launches[0].works.len();
+            assert!(launches[0].is_p2p() && direct >= 1, "rank {rank}: the broadcast as sends and receives");
+            assert_eq!(protos[0], vec![abi::FN_PROTO_SIMPLE; direct], "rank {rank}");
+            assert_eq!(protos[1], [abi::FN_PROTO_LL], "rank {rank}");
+        }
     }
 
     const SHAPE: CommShape = CommShape::one_host(3, 4, 4);
