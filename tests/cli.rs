@@ -241,6 +241,12 @@ fn plan_matches_rings_worked_out_by_hand() {
     // NCCL_NCHANNELS_PER_NET_PEER asks for.
     let j = ok_json(&["plan", "--nranks", "4", "--hosts", "4"], &[]);
     assert_eq!(j["net_peer_channels"], 4);
+    // Send/recv in LL up to 2 KiB a part across hosts, 16 KiB on one, or as NCCL_P2P_LL_THRESHOLD says.
+    assert_eq!(j["p2p_ll_bytes_per_part"], 2048);
+    let j = ok_json(&["plan", "--nranks", "4", "--gpus-per-host", "4"], &[]);
+    assert_eq!(j["p2p_ll_bytes_per_part"], 16384);
+    let out = ok_text(&["plan", "--nranks", "4", "--hosts", "4"], &[("NCCL_P2P_LL_THRESHOLD", "0")]);
+    assert!(out.contains("send/recv: LL while a part carries at most 0 B"), "{out}");
     let out = ok_text(&["plan", "--nranks", "4", "--hosts", "4"], &[("NCCL_NCHANNELS_PER_NET_PEER", "1")]);
     assert!(out.contains("1 channel(s) each, connected when first used") && out.contains("at most 1"), "{out}");
     // Not on one host, where no peer is over NET.

@@ -95,16 +95,20 @@ const P2P_LL_BYTES: usize = 16 << 10;
 /// KiB, level at 2–4 KiB).
 const P2P_LL_BYTES_NET: usize = 2 << 10;
 
-/// The protocol of a message of `bytes` in `parts` on communicator `shape`: LL up to the threshold
-/// a part, Simple above. Both ends derive it from what they agree on (the byte count, the parts,
-/// the communicator's links), so a send and its receive match.
-fn p2p_proto(shape: &CommShape, bytes: usize, parts: usize) -> u32 {
-    let limit = match usize::try_from(p2p_ll_threshold()) {
+/// The most bytes a part of a send or receive carries in LL on communicator `shape`.
+pub fn p2p_ll_limit(shape: &CommShape) -> usize {
+    match usize::try_from(p2p_ll_threshold()) {
         Ok(t) => t,
         Err(_) if shape.link == Link::Net => P2P_LL_BYTES_NET,
         Err(_) => P2P_LL_BYTES,
-    };
-    if bytes.div_ceil(parts.max(1)) <= limit {
+    }
+}
+
+/// The protocol of a message of `bytes` in `parts` on communicator `shape`: LL up to
+/// [`p2p_ll_limit`] a part, Simple above. Both ends derive it from what they agree on (the byte
+/// count, the parts, the communicator's links), so a send and its receive match.
+fn p2p_proto(shape: &CommShape, bytes: usize, parts: usize) -> u32 {
+    if bytes.div_ceil(parts.max(1)) <= p2p_ll_limit(shape) {
         abi::FN_PROTO_LL
     } else {
         abi::FN_PROTO_SIMPLE

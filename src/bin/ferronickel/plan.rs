@@ -211,6 +211,13 @@ pub fn run(args: PlanArgs) -> CmdResult {
             .unwrap_or_default();
         writeln!(text, "send/recv peers on other hosts off the ring and the trees: {} channel(s) each, connected when first used{cap}", conns.runtime_channels()).unwrap();
     }
+    let p2p_ll = nccl::plan::kernels::p2p_ll_limit(&shape);
+    writeln!(
+        text,
+        "send/recv: LL while a part carries at most {} B, Simple above (NCCL_P2P_LL_THRESHOLD; unset: 16K, 2K across hosts over NET)",
+        p2p_ll
+    )
+    .unwrap();
     writeln!(text, "FIFO: {} B per connection (NCCL_BUFFSIZE)", conns.fifo_bytes).unwrap();
     writeln!(text, "tuner plugin: {plugin_note}").unwrap();
     if on_net {
@@ -311,6 +318,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         "tree_max_children": tree.max_children,
         "ring_channels": nchannels,
         "p2p_channels_per_peer": conns.p2p_channels,
+        "p2p_ll_bytes_per_part": p2p_ll,
         "net_peer_channels": conns.runtime_channels(),
         "oneshot_channels": shape.all_pairs_channels,
         "fifo_bytes": conns.fifo_bytes,
