@@ -312,11 +312,10 @@ pub fn plan(
         }
         if let Some(tasks) = direct_p2p(c, shape, allowed) {
             let ops: Vec<(CUstream, Task)> = tasks.into_iter().map(|t| (*stream, t)).collect();
-            let mut sends = plan_p2p(shape, p2p_channels, &ops, works_per_launch())?;
             // They carry a collective the tuner put in Simple (NCCL_PROTO may have asked for it),
             // not a user's sends: Simple at every size, at both ends.
-            sends.iter_mut().flat_map(|l| &mut l.works).for_each(|w| w.proto = abi::FN_PROTO_SIMPLE as u8);
-            launches.extend(sends);
+            let simple = |_: usize, _: usize| abi::FN_PROTO_SIMPLE;
+            launches.extend(plan_p2p(shape, p2p_channels, &simple, &ops, works_per_launch())?);
             continue;
         }
         let kernel = kernel_id(c)?;
@@ -335,7 +334,8 @@ pub fn plan(
             _ => launches.push(Launch { kernel, grid, stream: *stream, joined: vec![], works: vec![work] }),
         }
     }
-    launches.extend(plan_p2p(shape, p2p_channels, ops, works_per_launch())?);
+    let by_size = |bytes: usize, parts: usize| p2p_proto(shape, bytes, parts);
+    launches.extend(plan_p2p(shape, p2p_channels, &by_size, ops, works_per_launch())?);
     Ok(launches)
 }
 
@@ -346,10 +346,12 @@ fn works_per_launch() -> usize {
 }
 
 /// A communicator's sends and receives of one group as launches of the copy kernel, every lane
-/// (peer and direction) on CTAs of its own so that they all progress together.
+/// (peer and direction) on CTAs of its own so that they all progress together, each message in
+/// the protocol `proto` gives its bytes and parts.
 fn plan_p2p(
     shape: &CommShape,
     p2p_channels: &dyn Fn(usize) -> usize,
+    proto: &dyn Fn(usize, usize) -> u32,
     ops: &[(CUstream, Task)],
     per_launch: usize,
 ) -> Result<Vec<Launch>> {
@@ -391,7 +393,7 @@ fn plan_p2p(
         let lane = lane_of(is_send, peer);
         let parts = p2p_parts(shape, p2p_channels(peer), bytes);
         let (ty, send, recv) = if is_send { (abi::FN_WORK_SEND, buf, 0) } else { (abi::FN_WORK_RECV, 0, buf) };
-        let proto = p2p_proto(shape, bytes, parts);
+        let proto = proto(bytes, parts);
         msgs.push(Msg { lane, key: (0, 0), ty, send, recv, bytes, parts, proto });
     }
     if self_sends.len() != self_recvs.len() {
@@ -930,7 +932,7 @@ mod tests {
                     })
                 })
                 .collect();
-            let l = plan_p2p(&shape, &|_| 4, &ops, 4).unwrap();
+            let l = plan_p2p(&shape, &|_| 4, &|b, p| p2p_proto(&shape, b, p), &ops, 4).unwrap();
             assert!(l.iter().all(|l| !l.works.is_empty() && l.works.len() <= 4 && l.kernel == KernelId::COPY));
             let mut at = HashMap::new();
             for (i, l) in l.iter().enumerate() {
@@ -961,11 +963,11 @@ mod tests {
         let to = |peer, buf| (s, Task::Send { buf, bytes: 64, peer });
         // Launches of 4 works: rank 1 is in rounds 0-1, rank 2 in rounds 2-3.
         let ops = [to(1, 1), to(2, 2), to(1, 3), to(2, 4), to(1, 5)];
-        let l = plan_p2p(&shape, &|_| 4, &ops, 4).unwrap();
+        let l = plan_p2p(&shape, &|_| 4, &|b, p| p2p_proto(&shape, b, p), &ops, 4).unwrap();
         let bufs: Vec<Vec<u64>> = l.iter().map(|l| l.works.iter().map(|w| w.sendbuff as u64).collect()).collect();
         assert_eq!(bufs, [vec![1], vec![3], vec![5], vec![2], vec![4]]);
         // Within one launch's capacity, one launch.
-        assert_eq!(plan_p2p(&shape, &|_| 4, &ops, 5).unwrap().len(), 1);
+        assert_eq!(plan_p2p(&shape, &|_| 4, &|b, p| p2p_proto(&shape, b, p), &ops, 5).unwrap().len(), 1);
     }
 
     #[test]
