@@ -37,7 +37,15 @@
 //
 // usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--colls all|a,b,c]
 //                  [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]
-//                  [--calls] [--gap-us 0]
+//                  [--calls] [--gap-us 0] [--graph K] [--busy C [--busy-alu]]
+// --busy C: while a size's warm-up and timed calls run, C blocks of a kernel on another stream of
+// the rank read and write a 256 MiB buffer without pause, as compute beside communication does
+// (its stores are what a fence in the library's kernels may have to wait for). With --busy-alu
+// the blocks only compute in registers: the same SMs taken, no memory traffic.
+// --graph K: each size's K calls are captured into one CUDA graph (global capture mode, as
+// PyTorch's default), and a timed call is one launch of that graph: its time is the launch's
+// divided by K, the steady state of calls back to back on the device with no host enqueue between
+// them. The checked call is then a launch of the graph too. Not with --gap-us.
 // --gap-us G: before each timed call, a kernel on the rank's stream that spins G us, as the compute
 // before a collective in a training step: the call is enqueued while it runs, so the library sees
 // the launch G us before the kernel moves data (its time is not the call's).
@@ -254,8 +262,8 @@ static size_t outElems(int coll, const Shape& s, int rank) {
 }
 
 struct Opts {
-  int n = 2, dev = 0, gpus = 1, perHost = 1, iters = 200, warmup = 3, gapUs = 0;
-  bool oneHost = false, uts = false, calls = false;
+  int n = 2, dev = 0, gpus = 1, perHost = 1, iters = 200, warmup = 3, gapUs = 0, graph = 0, busy = 0;
+  bool oneHost = false, uts = false, calls = false, busyAlu = false;
   size_t minB = 8, maxB = 512 << 20;
   double budget = 0.25, timeoutS = 60;
   std::vector<int> colls;
@@ -291,6 +299,55 @@ __global__ void spinKernel(unsigned long long ns) {
   } while (t - t0 < ns);
 }
 
+// --busy: reads and writes buf (n4 16-byte words), or with alu only computes, until *stop (host
+// memory) is nonzero. One thread a block reads the flag, once a pass: every thread reading host
+// memory would flood PCIe with reads, which compute kernels do not do.
+__global__ void busyKernel(float4* buf, size_t n4, const volatile int* stop, bool alu) {
+  __shared__ int done;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  float x = threadIdx.x;
+  for (;;) {
+    if (threadIdx.x == 0) done = *stop;
+    __syncthreads();
+    if (done) break;
+    __syncthreads();  // every thread has read done before thread 0 writes it again
+    if (alu) {
+      for (int i = 0; i < 1 << 16; i++) x = x * 0.999f + 1.f;
+      continue;
+    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+      float4 v = buf[i];
+      buf[i] = make_float4(v.x + 1.f, v.y + 1.f, v.z + 1.f, v.w + 1.f);
+    }
+  }
+  if (x == 0.f) buf[0].x = x;  // keeps the compute
+}
+
+// One launch of this size's calls: K captured in a graph under --graph K, else one call.
+struct Calls {
+  cudaGraphExec_t exec = nullptr;
+  void launch(int coll, const Shape& s, const float* send, float* recv, int rank, int n, ncclComm_t comm,
+              cudaStream_t st) {
+    if (exec)
+      CK(cudaGraphLaunch(exec, st));
+    else
+      run(coll, s, send, recv, rank, n, comm, st);
+  }
+};
+
+static Calls capture(int coll, const Shape& s, const float* send, float* recv, int rank, int n, ncclComm_t comm,
+                     cudaStream_t st, int k) {
+  Calls c;
+  if (k == 0) return c;
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < k; i++) run(coll, s, send, recv, rank, n, comm, st);
+  CK(cudaStreamEndCapture(st, &g));
+  CK(cudaGraphInstantiate(&c.exec, g, 0));
+  CK(cudaGraphDestroy(g));
+  return c;
+}
+
 static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<size_t>& sizes, Shared* sh) {
   const int n = o.n;
   gRank = rank;
@@ -323,6 +380,16 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
+  cudaStream_t busySt = nullptr;
+  float4* busyBuf = nullptr;
+  int* busyStop = nullptr;
+  const size_t busyWords = (256u << 20) / sizeof(float4);
+  if (o.busy > 0) {
+    CK(cudaStreamCreateWithFlags(&busySt, cudaStreamNonBlocking));
+    CK(cudaMalloc(&busyBuf, busyWords * sizeof(float4)));
+    CK(cudaMemset(busyBuf, 0, busyWords * sizeof(float4)));
+    CK(cudaHostAlloc(&busyStop, sizeof(int), cudaHostAllocMapped));
+  }
   std::vector<float> perCall;
   for (int coll : o.colls) {
     gColl = coll;
@@ -334,10 +401,12 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
       alarm((unsigned)o.timeoutS);
       barrier(sh, rank, n, false, o.timeoutS);  // rank 0 has read the last size's timings
 
+      gStage = "capture";
+      Calls calls = capture(coll, s, send, recv, rank, n, comm, st, o.graph);
       gStage = "checked call";
       sh->wrongNow[rank] = 0;
       CK(cudaMemsetAsync(recv, 0xff, s.recvElems * sizeof(float), st));  // NaN: never a wanted value
-      run(coll, s, send, recv, rank, n, comm, st);
+      calls.launch(coll, s, send, recv, rank, n, comm, st);
       CK(cudaStreamSynchronize(st));
       const size_t out = outElems(coll, s, rank);
       CK(cudaMemcpy(host.data(), recv, out * sizeof(float), cudaMemcpyDeviceToHost));
@@ -351,8 +420,13 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
       }
       sh->wrong[rank] += sh->wrongNow[rank];
 
+      if (o.busy > 0) {
+        *(volatile int*)busyStop = 0;
+        busyKernel<<<o.busy, 512, 0, busySt>>>(busyBuf, busyWords, busyStop, o.busyAlu);
+        CK(cudaGetLastError());
+      }
       gStage = "warm-up";
-      for (int i = 0; i < o.warmup; i++) run(coll, s, send, recv, rank, n, comm, st);
+      for (int i = 0; i < o.warmup; i++) calls.launch(coll, s, send, recv, rank, n, comm, st);
       CK(cudaStreamSynchronize(st));
 
       int iters = 0;
@@ -365,14 +439,18 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
           CK(cudaGetLastError());
         }
         CK(cudaEventRecord(a, st));
-        run(coll, s, send, recv, rank, n, comm, st);
+        calls.launch(coll, s, send, recv, rank, n, comm, st);
         CK(cudaEventRecord(b, st));
         CK(cudaEventSynchronize(b));
         float ms;
         CK(cudaEventElapsedTime(&ms, a, b));
-        sh->us[rank][iters++] = ms * 1e3f;
+        sh->us[rank][iters++] = ms * 1e3f / std::max(o.graph, 1);
         const bool last = iters >= o.iters || (iters >= kMinIters && now() - t0 >= o.budget);
         stop = barrier(sh, rank, n, last, o.timeoutS);  // rank 0 decides; every rank has written its time
+      }
+      if (o.busy > 0) {
+        *(volatile int*)busyStop = 1;
+        CK(cudaStreamSynchronize(busySt));
       }
 
       if (rank == 0) {
@@ -393,6 +471,7 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
                p99, mean, alg, alg * s.busFactor, wrong);
         if (o.calls) printCalls(sh, coll, s.bytes, iters, n);
       }
+      if (calls.exec) CK(cudaGraphExecDestroy(calls.exec));
     }
   }
   gColl = -1;
@@ -409,7 +488,7 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
 static const char* kUsage =
     "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--per-host 1] [--colls all|a,b,c]\n"
     "                 [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]\n"
-    "                 [--calls] [--gap-us 0]\n"
+    "                 [--calls] [--gap-us 0] [--graph K] [--busy C [--busy-alu]]\n"
     "collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter\n";
 
 static bool parseColls(const std::string& list, std::vector<int>* out) {
@@ -462,6 +541,9 @@ int main(int argc, char** argv) {
     else if (a == "--timeout-s") o.timeoutS = atof(need());
     else if (a == "--calls") o.calls = true;
     else if (a == "--gap-us") o.gapUs = atoi(need());
+    else if (a == "--graph") o.graph = atoi(need());
+    else if (a == "--busy") o.busy = atoi(need());
+    else if (a == "--busy-alu") o.busyAlu = true;
     else {
       fprintf(stderr, "%s", kUsage);
       return 2;
@@ -470,9 +552,10 @@ int main(int argc, char** argv) {
   if (o.n < 2 || o.n > kMaxRanks || o.gpus < 1 || o.minB < 8 || o.maxB < o.minB || (o.uts && o.oneHost) ||
       o.perHost < 1 || o.n % o.perHost != 0 || (o.oneHost && o.perHost > 1) ||
       o.iters < kMinIters || o.iters > kMaxIters || o.warmup < 0 || !(o.budget >= 0) || !(o.timeoutS >= 1) ||
-      o.gapUs < 0 || o.gapUs > 1000000 ||
+      o.gapUs < 0 || o.gapUs > 1000000 || o.graph < 0 || o.graph > 1000 || (o.graph > 0 && o.gapUs > 0) ||
+      o.busy < 0 || o.busy > 1024 ||
       !parseColls(colls, &o.colls)) {
-    fprintf(stderr, "net_bench: bad arguments (--nranks 2..%d, --iters %d..%d, --min >= 8, --per-host divides --nranks, --gap-us 0..1000000)\n%s", kMaxRanks,
+    fprintf(stderr, "net_bench: bad arguments (--nranks 2..%d, --iters %d..%d, --min >= 8, --per-host divides --nranks, --gap-us 0..1000000, --graph 0..1000 and not with --gap-us, --busy 0..1024)\n%s", kMaxRanks,
             kMinIters, kMaxIters, kUsage);
     return 2;
   }
@@ -495,6 +578,12 @@ int main(int argc, char** argv) {
          "(at least %d, %.3g s), each alone after %d us of compute on its stream; a call's time is the slowest rank's "
          "(CUDA events)\n",
          o.warmup, o.iters, kMinIters, o.budget, o.gapUs);
+  if (o.busy > 0)
+    printf("# --busy %d: %d blocks %s on another stream during the warm-up and timed calls\n", o.busy, o.busy,
+           o.busyAlu ? "compute in registers" : "read and write 256 MiB");
+  if (o.graph > 0)
+    printf("# --graph %d: each timed call is one launch of a graph of %d calls, its time divided by %d\n", o.graph,
+           o.graph, o.graph);
   printf("# %-14s %12s %5s %10s %10s %10s %9s %9s %6s\n", "coll", "bytes", "iters", "p50_us", "p99_us", "mean_us",
          "algbw_GBs", "busbw_GBs", "wrong");
   fflush(stdout);
