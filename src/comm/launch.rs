@@ -4,12 +4,37 @@
 
 use super::{profile, Comm};
 use crate::abi::{fnKernelArgs, FN_NTHREADS};
-use crate::cuda::{self, module, CUstream, Event};
+use crate::cuda::{self, module, CUstream, Event, MemSyncDomain};
 use crate::error::Result;
 use crate::plan::{self, Copy, Member, Mode, Plan};
 use crate::task::{Launch, Queued, Task};
 use crate::tuner;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+crate::int_param!(
+    /// NCCL_MEM_SYNC_DOMAIN: the memory synchronization domain of our kernels on Hopper and
+    /// later, as NCCL's: 1 (remote, the default) or 0 (the default domain of compute kernels).
+    mem_sync_domain_param, "NCCL_MEM_SYNC_DOMAIN", 1
+);
+
+/// The domain our kernels launch in: none before Hopper, which has no domains; else the remote
+/// one unless NCCL_MEM_SYNC_DOMAIN=0, so that a fence in a compute kernel does not wait for our
+/// traffic and ours not for the compute kernels' (docs/ARCHITECTURE.md, "Memory synchronization
+/// domains").
+fn mem_sync_domain(cc_major: i32) -> Option<MemSyncDomain> {
+    static DOMAIN: OnceLock<MemSyncDomain> = OnceLock::new();
+    if cc_major < 9 {
+        return None;
+    }
+    Some(*DOMAIN.get_or_init(|| match mem_sync_domain_param() {
+        0 => MemSyncDomain::CU_LAUNCH_MEM_SYNC_DOMAIN_DEFAULT,
+        1 => MemSyncDomain::CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE,
+        v => {
+            crate::nccl_warn!("NCCL_MEM_SYNC_DOMAIN={v} is neither 0 (default) nor 1 (remote); using 1");
+            MemSyncDomain::CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE
+        }
+    }))
+}
 
 /// Orders our launches across streams and lets destroy/abort wait for them.
 pub(super) struct LaunchState {
@@ -236,7 +261,7 @@ impl Comm {
             self.ops.issue(super::watch::Newest::kernel(&l.works));
             // SAFETY: `kernel` was loaded for this launch; `args` points at our device comm and
             // works whose buffers are valid per this function's contract.
-            unsafe { cuda::launch(kernel.0, l.grid, FN_NTHREADS, l.stream, &args) }?;
+            unsafe { cuda::launch(kernel.0, l.grid, FN_NTHREADS, l.stream, &args, mem_sync_domain(self.cc_major)) }?;
             for (s, e) in l.joined.iter().zip(&joins) {
                 e.record(l.stream)?;
                 e.wait(*s)?;
@@ -288,5 +313,22 @@ impl Comm {
         let _g = gpu.ctx.enter()?;
         // SAFETY: per this function's contract.
         unsafe { cuda::memcpy_async(dst, src, bytes, stream) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hopper and later launch in the remote domain, as NCCL's kernels do by default; earlier
+    /// GPUs have no domains, and the launch passes no attribute there.
+    #[test]
+    fn kernels_launch_in_the_remote_domain_from_hopper() {
+        assert_eq!(mem_sync_domain(8), None);
+        let remote = Some(MemSyncDomain::CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE);
+        if std::env::var_os("NCCL_MEM_SYNC_DOMAIN").is_none() {
+            assert_eq!(mem_sync_domain(9), remote);
+            assert_eq!(mem_sync_domain(10), remote);
+        }
     }
 }

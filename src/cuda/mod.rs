@@ -16,7 +16,7 @@ use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdeviceptr, CUresult};
 use std::ffi::{c_void, CStr};
 use std::sync::OnceLock;
 
-pub use sys::{CUevent, CUstream};
+pub use sys::{CUevent, CUlaunchMemSyncDomain as MemSyncDomain, CUstream};
 
 /// Maps a driver status to our error, naming the call and CUDA's error.
 pub fn check(res: CUresult, what: &str) -> Result<()> {
@@ -506,7 +506,8 @@ pub fn stream_synchronize(stream: CUstream) -> Result<()> {
 }
 
 /// Launches one of our kernels (`func`, whose single parameter is the kernel argument struct of
-/// `kernels/device_abi.h`) on `stream`.
+/// `kernels/device_abi.h`) on `stream`, in memory synchronization domain `domain` where given
+/// (Hopper and later; docs/ARCHITECTURE.md, "Memory synchronization domains").
 ///
 /// # Safety
 /// `func` is a kernel loaded from our fatbin, and every device address `args` holds (its device
@@ -517,15 +518,33 @@ pub unsafe fn launch(
     block: u32,
     stream: CUstream,
     args: &fnKernelArgs,
+    domain: Option<MemSyncDomain>,
 ) -> Result<()> {
     let mut params = [args as *const fnKernelArgs as *mut c_void];
+    // SAFETY: a zeroed attribute is a plain C struct with an id of 0 (ignored) and a value union
+    // of bytes; the domain member is set before the attribute is passed.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
+    if let Some(d) = domain {
+        attr.value.memSyncDomain = d;
+    }
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: u32::from(domain.is_some()),
+    };
     // SAFETY: func takes one fnKernelArgs by value (the shared ABI header) and the addresses in
-    // it are valid per this function's contract; params outlives the call, which copies the
-    // parameter block.
+    // it are valid per this function's contract; `params`, `attr` and `config` outlive the call,
+    // which copies the parameter block.
     check(
-        unsafe {
-            sys::cuLaunchKernel(func, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut())
-        },
-        "cuLaunchKernel",
+        unsafe { sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut()) },
+        "cuLaunchKernelEx",
     )
 }
