@@ -176,11 +176,15 @@ crate::int_param!(
 /// rank's CTA budget among its 2(n-1) peer lanes so that every lane can run at once.
 fn p2p_parts(shape: &CommShape, p2p_channels: usize, bytes: usize) -> usize {
     // 256 KiB parts left 256 KiB..1 MiB sends 15% slower than NCCL on 2x H200 (one CTA copies
-    // too slowly); 64 KiB parts spread them over 4..16 CTAs.
+    // too slowly); 64 KiB parts spread them over 4..16 CTAs. Between GPUs of one host 32 KiB:
+    // under CUDA graphs a 64 KiB message took 9.0 us on one CTA and 7.8 on two, and sends of 64
+    // KB-1 MB ran 1.06-1.17x faster (docs/ARCHITECTURE.md, "Measured constants").
     const P2P_MIN_PART: usize = 64 << 10;
+    const P2P_MIN_PART_GPUS: usize = 32 << 10;
+    let min_part = if shape.link == Link::P2p { P2P_MIN_PART_GPUS } else { P2P_MIN_PART };
     let lanes = (2 * shape.nranks.saturating_sub(1)).max(1);
     let cap = (shape.nchannels / lanes).max(1).min(p2p_channels.max(1)).min(u8::MAX as usize);
-    bytes.div_ceil(P2P_MIN_PART).clamp(1, cap)
+    bytes.div_ceil(min_part).clamp(1, cap)
 }
 
 /// Whether a broadcast or reduce runs direct between its root and every rank ([`tuner::direct`]).
@@ -885,7 +889,11 @@ mod tests {
     fn big_messages_are_split_the_same_way_on_both_ends() {
         let two = CommShape::one_host(2, 64, 64);
         assert_eq!(p2p_parts(&two, 64, 8), 1);
-        assert_eq!(p2p_parts(&two, 64, 1 << 20), 16);
+        // Parts of at least 32 KiB between GPUs of one host, 64 KiB across hosts.
+        assert_eq!(p2p_parts(&two, 64, 64 << 10), 2);
+        assert_eq!(p2p_parts(&two, 64, 512 << 10), 16);
+        let two_hosts = CommShape { link: crate::task::Link::Net, ..CommShape::one_host(2, 64, 64) };
+        assert_eq!(p2p_parts(&two_hosts, 64, 512 << 10), 8);
         assert_eq!(p2p_parts(&two, 64, 1 << 30), 32);
         assert_eq!(p2p_parts(&two, 8, 1 << 30), 8);
         let eight_on_one_gpu = CommShape::one_host(8, 8, 4);
@@ -893,7 +901,7 @@ mod tests {
         let s = std::ptr::null_mut();
         let ops = vec![
             (s, Task::Send { buf: 0, bytes: 1 << 30, peer: 1 }),
-            (s, Task::Recv { buf: 0, bytes: 1 << 20, peer: 1 }),
+            (s, Task::Recv { buf: 0, bytes: 1 << 19, peer: 1 }),
         ];
         let l = plan(&two, &Allowed::ALL, &|_| 64, &ops).unwrap();
         assert_eq!(l[0].works.iter().map(|w| (w.blk, w.nParts)).collect::<Vec<_>>(), [(0, 32), (32, 16)]);
