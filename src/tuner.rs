@@ -505,6 +505,26 @@ fn asked_channels(shape: &CommShape, algo: u32, proto: u32, bytes: f64) -> usize
     shape.min_channels.min((bytes / per_channel) as usize).max(1)
 }
 
+/// Bytes of a collective a channel carries at least between GPUs of one host (P2P), where the
+/// cost model has no per-channel cost and offers every channel: on 2× H200, a process per GPU,
+/// under CUDA graphs, the all-gather, reduce-scatter, all-reduce, broadcast and reduce of 8 B–4
+/// KB took 0.2–0.6 µs less on one channel than on 64 (reduce-scatter of 1 KB 4.98 µs against
+/// 5.38, NCCL's 4.98), two channels were fastest at 8 KB, eight at 16–32 KB and 64 from 64 KB
+/// (`docs/results/p2p-channels-2026-11-27-h200x2.txt`). NCCL likewise lowers a small message's
+/// channels (8 bytes a thread a channel in LL, times the ranks for a ring).
+const GPU_LINK_CHANNEL_BYTES: f64 = 2048.0;
+
+/// The channels of a ring or two-rank one-shot collective of `bytes` that `price` gave `priced`:
+/// between GPUs of one host, one per [`GPU_LINK_CHANNEL_BYTES`], at least `least` (what the
+/// user asked for), at most `priced`; over SHM and NET the cost model already chose.
+fn gpu_link_channels(shape: &CommShape, bytes: f64, least: usize, priced: usize) -> usize {
+    if shape.link != Link::P2p {
+        return priced;
+    }
+    let most = priced.max(1);
+    ((bytes / GPU_LINK_CHANNEL_BYTES) as usize).clamp(least.clamp(1, most), most)
+}
+
 /// Bytes of the largest per-channel part when `count` elements of `elem` bytes are spread over
 /// `nch` channels (the kernels' channelPart rule: parts rounded up to 16 bytes).
 fn part_bytes(count: usize, elem: usize, nch: usize) -> usize {
@@ -687,6 +707,7 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
                 one_way_channels(kind, proto, wire, shape).max(asked_channels(shape, FN_ALGO_RING, proto, bytes));
             let behind = chain_behind(kind, proto, hops, shape);
             let (t, nchannels) = price(shape, proto, hops, wire, 1.0, behind, least, shape.nchannels);
+            let nchannels = gpu_link_channels(shape, bytes, least, nchannels);
             offered.push((t, Choice { algo: FN_ALGO_RING, proto, nchannels }));
         }
     }
@@ -717,7 +738,8 @@ fn choose_timed(kind: CollKind, count: usize, elem: usize, shape: &CommShape, al
                 let scale = if n == 2 { ONESHOT_PAIR_BW } else { 1.0 };
                 // More than two ranks: one LL slot per channel holds the part, so every channel.
                 let (t, nchannels) = if n == 2 {
-                    price(shape, proto, 1.0, (n - 1) as f64 * bytes, scale, 0.0, 1, nch)
+                    let (t, nchannels) = price(shape, proto, 1.0, (n - 1) as f64 * bytes, scale, 0.0, 1, nch);
+                    (t, gpu_link_channels(shape, bytes, 1, nchannels))
                 } else {
                     (model_us(proto, 1.0, (n - 1) as f64 * bytes, scale), nch)
                 };

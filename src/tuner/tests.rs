@@ -159,7 +159,9 @@ fn forced_protocols_are_obeyed() {
             for kind in [CollKind::AllReduce, CollKind::AllGather, CollKind::Broadcast] {
                 for count in [1, 1000, 1 << 20, 1 << 28] {
                     let c = choose(kind, count, 4, &TWO, &only);
-                    assert_eq!((c.proto, c.nchannels), (proto, 64));
+                    // Between GPUs of one host, a channel for each 2 KiB up to every channel.
+                    let channels = (coll_bytes(kind, count, 4, 2) / 2048).clamp(1, 64);
+                    assert_eq!((c.proto, c.nchannels), (proto, channels), "{kind:?} of {count}");
                     assert!(c.algo == FN_ALGO_RING || oneshot && kind == CollKind::AllReduce);
                 }
             }
@@ -238,8 +240,9 @@ fn net_communicators_use_ll_for_small_messages_and_few_channels() {
     // NCCL_PROTO=LL is still obeyed over NET.
     let ll = parse_restrictions(None, Some("LL")).unwrap();
     assert_eq!(choose(CollKind::AllGather, 1 << 20, 1, &net(4), &ll).proto, FN_PROTO_LL);
-    // Over P2P nothing changes: every channel.
-    assert_eq!(choose(CollKind::AllReduce, 2, 4, &shape(4, 8, 4), &shm4).nchannels, 8);
+    // Over P2P the cost model has no per-channel cost: a channel for each 2 KiB, up to every one.
+    assert_eq!(choose(CollKind::AllReduce, 2, 4, &shape(4, 8, 4), &shm4).nchannels, 1);
+    assert_eq!(choose(CollKind::AllReduce, 8 << 10, 4, &shape(4, 8, 4), &shm4).nchannels, 8);
 }
 
 /// A broadcast or reduce along a chain over NET forwards a step only once it has all of it: where
