@@ -27,11 +27,12 @@
 //
 // Per collective and size: one checked call (outputs poisoned, inputs rank r element j =
 // r*4096 + j%4093, exact in float even summed over 8 ranks, every output element compared on the
-// host), --warmup more calls, then timed calls one at a time: a barrier of all ranks, CUDA events
-// around the one call on each rank's stream, wait for the end event. A call's time is the slowest
-// rank's. Rank 0 stops the timed calls after --iters, or once --budget-s has passed and at least 5
-// were timed, and tells the others at the barrier, so every rank makes the same calls. Rows give
-// the median (p50), p99 (nearest rank), mean, and the bandwidths at the median.
+// host), --warmup more calls, a barrier of all ranks, then timed calls one at a time, each
+// followed by a barrier: CUDA events around the one call on each rank's stream, wait for the end
+// event. A call's time is the slowest rank's. Rank 0 stops the timed calls after --iters, or once
+// --budget-s has passed and at least 5 were timed, and tells the others at the barrier, so every
+// rank makes the same calls. Rows give the median (p50), p99 (nearest rank), mean, and the
+// bandwidths at the median.
 // A watchdog per rank (SIGALRM after --timeout-s in one size, or at init or teardown) names the
 // collective, size and stage it was stuck in and exits 3.
 //
@@ -428,6 +429,11 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
       gStage = "warm-up";
       for (int i = 0; i < o.warmup; i++) calls.launch(coll, s, send, recv, rank, n, comm, st);
       CK(cudaStreamSynchronize(st));
+      // Every rank starts the timed calls together, as nccl-tests' barrier before its timed loop:
+      // a rank done with its warm-up early (a sender whose bytes wait in socket buffers) would
+      // otherwise time its first call from there, waiting for the others' warm-ups and for the
+      // root's check of the checked call's output.
+      barrier(sh, rank, n, false, o.timeoutS);
 
       int iters = 0;
       const double t0 = now();
