@@ -16,13 +16,16 @@
 //!   kernel has freed that slot (`head`), then a receive of exactly that many bytes into that
 //!   protocol's slot; when the data lands it moves `tail` (after a release fence), which the
 //!   kernel waits for before it reads the slot in Simple and LL128. An LL step's kernel polls its
-//!   lines instead, and a copy from the network does not store each 8-byte half of a line whole:
-//!   its bytes land in the LL landing, away from the kernel, and the proxy then stores them in
-//!   the slot with stores that keep each half whole ([`Layout::ll_landing`]). One step lands a round, so that each
-//!   direction gets its turn (docs/NET.md, "One step a turn").
+//!   lines instead, and a copy from the network does not promise to store each 8-byte half of a
+//!   line whole: the built-in net's bytes land in the LL landing, away from the kernel, and the
+//!   proxy then stores them in the slot with stores that keep each half whole
+//!   ([`Layout::ll_landing`]). One step lands a round, so that each direction gets its turn
+//!   (docs/NET.md, "One step a turn").
 //! - Through a net plugin a small step's bytes and word go as one message, sent from its slot
-//!   with the word on the line after the bytes; it lands in the step's slot of the LL landing and
-//!   moves to its own slot from there ([`Layout::one_message`]).
+//!   with the word on the line after the bytes; it lands in the step's LL slot, where an LL
+//!   step's kernel polls its lines as the plugin writes them, as NCCL's does, and a step of
+//!   another protocol moves to its own slot from there ([`Layout::one_message`],
+//!   [`Layout::recv_first`]).
 //!
 //! The block's layout is `block`'s; the profiler events, `trace`'s.
 //!

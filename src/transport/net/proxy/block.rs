@@ -37,11 +37,11 @@ pub const SIZE_EMPTY: u32 = crate::abi::FN_SIZE_EMPTY;
 const SIZE_MASK: u32 = (1 << FN_SIZE_PROTO_SHIFT) - 1;
 
 /// The most bytes of a Simple or LL128 step that travel in one message with its size word into
-/// a slot of the LL landing ([`Landing::Ll`]), when the net does not merge the two itself
+/// an LL slot ([`Landing::Ll`]), when the net does not merge the two itself
 /// ([`Layout::one_message`]): the receiving proxy copies such a step to its own slot. Up to 16
 /// KiB that copy costs less than a second message; from 16 to 32 KiB it measured level or slower
 /// (docs/NET.md, "One message per small step"). Every LL step but the largest (a whole slot)
-/// crosses as one message (and moves from the landing to its slot as every LL step does).
+/// crosses as one message, in place.
 pub const INLINE_MAX: usize = 16 << 10;
 /// The most bytes of a step that travel in one message into a Simple slot ([`Landing::Simple`]).
 /// Four hosts through the test plugin on one H200, against two messages a step: steps of 16–64
@@ -52,7 +52,7 @@ pub const SIMPLE_LANDING_MAX: usize = 64 << 10;
 
 /// Where the first message of a step lands through a plugin ([`Layout::one_message`]), which both
 /// ends of a connection derive alike from the step before (its protocol travels in its size
-/// word): in the step's slot of the LL landing, where an LL step lands, or, after a Simple step, in the
+/// word): in the step's LL slot, where an LL step lands in place, or, after a Simple step, in the
 /// step's Simple slot, where a Simple step lands in place up to its slot less a line, so that a
 /// run of Simple steps crosses one message each (docs/NET.md, "One message per small step").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,10 +81,11 @@ impl Landing {
         }
     }
 }
-/// The line that carries a one-message step's size word (its first 4 bytes), after its data. No
-/// kernel reads it: in the LL landing no kernel reads anything, and in a Simple slot the step's
-/// own bytes end before it, and a later step there is read only once the tail has passed that
-/// step, whose own bytes then cover what it reads.
+/// The line that carries a one-message step's size word (its first 4 bytes), after its data, and
+/// the step's LL flag in both halves' flag words. In an LL slot a later LL step with more lines
+/// polls this line, and that flag, FN_NSTEPS steps or more before its own, is not the one it
+/// waits for; in a Simple slot the step's own bytes end before it, and a later step there is read
+/// only once the tail has passed that step, whose own bytes then cover what it reads.
 pub const WORD_LINE: usize = 16;
 
 /// Where each protocol's slots sit in a connection's host block (`slot_bytes`: NCCL_BUFFSIZE's
@@ -94,10 +95,11 @@ pub struct Layout {
     pub slot_bytes: usize,
     /// A small step crosses as one message ([`Layout::inline`]), its data and then its size word's
     /// line, sent from the step's slot, where the sending proxy writes the line after the data; it
-    /// lands in the step's slot of the LL landing and is copied to its own slot (docs/NET.md, "One
-    /// message per small step"). For nets that send each message on its own (plugins); the
-    /// built-in Socket net already puts a step's two messages in one `sendmsg` and lands the data
-    /// in its slot with no copy (an LL step's, in the LL landing).
+    /// lands in the step's LL slot, where an LL step's receiver polls its lines as the net's
+    /// receive writes them, as NCCL's does, and any other step is copied to its own slot
+    /// (docs/NET.md, "One message per small step"). For nets that send each message on its own
+    /// (plugins); the built-in Socket net already puts a step's two messages in one `sendmsg` and
+    /// lands the data in its slot with no copy (an LL step's, in the LL landing).
     pub one_message: bool,
 }
 
@@ -119,10 +121,12 @@ impl Layout {
 
     /// Offset of the LL landing: where the net stores what the receiving kernel would find in its
     /// LL FIFO (one slot a step, at the same place as there), which the kernel never reads. A
-    /// copy from the network (a socket's receive, a plugin's) does not store each 8-byte half of
-    /// an LL line whole, data with its flag, and an LL receiver polls the lines with no tail: so
-    /// the proxy moves each LL step from here to its slot with stores that keep each half whole
-    /// ([`publish_ll`]).
+    /// copy from the network (a socket's receive, a plugin's) does not promise to store each
+    /// 8-byte half of an LL line whole, data with its flag, and an LL receiver polls the lines
+    /// with no tail: so the proxy moves each LL step from here to its slot with stores that keep
+    /// each half whole ([`publish_ll`]). The built-in net's LL steps all land here; through a
+    /// plugin only those that cross as two messages (a whole slot's, or after a Simple step),
+    /// since a one-message step lands in its LL slot, as NCCL's do ([`Layout::recv_first`]).
     pub fn ll_landing(&self) -> usize {
         FIFOS + 2 * fifo::bytes(self.slot_bytes)
     }
@@ -150,18 +154,25 @@ impl Layout {
 
     /// Where the first message of the step at `slot` lands, and the most bytes it may be: its
     /// size word alone, or with [`Layout::one_message`] the whole step, in the step's slot of the
-    /// receiver's FIFO that `landing` names (of the LL landing, for LL).
+    /// receiver's FIFO that `landing` names.
+    ///
+    /// In the LL slot, an LL step's lines are where the kernel polls them while the plugin's
+    /// receive writes them, as NCCL's are: a plugin's `test` that copies from a socket returns
+    /// 3–5 µs after its copy on `lo` (the TCP stack's work after it), and through the landing
+    /// that wait came before the kernel's (docs/NET.md, "One message per small step"). This
+    /// trusts the plugin's copy to store each aligned 8-byte half whole, as NCCL's LL does with
+    /// the same plugin; the built-in net, whose copies we choose, keeps the landing.
     pub fn recv_first(&self, slot: usize, landing: Landing) -> (usize, usize) {
         let p = landing.proto();
         match self.one_message {
-            true => (self.net_side(self.recv_fifo(p) + slot * self.stride(p)), self.stride(p)),
+            true => (self.recv_fifo(p) + slot * self.stride(p), self.stride(p)),
             false => (RECV_SIZES + 4 * slot, 4),
         }
     }
 
     /// Whether the step of `proto` and `bytes` crosses as one message where the step lands as
     /// `landing` says: with its word's line it fits the slot it lands in and its own slot, which
-    /// it is sent from; and, landing in the LL landing, it is LL or at most [`INLINE_MAX`],
+    /// it is sent from; and, landing in an LL slot, it is LL (in place) or at most [`INLINE_MAX`],
     /// landing in a Simple slot at most [`SIMPLE_LANDING_MAX`] (in place if Simple, else copied:
     /// the first step after a run of Simple steps).
     pub fn inline(&self, proto: u32, bytes: usize, landing: Landing) -> bool {
@@ -414,8 +425,8 @@ mod tests {
             if one_message {
                 let (ll_slot, simple_slot) = (l.stride(FN_PROTO_LL), l.stride(FN_PROTO_SIMPLE));
                 for slot in 0..FN_NSTEPS as usize {
-                    let ll = l.ll_landing() + slot * ll_slot;
-                    assert_eq!(l.recv_first(slot, Landing::Ll), (ll, ll_slot), "in its slot of the LL landing");
+                    let ll = l.recv_fifo(FN_PROTO_LL) + slot * ll_slot;
+                    assert_eq!(l.recv_first(slot, Landing::Ll), (ll, ll_slot), "in its own LL slot");
                     let simple = l.recv_fifo(FN_PROTO_SIMPLE) + slot * simple_slot;
                     assert_eq!(l.recv_first(slot, Landing::Simple), (simple, simple_slot), "or its Simple slot");
                 }

@@ -92,10 +92,12 @@ impl SendSide {
             fence(Ordering::Acquire);
             if layout.inline(proto, bytes, self.landing) {
                 // One message from the slot: the data, then the word's line on the slot's next
-                // line, which the kernel leaves alone (it writes the step's `bytes` only). No
-                // kernel reads the rest of that line on the other side ([`WORD_LINE`]).
+                // line, which the kernel leaves alone (it writes the step's `bytes` only), with
+                // this step's LL flag in each half ([`WORD_LINE`]).
                 let len = Layout::inline_len(bytes);
-                blk.store_u32(at + len - WORD_LINE, word);
+                let (word_at, stamp) = (at + len - WORD_LINE, u64::from(flag) << 32);
+                blk.store_u64(word_at, u64::from(word) | stamp);
+                blk.store_u64(word_at + 8, stamp);
                 // SAFETY: the kernel does not write this slot again before head passes the step,
                 // which happens only once this send has completed.
                 let Some(r) = (unsafe { self.comm.isend(blk.ptr(at, len), len, TAG_SIZE, registered(&self.mr))? })
@@ -339,11 +341,13 @@ impl RecvSide {
                             "step {step}: a {got}-byte message whose size word announces {bytes} bytes"
                         )));
                     } else {
+                        // An LL step in its LL slot is in place (`Layout::recv_first`).
                         let to = layout.recv_fifo(proto) + slot * layout.stride(proto);
-                        if proto == FN_PROTO_LL {
+                        if proto == FN_PROTO_LL && landing == Landing::Simple {
                             publish_ll(blk, landed, to, bytes);
                         } else if proto != landing.proto() {
-                            move_out(blk, landed, to, bytes);
+                            let ll_flag = (landing == Landing::Ll).then_some((step + 1) as u32);
+                            move_out(blk, landed, to, bytes, got, ll_flag);
                         }
                         self.landed(blk, step);
                         (moved, turn_over) = (true, true);
@@ -386,14 +390,22 @@ impl RecvSide {
     }
 }
 
-/// Moves a one-message step of Simple or LL128, `bytes`, from the slot it landed in (`from`: the
-/// LL landing, or a Simple slot for an LL128 step) to its own slot (`to`), which its kernel reads
-/// only once the tail has passed the step. What it leaves in a Simple slot needs no care either: a
-/// Simple kernel reads a slot once the tail has passed the step whose bytes it reads there.
-fn move_out(blk: &HostBlock, from: usize, to: usize, bytes: usize) {
+/// Moves a one-message step of Simple or LL128, `bytes`, from the slot it landed in (`from`: an
+/// LL slot, or a Simple slot for an LL128 step) to its own slot (`to`), which its kernel reads
+/// only once the tail has passed the step. Landed in an LL slot (`ll_flag`: the step's LL flag),
+/// it then stamps the `got` bytes it wrote there with that flag and no data, as an LL step there
+/// would have left them: the next LL step in that slot polls these lines for a flag FN_NSTEPS
+/// later, so none takes them for its own. What it leaves in a Simple slot needs no care: a Simple
+/// kernel reads a slot once the tail has passed the step whose bytes it reads there.
+fn move_out(blk: &HostBlock, from: usize, to: usize, bytes: usize, got: usize, ll_flag: Option<u32>) {
     // SAFETY: both ranges are in the block (checked by `ptr`), the landing slot is the proxy's
     // until tail passes this step and the step's own slot is free until then; they do not overlap.
     unsafe { std::ptr::copy_nonoverlapping(blk.ptr(from, bytes), blk.ptr(to, bytes), bytes) };
+    if let Some(flag) = ll_flag {
+        for half in (from..from + got).step_by(8) {
+            blk.store_u64(half, u64::from(flag) << 32);
+        }
+    }
 }
 
 impl Drop for RecvSide {
@@ -635,12 +647,15 @@ mod tests {
         }
     }
 
-    /// The net never stores into the receiver's LL FIFO, which its kernel polls with no tail: an
-    /// LL step lands in the LL landing (alone, or as one message with its word, or after a Simple
-    /// step in a Simple slot) and reaches its slot through the proxy's stores, its lines and
-    /// nothing past them. Other steps still land in, or are copied to, their own slots.
+    /// Where LL steps reach the LL FIFO, which the kernel polls with no tail. The built-in net
+    /// never stores there: its LL steps land in the LL landing and reach their slot through the
+    /// proxy's stores, their lines and nothing past them. Through a plugin a one-message LL step
+    /// lands in its slot, its word's line after it carrying its flag, as NCCL's do; one of
+    /// another protocol that landed there leaves only lines of its flag and no data; an LL step
+    /// of two messages (a whole slot) or after a Simple step still moves through the proxy. Other
+    /// steps land in, or are copied to, their own slots.
     #[test]
-    fn ll_steps_reach_their_slot_only_through_the_proxy() {
+    fn ll_steps_reach_their_slot_whole_or_in_place() {
         const POISON: u8 = 0xEE;
         for one_message in [false, true] {
             let layout = Layout { slot_bytes: 1 << 16, one_message };
@@ -658,17 +673,20 @@ mod tests {
                 (FN_PROTO_LL, ll_stride),
             ];
             let data = |s: usize, bytes: usize| -> Vec<u8> { (0..bytes).map(|i| (i * 7 + s * 31 + 1) as u8).collect() };
-            let (mut messages, mut landing) = (VecDeque::new(), Landing::Ll);
+            let flag = |s: usize| ((s + 1) as u32).to_ne_bytes();
+            let (mut messages, mut landing, mut shapes) = (VecDeque::new(), Landing::Ll, vec![]);
             for (s, &(proto, bytes)) in steps.iter().enumerate() {
                 let word = Layout::encode(proto, bytes).to_ne_bytes();
-                if layout.inline(proto, bytes, landing) {
-                    let mut line = vec![0u8; WORD_LINE];
-                    line[..4].copy_from_slice(&word);
+                let inline = layout.inline(proto, bytes, landing);
+                if inline {
+                    // The sender's word line: the word, and the step's flag in both halves.
+                    let line = [&word[..], &flag(s), &[0; 4], &flag(s)].concat();
                     messages.push_back([data(s, bytes), line].concat());
                 } else {
                     messages.push_back(word.to_vec());
                     messages.push_back(data(s, bytes));
                 }
+                shapes.push((landing, inline));
                 landing = Landing::after(proto);
             }
             assert!(!layout.inline(FN_PROTO_LL, ll_stride, Landing::Ll), "a whole LL slot comes in two messages");
@@ -688,13 +706,38 @@ mod tests {
                     std::slice::from_raw_parts(blk.ptr(layout.recv_fifo(proto) + s * stride, stride), stride)
                 };
                 assert!(got[..bytes] == data(s, bytes), "step {s}'s bytes in its slot (one message: {one_message})");
-                if proto == FN_PROTO_LL {
-                    assert!(got[bytes..].iter().all(|&b| b == POISON), "step {s}: nothing past its lines");
-                }
+                // SAFETY: as above.
+                let ll_slot =
+                    unsafe { std::slice::from_raw_parts(blk.ptr(fifo + s * ll_stride, ll_stride), ll_stride) };
+                let (landed, inline) = shapes[s];
+                let in_place = inline && landed == Landing::Ll;
+                let past = match (proto == FN_PROTO_LL, in_place) {
+                    (true, true) => {
+                        let line = &ll_slot[bytes..bytes + WORD_LINE];
+                        let word = Layout::encode(proto, bytes).to_ne_bytes();
+                        assert!(line == [&word[..], &flag(s), &[0; 4], &flag(s)].concat(), "step {s}: its word's line");
+                        bytes + WORD_LINE
+                    }
+                    (true, false) => bytes,
+                    (false, true) => {
+                        // Lines of this step's flag and no data, where the message landed.
+                        let len = Layout::inline_len(bytes);
+                        for (i, half) in ll_slot[..len].chunks(8).enumerate() {
+                            assert!(half[..4] == [0; 4] && half[4..] == flag(s), "step {s}: LL slot, half {i}");
+                        }
+                        len
+                    }
+                    (false, false) => 0,
+                };
+                assert!(ll_slot[past..].iter().all(|&b| b == POISON), "step {s}: nothing else in its LL slot");
             }
-            let ll = blk.ptr(fifo, 0) as usize..blk.ptr(fifo, 0) as usize + NSTEPS as usize * ll_stride;
+            // The data of a step in two messages, and every step through the built-in net, lands
+            // away from the LL FIFO; only a plugin's first message of a step lands in it.
             for &(at, len) in log.lock().iter() {
-                assert!(at + len <= ll.start || at >= ll.end, "a receive posted into the LL FIFO: {at:#x}+{len}");
+                let d = at.wrapping_sub(blk.ptr(fifo, 0) as usize);
+                if d < NSTEPS as usize * ll_stride {
+                    assert!(one_message && d % ll_stride == 0 && len == ll_stride, "a receive at {d} of the LL FIFO");
+                }
             }
         }
     }
