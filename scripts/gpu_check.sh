@@ -188,6 +188,13 @@ if [ "$NG" -ge 2 ]; then
 else
   PAIR=0,0
 fi
+# Every GPU at once where there are more than two: one process for all, a process per GPU, a graph.
+if [ "$NG" -gt 2 ]; then
+  ALL=$(seq -s, 0 $((NG - 1)))
+  step check_threads_${NG}gpu check 300 "$CHK" --mode threads --devs "$ALL" $Q --failures-only
+  step check_procs_${NG}gpu procs 240 "$CHK" --mode procs --devs "$ALL" --quick --failures-only
+  step graph_${NG}gpu graph 120 "$CHK" --graph --devs "$ALL" --graph-iters $GI
+fi
 # One thread makes every rank's communicator with ncclCommInitRank inside a group, as nccl-tests
 # -g N and single-process multi-GPU programs do: the inits must run at the group's end, together.
 # Splits inside a group likewise (the tests then run on the children).
