@@ -8,7 +8,7 @@ ran more than half the time, how many there are, and the time its threads spent 
 waiting for a CPU (the run-queue delay of /proc/<pid>/task/<tid>/schedstat), summed and the most
 of one thread, in ms over the interval. Waits that add up to seconds a second mean that threads
 which have work sit in run queues: a machine short of cores for everything that spins on it
-(docs/NOTES.md, "four hosts of two ranks: stalls").
+(docs/NOTES.md, "four hosts of two ranks: the stall is in the Socket net's helper path").
 
 usage: scripts/thread_cpu.py OUT_FILE [PROCESS_NAME (default nb)] [INTERVAL_S (default 0.25)]
 Run it in the background beside the benchmark and kill it after.
