@@ -2,13 +2,15 @@
 """Samples, while a benchmark runs, how the threads of its processes use the CPUs, by kind of
 thread: the NET proxies (ours: nccl-proxy-d*; NCCL's: NCCL Progress*), the Socket net's helpers
 (ours: fn-net-help*; NCCL's: NCCL Sock*), the processes' main threads (named as the process) and
-the rest. Every INTERVAL seconds it writes one line: the seconds since it started, then for each
-kind "kind=cores/busy/threads/waitMS/maxMS": the CPU it used (in cores), how many of its threads
-ran more than half the time, how many there are, and the time its threads spent runnable but
-waiting for a CPU (the run-queue delay of /proc/<pid>/task/<tid>/schedstat), summed and the most
-of one thread, in ms over the interval. Waits that add up to seconds a second mean that threads
-which have work sit in run queues: a machine short of cores for everything that spins on it
-(docs/NOTES.md, "four hosts of two ranks: the stall is in the Socket net's helper path").
+the rest. NCCL names its threads only under NCCL_SET_THREAD_NAME=1; otherwise they keep the
+process's name and count as main threads. Every INTERVAL seconds it writes one line: the seconds
+since it started, then for each kind "kind=cores/busy/threads/waitMS/maxMS": the CPU it used (in
+cores), how many of its threads ran more than half the time, how many there are, and the time
+its threads spent runnable but waiting for a CPU (the run-queue delay of
+/proc/<pid>/task/<tid>/schedstat), summed and the most of one thread, in ms over the interval.
+Waits that add up to seconds a second mean that threads which have work sit in run queues: a
+machine short of cores for everything that spins on it (docs/NOTES.md, "four hosts of two ranks:
+the stall is in the Socket net's helper path").
 
 usage: scripts/thread_cpu.py OUT_FILE [PROCESS_NAME (default nb)] [INTERVAL_S (default 0.25)]
 Run it in the background beside the benchmark and kill it after.
@@ -76,7 +78,9 @@ def main():
                 a[4] = max(a[4], wait_ms)
             prev = cur
             if agg:
-                kinds = " ".join(f"{k}={v[0]:.1f}/{v[1]}/{v[2]}/{v[3]:.0f}/{v[4]:.0f}" for k, v in sorted(agg.items()))
+                kinds = " ".join(
+                    f"{k}={v[0]:.1f}/{v[1]}/{v[2]}/{v[3]:.0f}/{v[4]:.0f}" for k, v in sorted(agg.items())
+                )
                 out.write(f"{now - t0:.2f} {kinds}\n")
                 out.flush()
             time.sleep(interval)
