@@ -7,7 +7,7 @@ process's name and count as main threads. Every INTERVAL seconds it writes one l
 since it started, then for each kind "kind=cores/busy/threads/waitMS/maxMS": the CPU it used (in
 cores), how many of its threads ran more than half the time, how many there are, and the time
 its threads spent runnable but waiting for a CPU (the run-queue delay of
-/proc/<pid>/task/<tid>/schedstat), summed and the most of one thread, in ms over the interval.
+/proc/<pid>/task/<tid>/schedstat), summed and the most of one thread, in ms a second.
 Waits that add up to seconds a second mean that threads which have work sit in run queues: a
 machine short of cores for everything that spins on it (docs/NOTES.md, "four hosts of two ranks:
 the stall is in the Socket net's helper path").
@@ -70,7 +70,7 @@ def main():
                     continue
                 a = agg[kind_of(name, process)]
                 share = (ticks - prev[key][1]) / hz / dt
-                wait_ms = (waited - prev[key][2]) / 1e6
+                wait_ms = (waited - prev[key][2]) / 1e6 / dt
                 a[0] += share
                 a[1] += share > 0.5
                 a[2] += 1
