@@ -41,7 +41,8 @@ while [ $# -gt 0 ]; do
     --from) FROM=$2; shift ;;
     --factor) FACTOR=$2; shift ;;
     --ours) OURS=$2; shift ;;
-    --variant) NAMES+=("$2"); SETS+=("$3"); shift 2 ;;
+    --variant) [ $# -ge 3 ] || { echo "net_stalls: --variant wants NAME and \"VAR=VALUE ...\"" >&2; exit 2; }
+               NAMES+=("$2"); SETS+=("$3"); shift 2 ;;
     -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "net_stalls: unknown option $1" >&2; exit 2 ;;
   esac
