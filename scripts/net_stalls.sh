@@ -8,7 +8,8 @@
 #
 # Each run is benches/net_bench.cu over --nranks processes as hosts by host name (--per-host ranks
 # a host, rank r on GPU r % --gpus), CUDA MPS on, outputs checked; beside every run
-# scripts/thread_cpu.py samples the CPU use and run-queue waits of its threads by kind.
+# scripts/thread_cpu.py samples the CPU use and run-queue waits of its threads by kind, and
+# scripts/tcp_state.py the machine's TCP counters and every TCP socket's state.
 # A run stalls where any size's p50 from --from on is more than --factor times the best run of
 # its variant at that size (of the collectives in --colls but all-to-all, whose steps are
 # per-peer).
@@ -18,9 +19,10 @@
 #            [--ours target/release/libnccl.so] [--variant NAME "VAR=VALUE ..."]...
 # The variants "default" (no setting) and "inline" (NCCL_BUFFSIZE=262144: 32 KiB slots, every
 # message under the 128 KiB cut, so the proxy thread moves every byte) always run.
-# Output: ${OUT:-./net-out}/stalls/: NAME.K.log and NAME.K.cpu per run, and summary.txt (printed
-# last: per variant the runs that stalled, each run's worst ratio, the best p50 at --from, and the
-# range of the proxies' and helpers' cores and run-queue waits).
+# Output: ${OUT:-./net-out}/stalls/: NAME.K.log, NAME.K.cpu and NAME.K.tcp per run, and
+# summary.txt (printed last: per variant the runs that stalled, each run's worst ratio, the best
+# p50 at --from, the range of the proxies' and helpers' cores and run-queue waits, and a few TCP
+# counters a run, stalled runs against steady ones).
 set -u
 export NCCL_NVLS_ENABLE=0
 
@@ -52,7 +54,7 @@ case "$RUNS" in ''|*[!0-9]*|0) echo "net_stalls: --runs wants a count >= 1" >&2;
 OURS=$(cd "$(dirname "$OURS")" && pwd)/$(basename "$OURS")
 OUTDIR=${OUT:-$ROOT/net-out}/stalls
 mkdir -p "$OUTDIR/ours"
-rm -f "$OUTDIR"/*.log "$OUTDIR"/*.cpu "$OUTDIR/summary.txt"
+rm -f "$OUTDIR"/*.log "$OUTDIR"/*.cpu "$OUTDIR"/*.tcp "$OUTDIR/summary.txt"
 ln -sf "$OURS" "$OUTDIR/ours/libnccl.so.2" && ln -sf "$OURS" "$OUTDIR/ours/libnccl.so"
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 BIN=$OUTDIR/net_bench
@@ -69,11 +71,13 @@ FAILS=0
 run() {  # run NAME.K SETTINGS
   python3 "$ROOT/scripts/thread_cpu.py" "$OUTDIR/$1.cpu" net_bench &
   local sampler=$!
+  python3 "$ROOT/scripts/tcp_state.py" "$OUTDIR/$1.tcp" &
+  local tcp=$!
   # shellcheck disable=SC2086  # SETTINGS is a list of assignments
   env LD_LIBRARY_PATH="$OUTDIR/ours" $2 timeout -k 5 150 "$BIN" --nranks "$NRANKS" --uts --per-host "$PERHOST" \
     --gpus "$GPUS" --colls "$COLLS" --min "$MIN" --max "$MAX" --iters 200 --budget-s 0.1 >"$OUTDIR/$1.log" 2>&1
   local rc=$?
-  kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+  kill "$sampler" "$tcp" 2>/dev/null; wait "$sampler" "$tcp" 2>/dev/null
   echo "net_stalls: $1 ${2:-(default)} -> exit $rc ($(tail -n 1 "$OUTDIR/$1.log"))"
   [ $rc = 0 ] || FAILS=$((FAILS + 1))
 }
@@ -115,6 +119,29 @@ def cpu(name):
             if n:
                 per[k].append((c / n, w / n))
     return per
+TCP = ("Tcp.RetransSegs", "TcpExt.TCPTimeouts", "TcpExt.TCPLossProbes", "TcpExt.DelayedACKs",
+       "TcpExt.TCPRcvQDrop", "TcpExt.TCPBacklogDrop", "TcpExt.PruneCalled", "TcpExt.TCPOFOQueue",
+       "TcpExt.TCPFastRetrans", "softnet.dropped", "softnet.squeezed", "ksoftirqd.run_us", "ksoftirqd.wait_us")
+def tcp(name, run):
+    """{counter or socket total: value} of one run's NAME.K.tcp ({} where there is none)."""
+    out = {}
+    try:
+        lines = open(os.path.join(out_dir, f"{name}.{run}.tcp")).read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        p = line.split()
+        if p[:1] == ["count"] and p[1] in TCP:
+            out[re.sub(r"^Tcp(Ext)?\.", "", p[1])] = int(p[2])
+        elif p[:1] == ["sock"]:
+            for f in p[3:]:
+                m = re.fullmatch(r"(rwnd_limited|sndbuf_limited|busy):(\d+)ms.*", f)
+                if m:
+                    out[m[1] + "_ms"] = out.get(m[1] + "_ms", 0) + int(m[2])
+        elif p[:2] == ["sysctl", "net.ipv4.tcp_congestion_control"]:
+            out["cc:" + p[2]] = 1
+    return out
+out_dir = out
 print(f"# a run stalls where a size's p50 from {frm} B on is more than {factor}x its variant's best run there")
 for name in names:
     runs = sorted(r for (n, r) in p50 if n == name)
@@ -131,5 +158,10 @@ for name in names:
         if vals:
             line += f"; {kind} {min(v[0] for v in vals):.1f}-{max(v[0] for v in vals):.1f} cores, wait {min(v[1] for v in vals):.0f}-{max(v[1] for v in vals):.0f} ms/s"
     print(line)
+    for label, pick in (("stalled", lambda w: w > factor), ("steady", lambda w: w <= factor)):
+        got = [tcp(name, r) for r, w in zip(runs, worst) if pick(w)]
+        if got and any(got):
+            keys = sorted({k for g in got for k in g})
+            print(f"  tcp, {label} runs ({len(got)}), mean a run: " + " ".join(f"{k}={sum(g.get(k, 0) for g in got) / len(got):.0f}" for k in keys))
 EOF
 [ $FAILS = 0 ] || { echo "net_stalls: $FAILS runs failed"; exit 1; }
