@@ -16,7 +16,11 @@
 #
 # usage: scripts/net_stalls.sh [--runs 14] [--nranks 8] [--per-host 2] [--gpus 2]
 #            [--colls all_reduce,all_gather,alltoall] [--min 1M] [--max 32M] [--from 4M] [--factor 1.5]
-#            [--ours target/release/libnccl.so] [--variant NAME "VAR=VALUE ..."]...
+#            [--ours target/release/libnccl.so] [--hog N] [--variant NAME "VAR=VALUE ..."]...
+# --hog N keeps N busy loops running for the whole call, a neighbour that takes N cores (beside 8
+# on 32 cores, single runs of ours had their p99 at 3.5-7x p50 at 4 MB where NCCL's stayed within
+# 1.9x: docs/NOTES.md, "four hosts of two ranks: TCP counters, congestion control, delayed ACKs,
+# and a CPU hog").
 # The variants "default" (no setting) and "inline" (NCCL_BUFFSIZE=262144: 32 KiB slots, every
 # message under the 128 KiB cut, so the proxy thread moves every byte) always run.
 # Output: ${OUT:-./net-out}/stalls/: NAME.K.log, NAME.K.cpu and NAME.K.tcp per run, and
@@ -27,7 +31,7 @@ set -u
 export NCCL_NVLS_ENABLE=0
 
 RUNS=14; NRANKS=8; PERHOST=2; GPUS=2; COLLS=all_reduce,all_gather,alltoall; MIN=1M; MAX=32M
-FROM=4M; FACTOR=1.5
+FROM=4M; FACTOR=1.5; HOG=0
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
 NAMES=(default inline); SETS=("" "NCCL_BUFFSIZE=262144")
@@ -42,15 +46,17 @@ while [ $# -gt 0 ]; do
     --max) MAX=$2; shift ;;
     --from) FROM=$2; shift ;;
     --factor) FACTOR=$2; shift ;;
+    --hog) HOG=$2; shift ;;
     --ours) OURS=$2; shift ;;
     --variant) [ $# -ge 3 ] || { echo "net_stalls: --variant wants NAME and \"VAR=VALUE ...\"" >&2; exit 2; }
                NAMES+=("$2"); SETS+=("$3"); shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "net_stalls: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
 case "$RUNS" in ''|*[!0-9]*|0) echo "net_stalls: --runs wants a count >= 1" >&2; exit 2 ;; esac
+case "$HOG" in ''|*[!0-9]*) echo "net_stalls: --hog wants a count of busy loops" >&2; exit 2 ;; esac
 OURS=$(cd "$(dirname "$OURS")" && pwd)/$(basename "$OURS")
 OUTDIR=${OUT:-$ROOT/net-out}/stalls
 mkdir -p "$OUTDIR/ours"
@@ -65,7 +71,10 @@ timeout 120 "$CUDA/bin/nvcc" -O2 -std=c++17 -arch="$ARCH" -I"$ROOT/include" -o "
 export CUDA_MPS_PIPE_DIRECTORY=$OUTDIR/mps-pipe CUDA_MPS_LOG_DIRECTORY=$OUTDIR/mps-log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 nvidia-cuda-mps-control -d && echo "net_stalls: CUDA MPS started" || echo "net_stalls: could not start MPS"
-trap 'echo quit | nvidia-cuda-mps-control; echo "net_stalls: CUDA MPS stopped"' EXIT
+HOGS=()
+trap '[ ${#HOGS[@]} = 0 ] || kill "${HOGS[@]}"; echo quit | nvidia-cuda-mps-control; echo "net_stalls: CUDA MPS stopped"' EXIT
+for _ in $(seq 1 "$HOG"); do (while :; do :; done) & HOGS+=($!); done
+[ "$HOG" = 0 ] || echo "net_stalls: $HOG busy loops beside every run"
 
 FAILS=0
 run() {  # run NAME.K SETTINGS
