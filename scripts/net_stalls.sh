@@ -26,7 +26,7 @@
 # Output: ${OUT:-./net-out}/stalls/: NAME.K.log, NAME.K.cpu and NAME.K.tcp per run, and
 # summary.txt (printed last: per variant the runs that stalled, each run's worst ratio, the best
 # p50 at --from, the range of the proxies' and helpers' cores and run-queue waits, and a few TCP
-# counters a run, stalled runs against steady ones).
+# counters, the machine's busy cores and its host's steal a run, stalled runs against steady ones).
 set -u
 export NCCL_NVLS_ENABLE=0
 
@@ -151,6 +151,18 @@ def tcp(name, run):
             out["cc:" + p[2]] = 1
     return out
 out_dir = out
+def machine(name, run):
+    """Mean cores the whole machine used and its host stole, over one run's samples."""
+    got = {"busy": [], "steal": []}
+    try:
+        for line in open(os.path.join(out_dir, f"{name}.{run}.cpu")):
+            for field in line.split()[1:]:
+                k, _, v = field.partition("=")
+                if k in got:
+                    got[k].append(float(v))
+    except OSError:
+        pass
+    return {k: sum(v) / len(v) for k, v in got.items() if v}
 print(f"# a run stalls where a size's p50 from {frm} B on is more than {factor}x its variant's best run there")
 for name in names:
     runs = sorted(r for (n, r) in p50 if n == name)
@@ -168,9 +180,9 @@ for name in names:
             line += f"; {kind} {min(v[0] for v in vals):.1f}-{max(v[0] for v in vals):.1f} cores, wait {min(v[1] for v in vals):.0f}-{max(v[1] for v in vals):.0f} ms/s"
     print(line)
     for label, pick in (("stalled", lambda w: w > factor), ("steady", lambda w: w <= factor)):
-        got = [tcp(name, r) for r, w in zip(runs, worst) if pick(w)]
+        got = [{**tcp(name, r), **machine(name, r)} for r, w in zip(runs, worst) if pick(w)]
         if got and any(got):
             keys = sorted({k for g in got for k in g})
-            print(f"  tcp, {label} runs ({len(got)}), mean a run: " + " ".join(f"{k}={sum(g.get(k, 0) for g in got) / len(got):.0f}" for k in keys))
+            print(f"  tcp and machine, {label} runs ({len(got)}), mean a run: " + " ".join(f"{k}={sum(g.get(k, 0) for g in got) / len(got):.{ {'steal': 2, 'busy': 1}.get(k, 0) }f}" for k in keys))
 EOF
 [ $FAILS = 0 ] || { echo "net_stalls: $FAILS runs failed"; exit 1; }

@@ -7,7 +7,9 @@ process's name and count as main threads. Every INTERVAL seconds it writes one l
 since it started, then for each kind "kind=cores/busy/threads/waitMS/maxMS": the CPU it used (in
 cores), how many of its threads ran more than half the time, how many there are, and the time
 its threads spent runnable but waiting for a CPU (the run-queue delay of
-/proc/<pid>/task/<tid>/schedstat), summed and the most of one thread, in ms a second.
+/proc/<pid>/task/<tid>/schedstat), summed and the most of one thread, in ms a second; then
+"busy=" the cores the whole machine used and "steal=" the cores its host held back from it (a
+virtual machine's steal time, /proc/stat).
 Waits that add up to seconds a second mean that threads which have work sit in run queues: a
 machine short of cores for everything that spins on it (docs/NOTES.md, "four hosts of two ranks:
 the stall is in the Socket net's helper path").
@@ -51,6 +53,17 @@ def sample(process):
     return out
 
 
+def machine():
+    """Ticks of /proc/stat's first line: (busy, steal). Steal is time a virtual machine's CPUs were
+    ready to run but its host ran something else: a machine that is itself short of CPUs."""
+    try:
+        f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    except (OSError, ValueError):
+        return (0, 0)
+    # user nice system idle iowait irq softirq steal ...
+    return (f[0] + f[1] + f[2] + f[5] + f[6], f[7] if len(f) > 7 else 0)
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -59,11 +72,15 @@ def main():
     hz = os.sysconf("SC_CLK_TCK")
     t0 = last = time.time()
     prev = {}
+    prev_machine = machine()
     with open(sys.argv[1], "w") as out:
         while True:
             cur = sample(process)
+            cur_machine = machine()
             now = time.time()
             dt, last = now - last, now
+            busy, steal = ((c - p) / hz / dt for c, p in zip(cur_machine, prev_machine))
+            prev_machine = cur_machine
             agg = collections.defaultdict(lambda: [0.0, 0, 0, 0.0, 0.0])
             for key, (name, ticks, waited) in cur.items():
                 if key not in prev:
@@ -81,7 +98,7 @@ def main():
                 kinds = " ".join(
                     f"{k}={v[0]:.1f}/{v[1]}/{v[2]}/{v[3]:.0f}/{v[4]:.0f}" for k, v in sorted(agg.items())
                 )
-                out.write(f"{now - t0:.2f} {kinds}\n")
+                out.write(f"{now - t0:.2f} {kinds} busy={busy:.1f} steal={steal:.2f}\n")
                 out.flush()
             time.sleep(interval)
 
