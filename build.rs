@@ -611,7 +611,7 @@ fn bind_device_abi(kernels: &Path, out: &Path) {
 /// definition the test plugins also build against.
 fn bind_net_plugin_abi(header: &Path, out: &Path) {
     let types = "ncclNet.*|ncclDebugLogger_t|ncclProfilerCallback_t|ncclResult_t|ncclDebugLogLevel";
-    bind_c_abi(header, types, "NCCL_(NET|PTR)_.*", out, "net_plugin_abi.rs");
+    bind_c_abi(header, types, "NCCL_(NET|PTR)_.*|ncclProfilerNetEvent.*", out, "net_plugin_abi.rs");
 }
 
 /// The tuner and profiler plugin ABIs (`src/plugin/plugin_abi.h`), bound as the net plugin's.

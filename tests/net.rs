@@ -565,6 +565,7 @@ fn transport() {
     println!("TRANSPORT OK over {}{one}", ranks[0].1.net_name);
     if let Ok(trace) = std::env::var("TEST_PROFILER_OUT") {
         let layouts: Vec<Layout> = ranks.iter().map(|(_, t)| t.layout()).collect();
+        let ranks_net = ranks[0].1.net_name.clone();
         // The proxies end with the transports, stopping their events; the plugin writes its
         // trace when the last holder of each rank's profiler is gone.
         drop(ranks);
@@ -581,7 +582,10 @@ fn transport() {
                 }
             }
         }
-        check_proxy_trace(&text, &expected);
+        // The test plugin reports each request it moves under the request's step; the built-in
+        // net has no events of its own.
+        let net_events = ranks_net != "Socket";
+        check_proxy_trace(&text, &expected, net_events);
         println!("PROFILER OK: {} steps", expected.len());
     }
 }
@@ -589,7 +593,14 @@ fn transport() {
 /// Checks the test profiler's trace of the proxies against `expected`: (rank, channel, peer,
 /// is_send, step) to the step's bytes. Every event stopped once, every step recorded one state
 /// with its bytes under a proxy op of its connection direction, and each step is there once.
-fn check_proxy_trace(text: &str, expected: &std::collections::BTreeMap<(usize, usize, usize, usize, u64), usize>) {
+/// Checks a profiler trace of the proxies: every step of `expected` ((rank, channel, peer,
+/// send, step) -> bytes) one balanced step event under an op of its connection direction, and,
+/// with `net_events`, the net plugin's own events under the steps whose messages it moved.
+fn check_proxy_trace(
+    text: &str,
+    expected: &std::collections::BTreeMap<(usize, usize, usize, usize, u64), usize>,
+    net_events: bool,
+) {
     use std::collections::HashMap;
     let field = |line: &str, key: &str| -> u64 {
         let v = line.split(' ').find_map(|w| w.strip_prefix(key).and_then(|w| w.strip_prefix('=')));
@@ -597,6 +608,9 @@ fn check_proxy_trace(text: &str, expected: &std::collections::BTreeMap<(usize, u
     };
     let mut ops = HashMap::new();
     let mut seen = std::collections::BTreeMap::new();
+    // Step event id -> (rank, send); net-plugin events as (parent step id, rank, send, bytes).
+    let mut steps = HashMap::new();
+    let mut net = Vec::new();
     for line in text.lines() {
         assert_eq!(field(line, "stopped"), 1, "an event not stopped exactly once: {line}");
         let w: Vec<&str> = line.split(' ').collect();
@@ -613,9 +627,30 @@ fn check_proxy_trace(text: &str, expected: &std::collections::BTreeMap<(usize, u
                 let key = (r as usize, ch as usize, peer as usize, send as usize, field(line, "step"));
                 let bytes = field(line, "bytes") as usize;
                 assert!(seen.insert(key, bytes).is_none(), "step {key:?} twice: {line}");
+                steps.insert(w[0].to_string(), (r, send));
+            }
+            "NetPlugin" if net_events => {
+                assert!(w[4] == "fntcp", "not the test plugin's event: {line}");
+                assert_eq!(field(line, "states"), 1, "one update with its bytes: {line}");
+                net.push((w[1].to_string(), field(line, "rank"), field(line, "send"), field(line, "bytes")));
             }
             other => panic!("only proxy events were produced here, not {other}: {line}"),
         }
+    }
+    let mut covered = std::collections::HashSet::new();
+    for (parent, rank, send, bytes) in &net {
+        let step = steps.get(parent).unwrap_or_else(|| panic!("a net-plugin event under {parent}, not a step"));
+        assert_eq!(*step, (*rank, *send), "a net-plugin event of rank {rank}, send {send} under the step {step:?}");
+        assert!(*bytes > 0, "a net-plugin event of step {parent} moved no byte");
+        covered.insert(parent.clone());
+    }
+    if net_events {
+        // Every message is under the first step it moves (a pair moves two); a receive of a
+        // size word, or of a whole small step, is posted before its step is known: none.
+        let sends = steps.values().filter(|s| s.1 == 1).count();
+        let sends_covered = covered.iter().filter(|p| steps[*p].1 == 1).count();
+        assert!(2 * sends_covered >= sends, "{sends_covered} of {sends} send steps have the plugin's events");
+        assert!(covered.iter().any(|p| steps[p].1 == 0), "no receive step has the plugin's events");
     }
     for (k, want) in expected {
         match seen.get(k) {

@@ -191,6 +191,9 @@ pub enum Descr {
     ProxyOp { channel: u8, peer: i32, nsteps: i32, chunk: i32, is_send: bool },
     /// One NET step (`ncclProfileProxyStep`).
     ProxyStep { step: i32 },
+    /// An event a net plugin defines, under the step it moves (`ncclProfileNetPlugin`): the
+    /// plugin's event type and version (`id`) and its own descriptor (`data`, an address).
+    NetPlugin { id: i64, data: usize },
 }
 
 impl Descr {
@@ -202,6 +205,7 @@ impl Descr {
             Descr::P2p { .. } => ncclProfileP2p,
             Descr::ProxyOp { .. } => ncclProfileProxyOp,
             Descr::ProxyStep { .. } => ncclProfileProxyStep,
+            Descr::NetPlugin { .. } => ncclProfileNetPlugin,
         }) as i32
     }
 }
@@ -278,10 +282,15 @@ impl Profiler {
     /// Starts an event under `parent` when the plugin wants its kind; `None` when it does not, or
     /// its version has no such event, or it returned no handle (nothing to stop then).
     pub fn start_event(self: &Arc<Self>, d: &Descr, parent: Option<&Event>) -> Option<Event> {
-        if !self.wants(d.bit()) {
+        self.start_under(d, parent.map_or(null_mut(), |e| e.handle))
+    }
+
+    /// [`Profiler::start_event`] under the plugin's handle of an open event (or NULL).
+    fn start_under(self: &Arc<Self>, d: &Descr, parent: *mut c_void) -> Option<Event> {
+        // Descriptors before v3 have no net-plugin member.
+        if !self.wants(d.bit()) || matches!(d, Descr::NetPlugin { .. }) && self.lib.version() < 3 {
             return None;
         }
-        let parent = parent.map_or(null_mut(), |e| e.handle);
         let mut handle = null_mut();
         // SAFETY: the table is the library's static data and its startEvent was checked non-NULL
         // at load.
@@ -344,7 +353,14 @@ macro_rules! event_descr {
     (@choice indices, $c:expr) => {
         $c.1
     };
-    ($ty:ty, $kind:ty, $enc:ident, $layout:ident $(, $group:ident)?) => {
+    (@net net, $u:expr, $id:expr, $data:expr) => {{
+        $u.netPlugin.id = $id;
+        $u.netPlugin.data = $data as *mut c_void;
+    }};
+    (@net none, $u:expr, $id:expr, $data:expr) => {
+        unreachable!("no net-plugin event before v3 ({}, {})", $id, $data)
+    };
+    ($ty:ty, $kind:ty, $enc:ident, $layout:ident, $net:ident $(, $group:ident)?) => {
         impl EventDescr for $ty {
             fn new(p: &Profiler, d: &Descr, parent: *mut c_void) -> Self {
                 let mut e = Self { type_: d.bit() as $kind, parentObj: parent, rank: p.rank, ..Default::default() };
@@ -379,6 +395,7 @@ macro_rules! event_descr {
                     }
                     Descr::ProxyOp { .. } => u.proxyOp = proxy_op(d),
                     Descr::ProxyStep { step } => u.proxyStep.step = step,
+                    Descr::NetPlugin { id, data } => event_descr!(@net $net, u, id, data),
                 }
                 e
             }
@@ -386,11 +403,11 @@ macro_rules! event_descr {
     };
 }
 
-event_descr!(ncclProfilerEventDescr_v5_t, u64, names, channels, parentGroup);
-event_descr!(ncclProfilerEventDescr_v4_t, u8, names, channels);
-event_descr!(ncclProfilerEventDescr_v3_t, u8, names, comm);
-event_descr!(ncclProfilerEventDescr_v2_t, u8, names, comm);
-event_descr!(ncclProfilerEventDescr_v1_t, u8, indices, comm);
+event_descr!(ncclProfilerEventDescr_v5_t, u64, names, channels, net, parentGroup);
+event_descr!(ncclProfilerEventDescr_v4_t, u8, names, channels, net);
+event_descr!(ncclProfilerEventDescr_v3_t, u8, names, comm, net);
+event_descr!(ncclProfilerEventDescr_v2_t, u8, names, comm, none);
+event_descr!(ncclProfilerEventDescr_v1_t, u8, indices, comm, none);
 
 /// Calls a version's `startEvent` `f` with its descriptor of `d`.
 ///
@@ -475,8 +492,58 @@ impl Event {
         }
     }
 
+    /// Records a net plugin's update of its event (`ncclProfilerNetPluginUpdate`) with the
+    /// plugin's `data`; state arguments before v4 have no net-plugin member, so nothing there.
+    pub fn record_net_update(&self, data: *mut c_void) {
+        let mut v5 = ncclProfilerEventStateArgs_v5_t::default();
+        v5.netPlugin.data = data;
+        let state = ncclProfilerNetPluginUpdate;
+        // SAFETY: as in record_step; v4's arguments are v5's type.
+        let rc = unsafe {
+            match self.prof.lib.table {
+                Table::V5(t) => (*t).recordEventState.expect("checked")(self.handle, state, &mut v5),
+                Table::V4(t) => (*t).recordEventState.expect("checked")(self.handle, state, &mut v5),
+                Table::V3(_) | Table::V2(_) | Table::V1(_) => return,
+            }
+        } as c_int;
+        if rc != 0 {
+            crate::nccl_trace!(
+                Subsys::PROFILE,
+                "PROFILER/Plugin {}: recordEventState failed with code {rc}",
+                self.prof.lib.name()
+            );
+        }
+    }
+
+    /// This event as the parent of events that other code starts while it is open.
+    pub fn as_parent(&self) -> Parent {
+        Parent { prof: self.prof.clone(), handle: self.handle }
+    }
+
     pub fn profiler(&self) -> &Arc<Profiler> {
         &self.prof
+    }
+}
+
+/// An open event, for starting child events under it away from its owner (a net plugin's, on
+/// whatever thread the plugin calls back on). Its handle is the plugin's; it stays valid while
+/// the event is open, which the holder guarantees (a step outlives the requests that move it).
+#[derive(Clone)]
+pub struct Parent {
+    prof: Arc<Profiler>,
+    handle: *mut c_void,
+}
+
+// SAFETY: as for Event: the handle is the plugin's, passed back to it from any thread.
+unsafe impl Send for Parent {}
+// SAFETY: as above.
+unsafe impl Sync for Parent {}
+
+impl Parent {
+    /// Starts a net plugin's event of type and version `id`, with its descriptor `data`, under
+    /// this one; `None` where the plugin does not want such events or its version has none.
+    pub fn start_net_plugin(&self, id: i64, data: *mut c_void) -> Option<Event> {
+        self.prof.start_under(&Descr::NetPlugin { id, data: data as usize }, self.handle)
     }
 }
 

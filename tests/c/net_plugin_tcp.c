@@ -6,8 +6,13 @@
  * Wire format per message: int32 tag, uint64 size, then the payload. Requests of a comm
  * complete in posting order; one buffer per receive (maxRecvs 1). Every failure is logged
  * through the library's logger, naming the peer, and returned as an error code.
+ *
+ * v11 reports each request to the library's profiler callback, as vendors' plugins may: an
+ * event of type FNTCP_EVENT under the request's pHandle, started when it is posted, updated with
+ * its bytes and stopped when it completes or fails.
  */
 #include "net_plugin_abi.h"
+#include "fntcp_event.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,6 +39,7 @@ typedef int size_arg_t;
 #define NREQ NCCL_NET_MAX_REQUESTS
 
 static ncclDebugLogger_t logger;
+static ncclProfilerCallback_t prof_cb;
 #define LOG(level, ...) do { if (logger) logger(level, NCCL_NET, __FILE__, __LINE__, __VA_ARGS__); } while (0)
 
 struct handle { uint32_t magic; struct sockaddr_in addr; };
@@ -48,6 +54,8 @@ struct request {
   int tag;
   unsigned char hdr[12];
   size_t hdr_done, done_bytes, size;
+  void* event; /* the profiler's handle of this request's event, or NULL */
+  struct fntcp_event info;
 };
 
 struct comm {
@@ -147,7 +155,25 @@ static struct request* new_req(struct comm* c) {
   return NULL;
 }
 
-static ncclResult_t post_send(void* sendComm, void* data, size_t size, int tag, void** request) {
+static void event_start(struct request* r, void* ph) {
+  r->info.send = r->send;
+  if (prof_cb && ph) prof_cb(&r->event, ncclProfilerNetEventStart, ph, FNTCP_EVENT, &r->info);
+}
+
+/* Sends report their bytes and stop in one call, receives in two, so both ways are exercised. */
+static void event_end(struct request* r) {
+  if (!prof_cb || !r->event) return;
+  r->info.bytes = r->done_bytes;
+  if (r->send) {
+    prof_cb(&r->event, ncclProfilerNetEventUpdateAndStop, NULL, 0, &r->info);
+  } else {
+    prof_cb(&r->event, ncclProfilerNetEventUpdate, NULL, 0, &r->info);
+    prof_cb(&r->event, ncclProfilerNetEventStop, NULL, 0, NULL);
+  }
+  r->event = NULL;
+}
+
+static ncclResult_t post_send(void* sendComm, void* data, size_t size, int tag, void* ph, void** request) {
   struct comm* c = sendComm;
   if (c->failed) return ncclRemoteError;
   struct request* r = new_req(c);
@@ -156,10 +182,11 @@ static ncclResult_t post_send(void* sendComm, void* data, size_t size, int tag, 
   r->send = 1; r->data = data; r->size = size; r->tag = tag;
   int32_t t = tag; uint64_t s = size;
   memcpy(r->hdr, &t, 4); memcpy(r->hdr + 4, &s, 8);
+  event_start(r, ph);
   return ncclSuccess;
 }
 
-static ncclResult_t post_recv(void* recvComm, int n, void** data, size_t size, int tag, void** request) {
+static ncclResult_t post_recv(void* recvComm, int n, void** data, size_t size, int tag, void* ph, void** request) {
   struct comm* c = recvComm;
   if (n != 1) return ncclInternalError;
   if (c->failed) return ncclRemoteError;
@@ -167,6 +194,7 @@ static ncclResult_t post_recv(void* recvComm, int n, void** data, size_t size, i
   *request = r;
   if (!r) return ncclSuccess;
   r->data = data[0]; r->cap = size; r->tag = tag;
+  event_start(r, ph);
   return ncclSuccess;
 }
 
@@ -203,6 +231,7 @@ static int step(struct comm* c) {
     r->done_bytes += (size_t)k;
   }
   r->done = 1;
+  event_end(r);
   c->head = (c->head + 1) % NREQ;
   c->count--;
   return 1;
@@ -222,7 +251,7 @@ static ncclResult_t plugin_test(void* request, int* done, int* sizes) {
     r->used = 0;
     return ncclSuccess;
   }
-  if (c->failed) { r->used = 0; return ncclRemoteError; }
+  if (c->failed) { event_end(r); r->used = 0; return ncclRemoteError; }
   return ncclSuccess;
 }
 
@@ -236,7 +265,10 @@ static ncclResult_t plugin_iflush(void* recvComm, int n, void** data, int* sizes
 static ncclResult_t close_comm(void* comm) {
   struct comm* c = comm;
   int used = 0;
-  for (int i = 0; i < NREQ; i++) used += c->reqs[i].used;
+  for (int i = 0; i < NREQ; i++) {
+    used += c->reqs[i].used;
+    if (c->reqs[i].used) event_end(&c->reqs[i]);
+  }
   if (used) LOG(NCCL_LOG_WARN, "fn-tcp: closing the comm of peer %s with %d request(s) in flight", c->peer, used);
   close(c->fd);
   free(c);
@@ -274,7 +306,7 @@ static void say_hello(void) {
 #if PLUGIN_VERSION == 11
 static ncclResult_t plugin_init(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t log,
                                 ncclProfilerCallback_t prof) {
-  (void)prof;
+  prof_cb = prof;
   logger = log;
   *ctx = malloc(sizeof(int));
   if (config->trafficClass != NCCL_NET_TRAFFIC_CLASS_UNDEF) return ncclInvalidArgument;
@@ -300,12 +332,12 @@ static ncclResult_t plugin_connect(void* ctx, int dev, void* handle, void** send
   return do_connect(handle, sendComm);
 }
 static ncclResult_t plugin_isend(void* c, void* data, size_t size, int tag, void* mh, void* ph, void** req) {
-  (void)mh; (void)ph;
-  return post_send(c, data, size, tag, req);
+  (void)mh;
+  return post_send(c, data, size, tag, ph, req);
 }
 static ncclResult_t plugin_irecv(void* c, int n, void** data, size_t* sizes, int* tags, void** mh, void** ph, void** req) {
-  (void)mh; (void)ph;
-  return post_recv(c, n, data, sizes[0], tags[0], req);
+  (void)mh;
+  return post_recv(c, n, data, sizes[0], tags[0], ph ? ph[0] : NULL, req);
 }
 const ncclNet_v11_t ncclNetPlugin_v11 = {
   .name = "FnTcp11",
@@ -331,11 +363,11 @@ static ncclResult_t plugin_connect(int dev, void* handle, void** sendComm, ncclN
 static ncclResult_t plugin_isend(void* c, void* data, size_arg_t size, int tag, void* mh, void** req) {
   (void)mh;
   if (size < 0) return ncclInvalidArgument;
-  return post_send(c, data, (size_t)size, tag, req);
+  return post_send(c, data, (size_t)size, tag, NULL, req);
 }
 static ncclResult_t plugin_irecv(void* c, int n, void** data, size_arg_t* sizes, int* tags, void** mh, void** req) {
   (void)mh;
-  return post_recv(c, n, data, (size_t)sizes[0], tags[0], req);
+  return post_recv(c, n, data, (size_t)sizes[0], tags[0], NULL, req);
 }
 const ncclNet_v8_t ncclNetPlugin_v8 = {
   .name = "FnTcp8",

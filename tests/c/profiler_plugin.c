@@ -3,16 +3,18 @@
  * NCCL_PROFILE_EVENT_MASK names (as NCCL's example profiler does; default: all) and, at finalize,
  * appends one line per event to $TEST_PROFILER_OUT (default stderr):
  *   <id> <parent id or -> <type> <fields...> <stopped: 1|0> <states>
- * so a test can check that every started event stopped and its fields. -DFAIL_INIT fails init. */
+ * so a test can check that every started event stopped and its fields. -DFAIL_INIT fails init.
+ * Net-plugin events (v3 and later) of the test net plugin show its descriptor (fntcp_event.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
 #include "plugin_abi.h"
+#include "fntcp_event.h"
 
 #define MAX_EVENTS 65536
 typedef struct {
-  int used, stopped, nstates;
+  int used, stopped, nstates, fntcp;
   long parent;
   char text[256];
   size_t last_bytes;
@@ -36,12 +38,13 @@ static ncclResult_t init_common(void** ctx, int* mask) {
 #endif
 }
 
-static void add(void** h, void* parent, const char* text) {
+static void add(void** h, void* parent, const char* text, int fntcp) {
   pthread_mutex_lock(&lock);
   *h = NULL;
   if (nevents < MAX_EVENTS) {
     ev_t* e = &events[nevents++];
     e->used = 1;
+    e->fntcp = fntcp;
     e->parent = id_of(parent);
     snprintf(e->text, sizeof e->text, "%s", text);
     *h = e;
@@ -70,6 +73,7 @@ typedef ncclProfilerEventStateArgs_v1_t args_t;
 
 static ncclResult_t start(void* ctx, void** h, descr_t* d) {
   char t[256];
+  int fntcp = 0;
   if (ctx != &ctx_token) return ncclInternalError;
   switch ((int)d->type) {
   case ncclProfileGroup: snprintf(t, sizeof t, "Group rank=%d", d->rank); break;
@@ -105,9 +109,16 @@ static ncclResult_t start(void* ctx, void** h, descr_t* d) {
              d->proxyOp.channelId, d->proxyOp.peer, d->proxyOp.isSend, d->proxyOp.chunkSize, d->proxyOp.pid > 0);
     break;
   case ncclProfileProxyStep: snprintf(t, sizeof t, "ProxyStep rank=%d step=%d", d->rank, d->proxyStep.step); break;
+#if PROFILER_VERSION >= 3
+  case ncclProfileNetPlugin:
+    fntcp = d->netPlugin.id == FNTCP_EVENT && d->netPlugin.data;
+    if (fntcp) snprintf(t, sizeof t, "NetPlugin rank=%d fntcp send=%d", d->rank, ((struct fntcp_event*)d->netPlugin.data)->send);
+    else snprintf(t, sizeof t, "NetPlugin rank=%d id=%#llx", d->rank, (unsigned long long)d->netPlugin.id);
+    break;
+#endif
   default: snprintf(t, sizeof t, "Type%d", (int)d->type);
   }
-  add(h, d->parentObj, t);
+  add(h, d->parentObj, t, fntcp);
   return ncclSuccess;
 }
 
@@ -120,13 +131,16 @@ static ncclResult_t stop(void* h) {
 }
 
 static ncclResult_t record(void* h, ncclProfilerEventState_t s, args_t* a) {
+#if PROFILER_VERSION < 4
   (void)s;
+#endif
   if (!h) return ncclInvalidArgument;
   pthread_mutex_lock(&lock);
   ev_t* e = (ev_t*)h;
   e->nstates++;
 #if PROFILER_VERSION >= 4
-  if (a) e->last_bytes = a->proxyStep.transSize;
+  if (a && e->fntcp && s == ncclProfilerNetPluginUpdate) e->last_bytes = ((struct fntcp_event*)a->netPlugin.data)->bytes;
+  else if (a) e->last_bytes = a->proxyStep.transSize;
 #else
   if (a) e->last_bytes = a->proxyOp.transSize;
 #endif

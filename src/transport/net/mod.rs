@@ -16,6 +16,7 @@ pub mod socket;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::plugin::profiler::Parent;
 
 /// Bytes of a connection handle, exchanged between ranks out of band (`NCCL_NET_HANDLE_MAXSIZE`).
 pub const HANDLE_BYTES: usize = abi::NCCL_NET_HANDLE_MAXSIZE as usize;
@@ -116,6 +117,24 @@ pub trait SendComm: Send {
     /// `data..data+size` must stay valid and unchanged until `test` reports the request done
     /// or failed, or the comm is dropped.
     unsafe fn isend(&mut self, data: *const u8, size: usize, tag: i32, mr: &MemHandle) -> Result<Option<Request>>;
+    /// [`SendComm::isend`] of a message that moves the proxy step `step`, whose profiler event a
+    /// net plugin may start its own events under (`ncclProfileNetPlugin`, docs/PLUGINS.md); the
+    /// built-in net has no events of its own.
+    ///
+    /// # Safety
+    /// As [`SendComm::isend`].
+    unsafe fn isend_in(
+        &mut self,
+        data: *const u8,
+        size: usize,
+        tag: i32,
+        mr: &MemHandle,
+        step: Option<&Parent>,
+    ) -> Result<Option<Request>> {
+        let _ = step;
+        // SAFETY: the caller keeps isend's contract.
+        unsafe { self.isend(data, size, tag, mr) }
+    }
     /// `Some(bytes sent)` once done; `None` while in flight. The request is consumed when this
     /// returns `Some` or an error.
     fn test(&mut self, req: &Request) -> Result<Option<usize>>;
@@ -140,6 +159,20 @@ pub trait RecvComm: Send {
     /// Every buffer must stay valid and otherwise untouched until `test` reports the request
     /// done or failed, or the comm is dropped.
     unsafe fn irecv(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>>;
+    /// [`RecvComm::irecv`] into the proxy step `step`, as [`SendComm::isend_in`].
+    ///
+    /// # Safety
+    /// As [`RecvComm::irecv`].
+    unsafe fn irecv_in(
+        &mut self,
+        bufs: &[RecvBuf],
+        mrs: &[&MemHandle],
+        step: Option<&Parent>,
+    ) -> Result<Option<Request>> {
+        let _ = step;
+        // SAFETY: the caller keeps irecv's contract.
+        unsafe { self.irecv(bufs, mrs) }
+    }
     /// Makes received data visible to the GPU; `None` when nothing needs doing (host memory).
     fn iflush(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>>;
     /// `Some(bytes received per buffer)` once done; `None` while in flight.

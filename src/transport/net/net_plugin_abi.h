@@ -55,7 +55,14 @@ typedef enum {
 /* printf-style logger that the library hands to a plugin's init. */
 typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
                                   const char* fmt, ...);
-/* Profiler callback (v10+); ferronickel passes one that records nothing. */
+/* Profiler callback (v10+): the plugin starts, updates and stops events of its own under the
+ * proxy step a request moves, whose handle it got as the request's pHandle (`type` below). */
+enum {
+  ncclProfilerNetEventStart = 0,
+  ncclProfilerNetEventStop,
+  ncclProfilerNetEventUpdate,
+  ncclProfilerNetEventUpdateAndStop,
+};
 typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* pHandle, int64_t pluginId,
                                                void* extData);
 

@@ -12,6 +12,7 @@ use super::super::{
 };
 use super::{call, check, Inner, Table};
 use crate::error::{Error, Result};
+use crate::plugin::profiler::Parent;
 
 pub(super) struct PluginListen {
     pub(super) inner: Arc<Inner>,
@@ -29,8 +30,14 @@ impl Listener for PluginListen {
         call!(&self.inner.lib, accept(self.comm, &mut rc, &mut dev))?;
         Ok((!rc.is_null()).then(|| {
             let max_recvs = self.max_recvs;
-            Box::new(PluginComm { inner: self.inner.clone(), comm: rc, send: false, max_recvs, nbufs: HashMap::new() })
-                as Box<dyn RecvComm>
+            Box::new(PluginComm {
+                inner: self.inner.clone(),
+                comm: rc,
+                send: false,
+                max_recvs,
+                nbufs: HashMap::new(),
+                steps: HashMap::new(),
+            }) as Box<dyn RecvComm>
         }))
     }
 }
@@ -78,6 +85,7 @@ impl Connecting for PluginConnecting {
                 send: true,
                 max_recvs: 1,
                 nbufs: HashMap::new(),
+                steps: HashMap::new(),
             }) as Box<dyn SendComm>
         }))
     }
@@ -92,6 +100,9 @@ struct PluginComm {
     max_recvs: usize,
     /// Buffers of each receive request in flight, to size `test`'s output.
     nbufs: HashMap<usize, usize>,
+    /// The proxy step each request in flight moves, passed to the plugin as its pHandle for
+    /// its profiler events (`net_events`): kept here, at a fixed address, until it completes.
+    steps: HashMap<usize, Box<Parent>>,
 }
 // SAFETY: see PluginListen.
 unsafe impl Send for PluginComm {}
@@ -114,9 +125,28 @@ impl PluginComm {
         let r = call!(&self.inner.lib, test(req.0 as *mut c_void, &mut done, sizes.as_mut_ptr()));
         if r.is_err() || done != 0 {
             self.nbufs.remove(&req.0);
+            self.steps.remove(&req.0);
         }
         r?;
         Ok((done != 0).then(|| sizes[..n].iter().map(|&s| s.max(0) as usize).collect()))
+    }
+
+    /// The pHandle of a request moving `step`: its boxed parent, or NULL.
+    fn step_handle(step: Option<&Parent>) -> (Option<Box<Parent>>, *mut c_void) {
+        let boxed = step.map(|p| Box::new(p.clone()));
+        let ph = boxed.as_deref().map_or(null_mut(), |p| p as *const Parent as *mut c_void);
+        (boxed, ph)
+    }
+
+    /// Keeps a posted request's step until the request completes.
+    fn posted(&mut self, req: *mut c_void, step: Option<Box<Parent>>) -> Option<Request> {
+        if req.is_null() {
+            return None;
+        }
+        if let Some(p) = step {
+            self.steps.insert(req as usize, p);
+        }
+        Some(Request(req as usize))
     }
 }
 
@@ -143,18 +173,32 @@ impl SendComm for PluginComm {
     }
 
     unsafe fn isend(&mut self, data: *const u8, size: usize, tag: i32, mr: &MemHandle) -> Result<Option<Request>> {
+        // SAFETY: the caller keeps isend's contract.
+        unsafe { self.isend_in(data, size, tag, mr, None) }
+    }
+
+    unsafe fn isend_in(
+        &mut self,
+        data: *const u8,
+        size: usize,
+        tag: i32,
+        mr: &MemHandle,
+        step: Option<&Parent>,
+    ) -> Result<Option<Request>> {
         if data.is_null() && size > 0 {
             return Err(Error::InvalidArgument(format!("isend: NULL buffer of {size} bytes")));
         }
         let lib = &self.inner.lib;
         let mut req: *mut c_void = null_mut();
         let (c, d, m, r) = (self.comm, data as *mut c_void, mr.0 as *mut c_void, &mut req as *mut *mut c_void);
+        let (step, ph) = Self::step_handle(step);
         // SAFETY: the caller keeps the buffer valid (trait contract); the arguments follow each
-        // version's isend; v8 takes an int size, so larger sends are refused first.
+        // version's isend; v8 takes an int size, so larger sends are refused first; `ph` lives
+        // in `steps` while the request is in flight.
         let rc = unsafe {
             match lib.table {
-                Table::V11(t) => (*t).isend.unwrap()(c, d, size, tag, m, null_mut(), r),
-                Table::V10(t) => (*t).isend.unwrap()(c, d, size, tag, m, null_mut(), r),
+                Table::V11(t) => (*t).isend.unwrap()(c, d, size, tag, m, ph, r),
+                Table::V10(t) => (*t).isend.unwrap()(c, d, size, tag, m, ph, r),
                 Table::V9(t) => (*t).isend.unwrap()(c, d, size, tag, m, r),
                 Table::V8(t) => {
                     if size > MAX_NET_SIZE {
@@ -168,7 +212,7 @@ impl SendComm for PluginComm {
             }
         };
         check(lib, "isend", rc)?;
-        Ok((!req.is_null()).then_some(Request(req as usize)))
+        Ok(self.posted(req, step))
     }
 
     fn test(&mut self, req: &Request) -> Result<Option<usize>> {
@@ -186,6 +230,16 @@ impl RecvComm for PluginComm {
     }
 
     unsafe fn irecv(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>> {
+        // SAFETY: the caller keeps irecv's contract.
+        unsafe { self.irecv_in(bufs, mrs, None) }
+    }
+
+    unsafe fn irecv_in(
+        &mut self,
+        bufs: &[RecvBuf],
+        mrs: &[&MemHandle],
+        step: Option<&Parent>,
+    ) -> Result<Option<Request>> {
         check_recv(bufs, mrs, self.max_recvs)?;
         let lib = &self.inner.lib;
         let n = bufs.len();
@@ -193,12 +247,14 @@ impl RecvComm for PluginComm {
         let mut sizes: Vec<usize> = bufs.iter().map(|b| b.size).collect();
         let mut tags: Vec<c_int> = bufs.iter().map(|b| b.tag).collect();
         let mut mh: Vec<*mut c_void> = mrs.iter().map(|m| m.0 as *mut c_void).collect();
-        let mut ph: Vec<*mut c_void> = vec![null_mut(); n];
+        let (step, one) = Self::step_handle(step);
+        let mut ph: Vec<*mut c_void> = vec![one; n];
         let mut req: *mut c_void = null_mut();
         let (c, ni, d, t, m, r) =
             (self.comm, n as c_int, data.as_mut_ptr(), tags.as_mut_ptr(), mh.as_mut_ptr(), &mut req as *mut _);
         // SAFETY: all arrays hold n entries and live through the call; buffers stay valid per
-        // the trait contract; v8 takes int sizes, so larger receives are refused first.
+        // the trait contract; v8 takes int sizes, so larger receives are refused first; the
+        // pHandles' parent lives in `steps` while the request is in flight.
         let rc = unsafe {
             match lib.table {
                 Table::V11(tb) => (*tb).irecv.unwrap()(c, ni, d, sizes.as_mut_ptr(), t, m, ph.as_mut_ptr(), r),
@@ -218,11 +274,11 @@ impl RecvComm for PluginComm {
             }
         };
         check(lib, "irecv", rc)?;
-        if req.is_null() {
-            return Ok(None);
+        let posted = self.posted(req, step);
+        if posted.is_some() {
+            self.nbufs.insert(req as usize, n);
         }
-        self.nbufs.insert(req as usize, n);
-        Ok(Some(Request(req as usize)))
+        Ok(posted)
     }
 
     fn iflush(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>> {

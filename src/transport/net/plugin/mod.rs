@@ -20,6 +20,7 @@ use super::{Connecting, Handle, Listener, Net, Properties, MAX_RECVS};
 use crate::debug::Subsys;
 use crate::error::{Error, Result};
 use crate::plugin::logger::logger;
+use crate::plugin::profiler::{Event, Parent};
 use crate::plugin::{self, Library, Loaded, Versions};
 use comm::{PluginConnecting, PluginListen};
 
@@ -157,14 +158,14 @@ impl PluginNet {
         // each version (net_plugin_abi.h); config and ctx outlive the call.
         let rc = unsafe {
             match lib.table {
-                Table::V11(t) => (*t).init.map(|f| f(&mut ctx, comm_id, &mut *config, log, Some(no_profiler))),
+                Table::V11(t) => (*t).init.map(|f| f(&mut ctx, comm_id, &mut *config, log, Some(net_events))),
                 old => {
                     let mut done = OLD_INITED.lock();
                     if done.contains(&(old.ptr() as usize)) {
                         Some(0)
                     } else {
                         let rc = match old {
-                            Table::V10(t) => (*t).init.map(|f| f(log, Some(no_profiler))),
+                            Table::V10(t) => (*t).init.map(|f| f(log, Some(net_events))),
                             Table::V9(t) => (*t).init.map(|f| f(log)),
                             Table::V8(t) => (*t).init.map(|f| f(log)),
                             Table::V11(_) => unreachable!(),
@@ -377,19 +378,52 @@ impl Net for PluginNet {
     }
 }
 
-/// The profiler callback handed to v10+ plugins: we record no network-defined events.
-unsafe extern "C" fn no_profiler(
+/// The profiler callback handed to v10+ plugins (NCCL's `ncclProfilerCallback`): a plugin starts
+/// an event of its own under the proxy step a request moves (`p`, the request's pHandle: a
+/// [`Parent`] the comm keeps until the request completes, or NULL where no profiler wants net
+/// events), updates it with its own data and stops it. Never unwinds into the plugin.
+unsafe extern "C" fn net_events(
     e_handle: *mut *mut c_void,
-    _kind: c_int,
-    _p: *mut c_void,
-    _id: i64,
-    _ext: *mut c_void,
+    kind: c_int,
+    p: *mut c_void,
+    id: i64,
+    ext: *mut c_void,
 ) -> ncclResult_t {
-    if !e_handle.is_null() {
-        // SAFETY: a non-NULL event-handle pointer from the plugin is writable.
-        unsafe { *e_handle = null_mut() };
+    if e_handle.is_null() {
+        return ncclInvalidArgument;
     }
-    ncclSuccess
+    let run = || {
+        // SAFETY: a non-NULL event-handle pointer from the plugin is readable and writable; a
+        // non-NULL handle in it is one this callback wrote from Box::into_raw and has not freed.
+        unsafe {
+            let kind = kind as u32;
+            if kind == ncclProfilerNetEventStart {
+                *e_handle = null_mut();
+                // SAFETY (of the cast): a non-NULL pHandle is the Parent the comm passed with the
+                // request, alive until the request completes.
+                if let Some(ev) = (p as *const Parent).as_ref().and_then(|parent| parent.start_net_plugin(id, ext)) {
+                    *e_handle = Box::into_raw(Box::new(ev)).cast();
+                }
+                return;
+            }
+            let ev = *e_handle as *mut Event;
+            if ev.is_null() {
+                return;
+            }
+            if kind == ncclProfilerNetEventUpdate || kind == ncclProfilerNetEventUpdateAndStop {
+                (*ev).record_net_update(ext);
+            }
+            if kind == ncclProfilerNetEventStop || kind == ncclProfilerNetEventUpdateAndStop {
+                // Stops the event (Event's drop).
+                drop(Box::from_raw(ev));
+                *e_handle = null_mut();
+            }
+        }
+    };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(()) => ncclSuccess,
+        Err(_) => ncclInternalError,
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use super::block::{GOODBYE, NSTEPS, TAG_DATA, TAG_SIZE};
 use super::trace::Trace;
 use crate::abi::{FN_PROTO_LL, FN_PROTO_SIMPLE};
 use crate::error::{Error, Result};
+use crate::plugin::profiler::Parent;
 use crate::transport::net::{MemHandle, RecvBuf, RecvComm, Request, SendComm};
 
 /// The sending half of a connection, as the proxy drives it.
@@ -98,22 +99,27 @@ impl SendSide {
                 let (word_at, stamp) = (at + len - WORD_LINE, u64::from(flag) << 32);
                 blk.store_u64(word_at, u64::from(word) | stamp);
                 blk.store_u64(word_at + 8, stamp);
+                let step = self.trace_steps(tail, (bytes, 1));
                 // SAFETY: the kernel does not write this slot again before head passes the step,
                 // which happens only once this send has completed.
-                let Some(r) = (unsafe { self.comm.isend(blk.ptr(at, len), len, TAG_SIZE, registered(&self.mr))? })
-                else {
+                let Some(r) = (unsafe {
+                    self.comm.isend_in(blk.ptr(at, len), len, TAG_SIZE, registered(&self.mr), step.as_ref())?
+                }) else {
                     break;
                 };
-                self.taken(blk, size_at, r, tail, proto, (bytes, 1));
+                self.taken(blk, size_at, r, proto, (bytes, 1));
                 moved = true;
                 continue;
             }
+            let step = self.trace_steps(tail, (bytes, steps));
             if self.size_sent.is_none() {
                 let out = SEND_WORDS + 4 * slot;
                 blk.store_u32(out, Layout::encode(proto, bytes));
                 // SAFETY: our copy of the word stays put until head passes this step, which
                 // waits for the data send posted after this one.
-                let Some(r) = (unsafe { self.comm.isend(blk.ptr(out, 4), 4, TAG_SIZE, registered(&self.mr))? }) else {
+                let Some(r) =
+                    (unsafe { self.comm.isend_in(blk.ptr(out, 4), 4, TAG_SIZE, registered(&self.mr), step.as_ref())? })
+                else {
                     break;
                 };
                 self.inflight.push_back((r, None));
@@ -122,11 +128,12 @@ impl SendSide {
             }
             // SAFETY: the kernel does not write this slot (or a pair's two) again before head
             // passes the step, which happens only once this send has completed.
-            let Some(r) = (unsafe { self.comm.isend(blk.ptr(at, bytes), bytes, TAG_DATA, registered(&self.mr))? })
-            else {
+            let Some(r) = (unsafe {
+                self.comm.isend_in(blk.ptr(at, bytes), bytes, TAG_DATA, registered(&self.mr), step.as_ref())?
+            }) else {
                 break;
             };
-            self.taken(blk, size_at, r, tail, proto, (bytes, steps));
+            self.taken(blk, size_at, r, proto, (bytes, steps));
             moved = true;
         }
         while let Some((req, step)) = self.inflight.front() {
@@ -148,24 +155,24 @@ impl SendSide {
         Ok(moved)
     }
 
+    /// Starts the profiler events of step `posted` (and the next, in a pair: `steps` 2) before
+    /// the message that moves them is posted, so that a net plugin can start its own events under
+    /// the first (returned), as NCCL's steps are its plugins' parents. A pair's bytes are counted
+    /// half to each step.
+    fn trace_steps(&mut self, tail: u64, (bytes, steps): (usize, u64)) -> Option<Parent> {
+        let t = self.trace.as_mut()?;
+        for s in 0..steps {
+            t.step(self.posted + s, bytes / steps as usize, tail.saturating_sub(self.posted).max(1));
+        }
+        t.parent(self.posted)
+    }
+
     /// Step `posted` (with the next in a pair: `steps` 2), of `proto`, is on its way as `r`, whose
     /// completion frees its slot.
-    fn taken(
-        &mut self,
-        blk: &HostBlock,
-        size_at: usize,
-        r: Request,
-        tail: u64,
-        proto: u32,
-        (bytes, steps): (usize, u64),
-    ) {
+    fn taken(&mut self, blk: &HostBlock, size_at: usize, r: Request, proto: u32, (bytes, steps): (usize, u64)) {
         for s in 0..steps {
             // The kernel fills an entry again only once head has passed its step.
             blk.store_u32(size_at + 4 * s as usize, SIZE_EMPTY);
-            if let Some(t) = &mut self.trace {
-                // A pair's bytes are counted half to each step.
-                t.step(self.posted + s, bytes / steps as usize, tail.saturating_sub(self.posted).max(1));
-            }
         }
         self.inflight.push_back((r, Some((self.posted + steps - 1, bytes))));
         self.unsent += bytes;
@@ -269,10 +276,14 @@ impl RecvSide {
         }
     }
 
-    fn post(&mut self, buf: *mut u8, size: usize, tag: i32) -> Result<Option<Request>> {
+    /// Posts a receive into a slot; a step's data (its size word came first) goes under the
+    /// step's profiler event, the receive of a size word (or of a whole small step) before the
+    /// step is known, under none.
+    fn post(&mut self, buf: *mut u8, size: usize, tag: i32, step: Option<u64>) -> Result<Option<Request>> {
+        let parent = step.and_then(|s| self.trace.as_ref()?.parent(s));
         // SAFETY: buf..buf+size is a slot of the host block, which outlives the comm (the proxy
         // entry drops the comm first), and the kernel leaves it alone until tail passes it.
-        unsafe { self.comm.irecv(&[RecvBuf { data: buf, size, tag }], &[registered(&self.mr)]) }
+        unsafe { self.comm.irecv_in(&[RecvBuf { data: buf, size, tag }], &[registered(&self.mr)], parent.as_ref()) }
     }
 
     /// Posts what can be posted and lands at most one step a call; steps that arrived behind it
@@ -288,7 +299,7 @@ impl RecvSide {
                 }
                 let slot = (step % NSTEPS) as usize;
                 let at = layout.recv_fifo(proto) + slot * layout.stride(proto);
-                let Some(r) = self.post(blk.ptr(layout.net_side(at), bytes), bytes, TAG_DATA)? else {
+                let Some(r) = self.post(blk.ptr(layout.net_side(at), bytes), bytes, TAG_DATA, Some(step))? else {
                     return Ok(moved);
                 };
                 let ll = (proto == FN_PROTO_LL).then_some(at);
@@ -299,7 +310,7 @@ impl RecvSide {
             // The next step's slot is free once the kernel has consumed the step FN_NSTEPS before.
             if !self.size_pending && self.sized < blk.load_u64(RECV_HEAD) + NSTEPS {
                 let (at, room) = layout.recv_first((self.sized % NSTEPS) as usize, self.landing);
-                if let Some(r) = self.post(blk.ptr(at, room), room, TAG_SIZE)? {
+                if let Some(r) = self.post(blk.ptr(at, room), room, TAG_SIZE, None)? {
                     self.inflight.push_back((r, Expect::Size(self.sized, self.landing)));
                     self.size_pending = true;
                     moved = true;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use super::block::Layout;
 use crate::plugin::abi::{
-    ncclProfileProxyOp, ncclProfileProxyStep, ncclProfilerEventState_t, ncclProfilerProxyStepRecvWait,
-    ncclProfilerProxyStepSendWait,
+    ncclProfileNetPlugin, ncclProfileProxyOp, ncclProfileProxyStep, ncclProfilerEventState_t,
+    ncclProfilerProxyStepRecvWait, ncclProfilerProxyStepSendWait,
 };
-use crate::plugin::profiler::{Descr, Event, Profiler};
+use crate::plugin::profiler::{Descr, Event, Parent, Profiler};
 
 /// Who a connection is, for a profiler plugin's events.
 #[derive(Clone)]
@@ -45,8 +45,12 @@ impl Trace {
     }
 
     /// Step `step` of `bytes` started: under the open proxy op, or a new one with the steps
-    /// queued now (`queued`).
+    /// queued now (`queued`). A step already started (a send retried for want of a request
+    /// slot) keeps its event.
     pub(super) fn step(&mut self, step: u64, bytes: usize, queued: u64) {
+        if self.steps.iter().any(|(s, _)| *s == step) {
+            return;
+        }
         if self.op.is_none() {
             let d = Descr::ProxyOp {
                 channel: self.info.channel as u8,
@@ -64,6 +68,15 @@ impl Trace {
             e.record_step(state, bytes);
             self.steps.push_back((step, e));
         }
+    }
+
+    /// The event of step `step`, if started, as the parent a net plugin starts its events under
+    /// (`None` where the profiler wants no net-plugin events).
+    pub(super) fn parent(&self, step: u64) -> Option<Parent> {
+        if !self.info.profiler.wants(ncclProfileNetPlugin as i32) {
+            return None;
+        }
+        self.steps.iter().find(|(s, _)| *s == step).map(|(_, e)| e.as_parent())
     }
 
     /// Steps before `end` are done.
