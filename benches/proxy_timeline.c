@@ -1,13 +1,17 @@
 /* A timing profiler plugin (ABI v5) for looking at how a NET proxy schedules its steps, under
  * NVIDIA's NCCL and under ferronickel alike (docs/NET.md, "A proxy's timeline"). It asks for
- * collective, proxy op and proxy step events, stamps CLOCK_MONOTONIC (shared by the processes of
- * one machine) at every start, state change and stop, and at finalize writes the process's events
- * to $PROXY_TIMELINE_DIR/tl.<pid>.txt (default: the working directory), one line each:
+ * collective, proxy op, proxy step and net-plugin events, stamps CLOCK_MONOTONIC (shared by the
+ * processes of one machine) at every start, state change and stop, and at finalize writes the
+ * process's events to $PROXY_TIMELINE_DIR/tl.<pid>.txt (default: the working directory), one line
+ * each:
  *   L <path of the libnccl this process loaded>
  *   C <id> <t0> <rank> <seq> <func> <count> <nChannels> <algo> <proto>
  *   O <id> <parent> <t0> <t1> <rank> <channel> <peer> <isSend> <nSteps> <chunkSize>
  *   S <id> <parent> <t0> <t1> <rank> <step> [<state> <t> <bytes>]...
- * Times in ns; t1 is 0 for an event never stopped; parent is -1 for none.
+ *   N <id> <parent step> <t0> <t1> <rank> <thread> <plugin event id, hex> [<fd> <op> <length>]
+ * Times in ns; t1 is 0 for an event never stopped; parent is -1 for none. N is an event a net
+ * plugin starts under a step through the library's profiler callback (its own thread id, and,
+ * for NCCL's socket events, the socket, send 0 / receive 1 and bytes).
  * scripts/proxy_timeline.py reads them. Build:
  *   gcc -shared -fPIC -O2 -Isrc/plugin -o libproxy_timeline.so benches/proxy_timeline.c
  * and run with NCCL_PROFILER_PLUGIN=<that file>. Not for production: it keeps every event. */
@@ -17,17 +21,30 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/syscall.h>
 #include "plugin_abi.h"
+
+/* NCCL's socket events (its net_socket_v1.h): type and version in the plugin event id. */
+#define NET_TYPE_SOCK_V1 ((2u << 16) | 1)
+typedef struct {
+  uint8_t type;
+  struct {
+    int fd;
+    int op;
+    size_t length;
+  } sock;
+} sock_descr_v1_t;
 
 #define MAX_EVENTS (1 << 19)
 #define MAX_STATES 4
 
 typedef struct {
-  char kind; /* 'C', 'O', 'S'; 0 unused */
+  char kind; /* 'C', 'O', 'S', 'N'; 0 unused */
   int rank, nstates;
   long parent;
   unsigned long long t0, t1;
-  /* C: seq, count, nch; O: channel, peer, isSend, nSteps, chunk; S: step */
+  /* C: seq, count, nch; O: channel, peer, isSend, nSteps, chunk; S: step; N: thread, plugin
+   * event id, then fd, op, length (NCCL's socket events) */
   long long a[5];
   const char *func, *algo, *proto;
   int state[MAX_STATES];
@@ -54,7 +71,7 @@ static ncclResult_t init(void** ctx, uint64_t id, int* mask, const char* name, i
     events = calloc(MAX_EVENTS, sizeof(ev_t));
     if (!events) return ncclSystemError;
   }
-  *mask = ncclProfileColl | ncclProfileProxyOp | ncclProfileProxyStep;
+  *mask = ncclProfileColl | ncclProfileProxyOp | ncclProfileProxyStep | ncclProfileNetPlugin;
   *ctx = &ctx_token;
   return ncclSuccess;
 }
@@ -63,7 +80,9 @@ static ncclResult_t start(void* ctx, void** h, ncclProfilerEventDescr_v5_t* d) {
   *h = NULL;
   if (ctx != &ctx_token) return ncclInternalError;
   int type = (int)d->type;
-  if (type != ncclProfileColl && type != ncclProfileProxyOp && type != ncclProfileProxyStep) return ncclSuccess;
+  if (type != ncclProfileColl && type != ncclProfileProxyOp && type != ncclProfileProxyStep &&
+      type != ncclProfileNetPlugin)
+    return ncclSuccess;
   long i = __atomic_fetch_add(&nevents, 1, __ATOMIC_RELAXED);
   if (i >= MAX_EVENTS) return ncclSuccess;
   ev_t* e = &events[i];
@@ -85,9 +104,20 @@ static ncclResult_t start(void* ctx, void** h, ncclProfilerEventDescr_v5_t* d) {
     e->a[2] = d->proxyOp.isSend;
     e->a[3] = d->proxyOp.nSteps;
     e->a[4] = d->proxyOp.chunkSize;
-  } else {
+  } else if (type == ncclProfileProxyStep) {
     e->kind = 'S';
     e->a[0] = d->proxyStep.step;
+  } else {
+    e->kind = 'N';
+    e->a[0] = (long long)syscall(SYS_gettid);
+    e->a[1] = d->netPlugin.id;
+    e->a[2] = -1;
+    if (d->netPlugin.id == NET_TYPE_SOCK_V1 && d->netPlugin.data) {
+      const sock_descr_v1_t* sd = d->netPlugin.data;
+      e->a[2] = sd->sock.fd;
+      e->a[3] = sd->sock.op;
+      e->a[4] = (long long)sd->sock.length;
+    }
   }
   *h = e;
   return ncclSuccess;
@@ -139,6 +169,11 @@ static ncclResult_t fini(void* ctx) {
     } else if (e->kind == 'S') {
       fprintf(f, "S %ld %ld %llu %llu %d %lld", i, e->parent, e->t0, e->t1, e->rank, e->a[0]);
       for (int k = 0; k < e->nstates; k++) fprintf(f, " %d %llu %zu", e->state[k], e->st[k], e->bytes[k]);
+      fputc('\n', f);
+    } else if (e->kind == 'N') {
+      fprintf(f, "N %ld %ld %llu %llu %d %lld %#llx", i, e->parent, e->t0, e->t1, e->rank, e->a[0],
+              (unsigned long long)e->a[1]);
+      if (e->a[2] >= 0) fprintf(f, " %lld %lld %lld", e->a[2], e->a[3], e->a[4]);
       fputc('\n', f);
     }
   }
