@@ -617,7 +617,8 @@ fn bind_net_plugin_abi(header: &Path, out: &Path) {
 /// The tuner and profiler plugin ABIs (`src/plugin/plugin_abi.h`), bound as the net plugin's.
 fn bind_plugin_abi(header: &Path, out: &Path) {
     let types = "ncclTuner.*|ncclNvlDomainInfo.*|ncclProfiler.*|ncclFunc_t|ncclDebugLogger_t|ncclResult_t";
-    bind_c_abi(header, types, "NCCL_(ALGO|PROTO|NUM|HW)_.*|ncclProfile.*", out, "plugin_abi.rs");
+    let vars = "NCCL_(ALGO|PROTO|NUM|HW|PROFILER_NET)_.*|ncclProfile.*";
+    bind_c_abi(header, types, vars, out, "plugin_abi.rs");
 }
 
 /// The device API's shared types (`include/nccl_device/core.h`, also included by the device

@@ -287,12 +287,15 @@ fn the_proxy_carries_steps_on_every_net() {
 }
 
 /// With a profiler plugin, the proxy threads of the same run report every step they move, on the
-/// Socket net and through a plugin: balanced proxy op and step events with each step's bytes
+/// Socket net (steps inline, and steps in chunks for its helpers) and through a plugin: balanced
+/// proxy op and step events with each step's bytes, and under the steps the net's own events
 /// (checked in the child, which knows them).
 #[test]
 fn the_proxy_reports_every_step_to_a_profiler() {
     let dir = scratch("proxy-profiler");
-    for (name, mut env) in [("Socket", socket_env()), ("FnTcp11", plugin_env("fntcp11"))] {
+    let mut chunked = socket_env();
+    chunked.push(("FN_TEST_FIFO_BYTES", (2 << 20).to_string()));
+    for (name, mut env) in [("Socket", socket_env()), ("Socket-chunks", chunked), ("FnTcp11", plugin_env("fntcp11"))] {
         let trace = dir.join(format!("{name}.trace"));
         let _ = std::fs::remove_file(&trace);
         env.push(("NCCL_PROFILER_PLUGIN", plugins().dir.join("libnccl-profiler-fnprof5.so").display().to_string()));
@@ -455,6 +458,12 @@ fn child_entry() {
     }
 }
 
+/// The transport scenario's FIFO: 64 KiB (steps to 8 KiB, inline on the Socket net), or
+/// `FN_TEST_FIFO_BYTES`, where steps of 128 KiB and more go to the Socket net's helpers in chunks.
+fn fifo_bytes() -> usize {
+    std::env::var("FN_TEST_FIFO_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(64 << 10)
+}
+
 fn the_net() -> std::sync::Arc<dyn Net> {
     net::init(&net::NetConfig::default()).unwrap_or_else(|e| panic!("net init: {e}"))
 }
@@ -489,7 +498,7 @@ fn transport() {
                 let info = CommInfo { comm_hash: 0x5e1ec7, name: "transport", nnodes: 2, nranks: 2, rank: r };
                 let setup = Setup {
                     dev: -1 - r as i32,
-                    fifo_bytes: 64 << 10,
+                    fifo_bytes: fifo_bytes(),
                     names: vec!["rank 0".into(), "rank 1".into()],
                     fault: Arc::new(|m| panic!("NET fault: {m}")),
                     timeout: limit,
@@ -582,10 +591,10 @@ fn transport() {
                 }
             }
         }
-        // The test plugin reports each request it moves under the request's step; the built-in
-        // net has no events of its own.
-        let net_events = ranks_net != "Socket";
-        check_proxy_trace(&text, &expected, net_events);
+        // The test plugin reports each request it moves under the request's step, the Socket
+        // net each message or chunk (NCCL's socket events).
+        let kind = if ranks_net == "Socket" { "sock" } else { "fntcp" };
+        check_proxy_trace(&text, &expected, kind, fifo_bytes() > 64 << 10);
         println!("PROFILER OK: {} steps", expected.len());
     }
 }
@@ -594,12 +603,15 @@ fn transport() {
 /// is_send, step) to the step's bytes. Every event stopped once, every step recorded one state
 /// with its bytes under a proxy op of its connection direction, and each step is there once.
 /// Checks a profiler trace of the proxies: every step of `expected` ((rank, channel, peer,
-/// send, step) -> bytes) one balanced step event under an op of its connection direction, and,
-/// with `net_events`, the net plugin's own events under the steps whose messages it moved.
+/// send, step) -> bytes) one balanced step event under an op of its connection direction, and
+/// the net's own events (`kind`: the Socket net's "sock", the test plugin's "fntcp") under the
+/// steps whose messages they moved; with `chunks`, some of them chunks of the Socket net's
+/// helpers (64 KiB or more).
 fn check_proxy_trace(
     text: &str,
     expected: &std::collections::BTreeMap<(usize, usize, usize, usize, u64), usize>,
-    net_events: bool,
+    kind: &str,
+    chunks: bool,
 ) {
     use std::collections::HashMap;
     let field = |line: &str, key: &str| -> u64 {
@@ -629,10 +641,17 @@ fn check_proxy_trace(
                 assert!(seen.insert(key, bytes).is_none(), "step {key:?} twice: {line}");
                 steps.insert(w[0].to_string(), (r, send));
             }
-            "NetPlugin" if net_events => {
-                assert!(w[4] == "fntcp", "not the test plugin's event: {line}");
-                assert_eq!(field(line, "states"), 1, "one update with its bytes: {line}");
-                net.push((w[1].to_string(), field(line, "rank"), field(line, "send"), field(line, "bytes")));
+            "NetPlugin" => {
+                assert!(w[4] == kind, "not a {kind} event: {line}");
+                let (send, bytes) = if kind == "sock" {
+                    // NCCL's socket events carry no state: the direction and bytes are fields.
+                    assert_eq!(field(line, "states"), 0, "{line}");
+                    (1 - field(line, "op"), field(line, "length"))
+                } else {
+                    assert_eq!(field(line, "states"), 1, "one update with its bytes: {line}");
+                    (field(line, "send"), field(line, "bytes"))
+                };
+                net.push((w[1].to_string(), field(line, "rank"), send, bytes));
             }
             other => panic!("only proxy events were produced here, not {other}: {line}"),
         }
@@ -644,13 +663,19 @@ fn check_proxy_trace(
         assert!(*bytes > 0, "a net-plugin event of step {parent} moved no byte");
         covered.insert(parent.clone());
     }
-    if net_events {
-        // Every message is under the first step it moves (a pair moves two); a receive of a
-        // size word, or of a whole small step, is posted before its step is known: none.
-        let sends = steps.values().filter(|s| s.1 == 1).count();
-        let sends_covered = covered.iter().filter(|p| steps[*p].1 == 1).count();
-        assert!(2 * sends_covered >= sends, "{sends_covered} of {sends} send steps have the plugin's events");
-        assert!(covered.iter().any(|p| steps[p].1 == 0), "no receive step has the plugin's events");
+    // Every message is under the first step it moves (a pair moves two); a receive of a size
+    // word, or of a whole small step, is posted before its step is known: none.
+    let sends = steps.values().filter(|s| s.1 == 1).count();
+    let sends_covered = covered.iter().filter(|p| steps[*p].1 == 1).count();
+    assert!(2 * sends_covered >= sends, "{sends_covered} of {sends} send steps have the net's events");
+    assert!(covered.iter().any(|p| steps[p].1 == 0), "no receive step has the net's events");
+    if chunks {
+        for send in [0, 1] {
+            assert!(
+                net.iter().any(|n| n.2 == send && n.3 >= 64 << 10),
+                "no chunk event of 64 KiB or more (send {send})"
+            );
+        }
     }
     for (k, want) in expected {
         match seen.get(k) {

@@ -446,6 +446,29 @@ typedef union {
 typedef ncclProfilerEventStateArgs_v1_t ncclProfilerEventStateArgs_v2_t;
 typedef ncclProfilerEventStateArgs_v1_t ncclProfilerEventStateArgs_v3_t;
 
+/* A net's own events (ncclProfileNetPlugin): netPlugin.id is the net's type and the version of
+ * its descriptor; netPlugin.data points to the descriptor, valid during startEvent. The Socket
+ * net's (NCCL's net_socket_v1.h): one event per message or chunk a socket moves. */
+#define NCCL_PROFILER_NET_VER_BITS 16
+typedef enum {
+  NCCL_PROFILER_NET_TYPE_IB = (1U << NCCL_PROFILER_NET_VER_BITS),
+  NCCL_PROFILER_NET_TYPE_SOCK = (2U << NCCL_PROFILER_NET_VER_BITS),
+} ncclProfilerNetType;
+#define NCCL_PROFILER_NET_SOCKET_VER 1
+enum {
+  ncclProfileSocket = (1 << 0),
+};
+typedef struct {
+  uint8_t type; /* ncclProfileSocket */
+  union {
+    struct {
+      int fd;
+      int op; /* 0 send, 1 receive */
+      size_t length;
+    } sock;
+  };
+} ncclProfilerNetSockDescr_v1_t;
+
 typedef struct {
   const char* name;
   ncclResult_t (*init)(void** context, uint64_t commId, int* eActivationMask, const char* commName, int nNodes,

@@ -4,7 +4,8 @@
  * appends one line per event to $TEST_PROFILER_OUT (default stderr):
  *   <id> <parent id or -> <type> <fields...> <stopped: 1|0> <states>
  * so a test can check that every started event stopped and its fields. -DFAIL_INIT fails init.
- * Net-plugin events (v3 and later) of the test net plugin show its descriptor (fntcp_event.h). */
+ * Net-plugin events (v3 and later) show the test net plugin's descriptor (fntcp_event.h) or the
+ * Socket net's (NCCL's socket events). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,8 +113,15 @@ static ncclResult_t start(void* ctx, void** h, descr_t* d) {
 #if PROFILER_VERSION >= 3
   case ncclProfileNetPlugin:
     fntcp = d->netPlugin.id == FNTCP_EVENT && d->netPlugin.data;
-    if (fntcp) snprintf(t, sizeof t, "NetPlugin rank=%d fntcp send=%d", d->rank, ((struct fntcp_event*)d->netPlugin.data)->send);
-    else snprintf(t, sizeof t, "NetPlugin rank=%d id=%#llx", d->rank, (unsigned long long)d->netPlugin.id);
+    if (fntcp) {
+      snprintf(t, sizeof t, "NetPlugin rank=%d fntcp send=%d", d->rank, ((struct fntcp_event*)d->netPlugin.data)->send);
+    } else if (d->netPlugin.id == (NCCL_PROFILER_NET_TYPE_SOCK | NCCL_PROFILER_NET_SOCKET_VER) && d->netPlugin.data) {
+      const ncclProfilerNetSockDescr_v1_t* sd = d->netPlugin.data;
+      snprintf(t, sizeof t, "NetPlugin rank=%d sock fd_ok=%d op=%d length=%zu", d->rank, sd->sock.fd >= 0, sd->sock.op,
+               sd->sock.length);
+    } else {
+      snprintf(t, sizeof t, "NetPlugin rank=%d id=%#llx", d->rank, (unsigned long long)d->netPlugin.id);
+    }
     break;
 #endif
   default: snprintf(t, sizeof t, "Type%d", (int)d->type);

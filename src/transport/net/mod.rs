@@ -111,18 +111,13 @@ pub trait Connecting: Send {
 pub trait SendComm: Send {
     fn reg_mr(&mut self, data: *mut u8, size: usize, kind: PtrKind) -> Result<MemHandle>;
     fn dereg_mr(&mut self, mr: MemHandle) -> Result<()>;
-    /// Posts a send of `size` bytes at `data`; `None` if no request slot is free.
+    /// Posts a send of `size` bytes at `data` that moves the proxy step `step` (if any), whose
+    /// profiler event a net starts its own events under (`ncclProfileNetPlugin`,
+    /// docs/PLUGINS.md); `None` if no request slot is free.
     ///
     /// # Safety
     /// `data..data+size` must stay valid and unchanged until `test` reports the request done
     /// or failed, or the comm is dropped.
-    unsafe fn isend(&mut self, data: *const u8, size: usize, tag: i32, mr: &MemHandle) -> Result<Option<Request>>;
-    /// [`SendComm::isend`] of a message that moves the proxy step `step`, whose profiler event a
-    /// net plugin may start its own events under (`ncclProfileNetPlugin`, docs/PLUGINS.md); the
-    /// built-in net has no events of its own.
-    ///
-    /// # Safety
-    /// As [`SendComm::isend`].
     unsafe fn isend_in(
         &mut self,
         data: *const u8,
@@ -130,10 +125,14 @@ pub trait SendComm: Send {
         tag: i32,
         mr: &MemHandle,
         step: Option<&Parent>,
-    ) -> Result<Option<Request>> {
-        let _ = step;
-        // SAFETY: the caller keeps isend's contract.
-        unsafe { self.isend(data, size, tag, mr) }
+    ) -> Result<Option<Request>>;
+    /// [`SendComm::isend_in`] of a message that moves no proxy step.
+    ///
+    /// # Safety
+    /// As [`SendComm::isend_in`].
+    unsafe fn isend(&mut self, data: *const u8, size: usize, tag: i32, mr: &MemHandle) -> Result<Option<Request>> {
+        // SAFETY: the caller keeps isend_in's contract.
+        unsafe { self.isend_in(data, size, tag, mr, None) }
     }
     /// `Some(bytes sent)` once done; `None` while in flight. The request is consumed when this
     /// returns `Some` or an error.
@@ -153,25 +152,25 @@ pub trait RecvComm: Send {
     fn reg_mr(&mut self, data: *mut u8, size: usize, kind: PtrKind) -> Result<MemHandle>;
     fn dereg_mr(&mut self, mr: MemHandle) -> Result<()>;
     /// Posts a grouped receive: each incoming message goes to the buffer posted with its tag,
-    /// and may be shorter than that buffer, never longer. `None` if no request slot is free.
+    /// and may be shorter than that buffer, never longer; `step` as in [`SendComm::isend_in`].
+    /// `None` if no request slot is free.
     ///
     /// # Safety
     /// Every buffer must stay valid and otherwise untouched until `test` reports the request
     /// done or failed, or the comm is dropped.
-    unsafe fn irecv(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>>;
-    /// [`RecvComm::irecv`] into the proxy step `step`, as [`SendComm::isend_in`].
-    ///
-    /// # Safety
-    /// As [`RecvComm::irecv`].
     unsafe fn irecv_in(
         &mut self,
         bufs: &[RecvBuf],
         mrs: &[&MemHandle],
         step: Option<&Parent>,
-    ) -> Result<Option<Request>> {
-        let _ = step;
-        // SAFETY: the caller keeps irecv's contract.
-        unsafe { self.irecv(bufs, mrs) }
+    ) -> Result<Option<Request>>;
+    /// [`RecvComm::irecv_in`] for no proxy step.
+    ///
+    /// # Safety
+    /// As [`RecvComm::irecv_in`].
+    unsafe fn irecv(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>> {
+        // SAFETY: the caller keeps irecv_in's contract.
+        unsafe { self.irecv_in(bufs, mrs, None) }
     }
     /// Makes received data visible to the GPU; `None` when nothing needs doing (host memory).
     fn iflush(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>>;

@@ -559,6 +559,7 @@ fn nap_now(busy: bool, idle: Duration, awaited: bool) -> bool {
 mod tests {
     use super::super::{MemHandle, PtrKind, RecvBuf};
     use super::*;
+    use crate::plugin::profiler::Parent;
 
     /// A launch's wake-up keeps the thread polling while it is awaited, however long the
     /// kernel waits behind other work (how long it stays awaited: the warm-up test below).
@@ -610,7 +611,14 @@ mod tests {
         fn dereg_mr(&mut self, _: MemHandle) -> Result<()> {
             Ok(())
         }
-        unsafe fn isend(&mut self, _: *const u8, _: usize, _: i32, _: &MemHandle) -> Result<Option<Request>> {
+        unsafe fn isend_in(
+            &mut self,
+            _: *const u8,
+            _: usize,
+            _: i32,
+            _: &MemHandle,
+            _: Option<&Parent>,
+        ) -> Result<Option<Request>> {
             Ok(Some(Request(1)))
         }
         fn test(&mut self, _: &Request) -> Result<Option<usize>> {
@@ -629,7 +637,7 @@ mod tests {
         fn dereg_mr(&mut self, _: MemHandle) -> Result<()> {
             Ok(())
         }
-        unsafe fn irecv(&mut self, _: &[RecvBuf], _: &[&MemHandle]) -> Result<Option<Request>> {
+        unsafe fn irecv_in(&mut self, _: &[RecvBuf], _: &[&MemHandle], _: Option<&Parent>) -> Result<Option<Request>> {
             Ok(Some(Request(1)))
         }
         fn iflush(&mut self, _: &[RecvBuf], _: &[&MemHandle]) -> Result<Option<Request>> {

@@ -172,11 +172,6 @@ impl SendComm for PluginComm {
         PluginComm::dereg_mr(self, mr)
     }
 
-    unsafe fn isend(&mut self, data: *const u8, size: usize, tag: i32, mr: &MemHandle) -> Result<Option<Request>> {
-        // SAFETY: the caller keeps isend's contract.
-        unsafe { self.isend_in(data, size, tag, mr, None) }
-    }
-
     unsafe fn isend_in(
         &mut self,
         data: *const u8,
@@ -227,11 +222,6 @@ impl RecvComm for PluginComm {
 
     fn dereg_mr(&mut self, mr: MemHandle) -> Result<()> {
         PluginComm::dereg_mr(self, mr)
-    }
-
-    unsafe fn irecv(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>> {
-        // SAFETY: the caller keeps irecv's contract.
-        unsafe { self.irecv_in(bufs, mrs, None) }
     }
 
     unsafe fn irecv_in(

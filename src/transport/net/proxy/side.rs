@@ -462,7 +462,12 @@ mod tests {
         fn dereg_mr(&mut self, _: MemHandle) -> Result<()> {
             Ok(())
         }
-        unsafe fn irecv(&mut self, bufs: &[RecvBuf], _: &[&MemHandle]) -> Result<Option<Request>> {
+        unsafe fn irecv_in(
+            &mut self,
+            bufs: &[RecvBuf],
+            _: &[&MemHandle],
+            _: Option<&Parent>,
+        ) -> Result<Option<Request>> {
             self.posted.push_back((bufs[0].data, bufs[0].size));
             self.log.lock().push((bufs[0].data as usize, bufs[0].size));
             Ok(Some(Request(self.posted.len())))
@@ -494,7 +499,14 @@ mod tests {
         fn dereg_mr(&mut self, _: MemHandle) -> Result<()> {
             Ok(())
         }
-        unsafe fn isend(&mut self, _: *const u8, size: usize, _: i32, _: &MemHandle) -> Result<Option<Request>> {
+        unsafe fn isend_in(
+            &mut self,
+            _: *const u8,
+            size: usize,
+            _: i32,
+            _: &MemHandle,
+            _: Option<&Parent>,
+        ) -> Result<Option<Request>> {
             self.posted.lock().push(size);
             Ok(Some(Request(size)))
         }

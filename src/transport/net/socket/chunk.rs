@@ -3,6 +3,7 @@
 //! both use.
 
 use std::collections::VecDeque;
+use std::ffi::c_int;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -14,6 +15,10 @@ use parking_lot::Mutex;
 use super::nonblock::{recv_some, send_some};
 use super::{tcp_timeout_ms, HDR_BYTES, HELPER_SLICE};
 use crate::error::{Error, Result};
+use crate::plugin::abi::{
+    ncclProfileSocket, ncclProfilerNetSockDescr_v1_t, NCCL_PROFILER_NET_SOCKET_VER, NCCL_PROFILER_NET_TYPE_SOCK,
+};
+use crate::plugin::profiler::{Event, Parent};
 
 /// A chunk for a helper thread: header first, then the payload, to or from the caller's memory.
 pub(super) struct Task {
@@ -23,6 +28,22 @@ pub(super) struct Task {
     pub(super) len: usize,
     pub(super) done: usize,
     pub(super) pending: Arc<AtomicUsize>,
+    /// The proxy step the chunk's message moves, until the helper that first moves it starts
+    /// the chunk's profiler event under it (`event`), which stops when the chunk is done.
+    pub(super) step: Option<Parent>,
+    pub(super) event: Option<Event>,
+}
+
+/// NCCL's profiler event of the Socket net (its `net_socket_v1`: the socket, the direction and
+/// the bytes) for a message or chunk of `length` bytes on `fd`, under `step`; `None` where the
+/// profiler wants no such event.
+pub(super) fn socket_event(step: &Parent, fd: RawFd, send: bool, length: usize) -> Option<Event> {
+    let mut d = ncclProfilerNetSockDescr_v1_t { type_: ncclProfileSocket as u8, ..Default::default() };
+    d.__bindgen_anon_1.sock.fd = fd;
+    d.__bindgen_anon_1.sock.op = c_int::from(!send);
+    d.__bindgen_anon_1.sock.length = length;
+    let id = i64::from(NCCL_PROFILER_NET_TYPE_SOCK | NCCL_PROFILER_NET_SOCKET_VER);
+    step.start_net_plugin(id, (&mut d as *mut ncclProfilerNetSockDescr_v1_t).cast())
 }
 
 /// What the comm and the helpers serving its data sockets share.
@@ -131,6 +152,9 @@ pub(super) fn step(sh: &Shared, sock: usize, fd: RawFd, t: &mut Task) -> std::re
             t.done, t.len
         )
     };
+    if let Some(p) = t.step.take() {
+        t.event = socket_event(&p, fd, sh.send, t.len);
+    }
     while t.hdr_done < HDR_BYTES {
         let r = if sh.send {
             send_some(fd, &t.hdr[t.hdr_done..])
@@ -184,6 +208,10 @@ pub(super) fn step(sh: &Shared, sock: usize, fd: RawFd, t: &mut Task) -> std::re
                 moved += n;
             }
         }
+    }
+    if t.done == t.len {
+        // Stopped before the chunk counts as done: the step it is under stops only after that.
+        t.event = None;
     }
     Ok((moved, t.done == t.len))
 }

@@ -13,6 +13,7 @@ use super::pool::{self, Pool};
 use super::tcp_timeout_ms;
 use super::wire::{chunk_header, chunks};
 use crate::error::{Error, Result};
+use crate::plugin::profiler::Parent;
 
 /// The state of a connection common to both directions.
 pub(super) struct Conn {
@@ -41,8 +42,9 @@ impl Conn {
         self.shared.queues.len()
     }
 
-    /// Queues the chunks of the next message (`ptr`, `size`) on the data sockets, in turn.
-    pub(super) fn post_chunks(&mut self, ptr: usize, size: usize, pending: &Arc<AtomicUsize>) {
+    /// Queues the chunks of the next message (`ptr`, `size`), which moves the proxy step `step`,
+    /// on the data sockets, in turn.
+    pub(super) fn post_chunks(&mut self, ptr: usize, size: usize, pending: &Arc<AtomicUsize>, step: Option<&Parent>) {
         let seq = self.seq;
         self.seq = self.seq.wrapping_add(1);
         let parts = chunks(size, self.nsocks());
@@ -57,6 +59,8 @@ impl Conn {
                 len,
                 done: 0,
                 pending: pending.clone(),
+                step: step.cloned(),
+                event: None,
             };
             self.shared.push(sock, task);
         }

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::super::{check_recv, MemHandle, PtrKind, RecvBuf, RecvComm, Request, MAX_RECVS};
-use super::chunk::explain;
+use super::chunk::{explain, socket_event};
 use super::conn::{host_only, Conn, Slots};
 use super::nonblock::{delay_acks, peek_some, recv_iov, recv_some};
 use super::{HDR_BYTES, INLINE_MAX};
 use crate::error::Result;
+use crate::plugin::profiler::{Event, Parent};
 
 /// A posted buffer: address, capacity, tag.
 pub(super) struct Posted {
@@ -27,6 +28,10 @@ pub(super) struct RecvReq {
     /// Bytes each buffer received (`None` until a message is matched to it).
     pub(super) got: Vec<Option<usize>>,
     pub(super) pending: Arc<AtomicUsize>,
+    /// The proxy step the receive is for: its messages' events go under it.
+    pub(super) step: Option<Parent>,
+    /// The profiler events of its inline messages, from their headers to its completion.
+    pub(super) events: Vec<Event>,
 }
 
 /// An inline payload being read from the control socket.
@@ -273,10 +278,13 @@ impl SocketRecv {
             r.got[b] = Some(size);
             let ptr = r.bufs[b].ptr;
             if size < INLINE_MAX {
+                if let Some(e) = r.step.as_ref().and_then(|p| socket_event(p, fd, false, size)) {
+                    r.events.push(e);
+                }
                 self.inline = Some(Inline { req: i, ptr, size, done: 0 });
             } else {
-                let pending = r.pending.clone();
-                self.conn.post_chunks(ptr, size, &pending);
+                let (pending, step) = (r.pending.clone(), r.step.clone());
+                self.conn.post_chunks(ptr, size, &pending, step.as_ref());
                 // A large message: its header is no step the GPU waits on (its chunks are), so
                 // the control socket's ACKs keep pace with its stream of headers.
                 self.ahead.settle_soon();
@@ -308,11 +316,22 @@ impl RecvComm for SocketRecv {
         Ok(())
     }
 
-    unsafe fn irecv(&mut self, bufs: &[RecvBuf], mrs: &[&MemHandle]) -> Result<Option<Request>> {
+    unsafe fn irecv_in(
+        &mut self,
+        bufs: &[RecvBuf],
+        mrs: &[&MemHandle],
+        step: Option<&Parent>,
+    ) -> Result<Option<Request>> {
         check_recv(bufs, mrs, MAX_RECVS)?;
         self.conn.shared.check()?;
         let posted = bufs.iter().map(|b| Posted { ptr: b.data as usize, size: b.size, tag: b.tag }).collect();
-        let req = RecvReq { bufs: posted, got: vec![None; bufs.len()], pending: Arc::new(AtomicUsize::new(0)) };
+        let req = RecvReq {
+            bufs: posted,
+            got: vec![None; bufs.len()],
+            pending: Arc::new(AtomicUsize::new(0)),
+            step: step.cloned(),
+            events: Vec::new(),
+        };
         let Some(r) = self.reqs.insert(req) else { return Ok(None) };
         // Its bytes are read by `test`.
         self.order.push_back(r.0 & 0xff);

@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::super::{MemHandle, PtrKind, Request, SendComm};
-use super::chunk::explain;
+use super::chunk::{explain, socket_event};
 use super::conn::{host_only, Conn, Slots};
 use super::nonblock::send_iov;
 use super::wire::msg_header;
 use super::{HDR_BYTES, INLINE_MAX};
 use crate::error::{Error, Result};
+use crate::plugin::profiler::{Event, Parent};
 
 pub(super) struct SendReq {
     pub(super) ptr: usize,
@@ -20,6 +21,11 @@ pub(super) struct SendReq {
     pub(super) written: usize,
     pub(super) hdr: [u8; HDR_BYTES],
     pub(super) pending: Arc<AtomicUsize>,
+    /// The proxy step the message moves: its chunks' events go under it.
+    pub(super) step: Option<Parent>,
+    /// An inline message's profiler event, from its post to its completion: held, and stopped
+    /// when the request is dropped.
+    pub(super) _event: Option<Event>,
 }
 
 pub(super) struct SocketSend {
@@ -70,7 +76,8 @@ impl SocketSend {
                 }
                 let (ptr, size, pending) = (r.ptr, r.size, r.pending.clone());
                 if size >= INLINE_MAX {
-                    self.conn.post_chunks(ptr, size, &pending);
+                    let step = r.step.take();
+                    self.conn.post_chunks(ptr, size, &pending, step.as_ref());
                 }
                 self.order.pop_front();
             }
@@ -99,17 +106,28 @@ impl SendComm for SocketSend {
         Ok(())
     }
 
-    unsafe fn isend(&mut self, data: *const u8, size: usize, tag: i32, _mr: &MemHandle) -> Result<Option<Request>> {
+    unsafe fn isend_in(
+        &mut self,
+        data: *const u8,
+        size: usize,
+        tag: i32,
+        _mr: &MemHandle,
+        step: Option<&Parent>,
+    ) -> Result<Option<Request>> {
         if data.is_null() && size > 0 {
             return Err(Error::InvalidArgument(format!("isend: NULL buffer of {size} bytes")));
         }
         self.conn.shared.check()?;
+        let inline = size < INLINE_MAX;
+        let fd = self.conn.ctrl.as_raw_fd();
         let req = SendReq {
             ptr: data as usize,
             size,
             written: 0,
             hdr: msg_header(tag, size as u64),
             pending: Arc::new(AtomicUsize::new(0)),
+            _event: step.filter(|_| inline).and_then(|p| socket_event(p, fd, true, size)),
+            step: step.filter(|_| !inline).cloned(),
         };
         let Some(r) = self.reqs.insert(req) else { return Ok(None) };
         // Written by the next `test`, together with whatever else was posted before it.
