@@ -8,10 +8,11 @@
  *   C <id> <t0> <rank> <seq> <func> <count> <nChannels> <algo> <proto>
  *   O <id> <parent> <t0> <t1> <rank> <channel> <peer> <isSend> <nSteps> <chunkSize>
  *   S <id> <parent> <t0> <t1> <rank> <step> [<state> <t> <bytes>]...
- *   N <id> <parent step> <t0> <t1> <rank> <thread> <plugin event id, hex> [<fd> <op> <length>]
+ *   N <id> <parent step> <t0> <t1> <rank> <thread id> <thread name> <plugin event id, hex> [<fd> <op> <length>]
  * Times in ns; t1 is 0 for an event never stopped; parent is -1 for none. N is an event a net
- * plugin starts under a step through the library's profiler callback (its own thread id, and,
- * for NCCL's socket events, the socket, send 0 / receive 1 and bytes).
+ * starts under a step (a net plugin through the library's profiler callback, or the built-in
+ * Socket net), with the thread that started it and, for NCCL's socket events, the socket, send 0 /
+ * receive 1 and bytes.
  * scripts/proxy_timeline.py reads them. Build:
  *   gcc -shared -fPIC -O2 -Isrc/plugin -o libproxy_timeline.so benches/proxy_timeline.c
  * and run with NCCL_PROFILER_PLUGIN=<that file>. Not for production: it keeps every event. */
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include "plugin_abi.h"
 
@@ -47,6 +49,7 @@ typedef struct {
    * event id, then fd, op, length (NCCL's socket events) */
   long long a[5];
   const char *func, *algo, *proto;
+  char thread[16]; /* N: the starting thread's name */
   int state[MAX_STATES];
   unsigned long long st[MAX_STATES];
   size_t bytes[MAX_STATES];
@@ -110,6 +113,9 @@ static ncclResult_t start(void* ctx, void** h, ncclProfilerEventDescr_v5_t* d) {
   } else {
     e->kind = 'N';
     e->a[0] = (long long)syscall(SYS_gettid);
+    if (prctl(PR_GET_NAME, e->thread) != 0 || !e->thread[0]) strcpy(e->thread, "-");
+    for (char* c = e->thread; *c; c++)
+      if (*c == ' ') *c = '_';
     e->a[1] = d->netPlugin.id;
     e->a[2] = -1;
     if (d->netPlugin.id == NET_TYPE_SOCK_V1 && d->netPlugin.data) {
@@ -171,7 +177,7 @@ static ncclResult_t fini(void* ctx) {
       for (int k = 0; k < e->nstates; k++) fprintf(f, " %d %llu %zu", e->state[k], e->st[k], e->bytes[k]);
       fputc('\n', f);
     } else if (e->kind == 'N') {
-      fprintf(f, "N %ld %ld %llu %llu %d %lld %#llx", i, e->parent, e->t0, e->t1, e->rank, e->a[0],
+      fprintf(f, "N %ld %ld %llu %llu %d %lld %s %#llx", i, e->parent, e->t0, e->t1, e->rank, e->a[0], e->thread,
               (unsigned long long)e->a[1]);
       if (e->a[2] >= 0) fprintf(f, " %lld %lld %lld", e->a[2], e->a[3], e->a[4]);
       fputc('\n', f);

@@ -5,6 +5,11 @@ wire, the sends in flight on average, the longest spell with none, and the gaps 
 landings (docs/NET.md, "A proxy's timeline").
 
 usage: scripts/proxy_timeline.py DIR [--detail FUNC:MIB] (a call by its function and the MiB rank 0 sends)
+       scripts/proxy_timeline.py DIR --chunks
+
+--chunks instead says, per process and rank, how the Socket net's chunks (its socket events that
+a helper thread, fn-net-help*, started) went: how long after its step started a helper began
+moving each one, how long the move took, and how many helpers moved them.
 
 Processes are grouped into runs by the library they loaded and by when they started (the ranks
 of one run start together). A step's times: a send from its isend (NCCL: the SendWait state;
@@ -21,7 +26,7 @@ SEND_WAIT, RECV_FLUSH_WAIT = 9, 11
 
 
 def load(path):
-    lib, colls, ops, steps = "?", [], {}, []
+    lib, colls, ops, steps, nets = "?", [], {}, [], []
     for line in open(path):
         p = line.split()
         if not p:
@@ -35,8 +40,39 @@ def load(path):
             ops[int(p[1])] = dict(ch=int(p[6]), peer=int(p[7]), send=int(p[8]))
         elif p[0] == "S":
             states = [(int(p[i]), int(p[i + 1]), int(p[i + 2])) for i in range(7, len(p), 3)]
-            steps.append(dict(parent=int(p[2]), t0=int(p[3]), t1=int(p[4]), rank=int(p[5]), step=int(p[6]), states=states))
-    return lib, colls, ops, steps
+            steps.append(
+                dict(id=int(p[1]), parent=int(p[2]), t0=int(p[3]), t1=int(p[4]), rank=int(p[5]), step=int(p[6]), states=states)
+            )
+        elif p[0] == "N":
+            net = dict(parent=int(p[2]), t0=int(p[3]), t1=int(p[4]), rank=int(p[5]), thread=int(p[6]), name=p[7], id=p[8])
+            if len(p) >= 12:
+                net.update(fd=int(p[9]), op=int(p[10]), length=int(p[11]))
+            nets.append(net)
+    return lib, colls, ops, steps, nets
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def chunks(procs):
+    """Per process and rank: the Socket net's chunks' start delays after their steps, and their moves."""
+    for lib, _, ops, steps, nets in procs:
+        by_id = {s["id"]: s for s in steps}
+        got = [n for n in nets if n["name"].startswith("fn-net-help") and n["parent"] in by_id and n["t1"]]
+        for rank, op, name in ((r, o, nm) for r in sorted({n["rank"] for n in got}) for o, nm in ((0, "send"), (1, "receive"))):
+            side = [n for n in got if n["op"] == op and n["rank"] == rank]
+            if not side:
+                continue
+            delay = [(n["t0"] - by_id[n["parent"]]["t0"]) / 1e3 for n in side]
+            took = [(n["t1"] - n["t0"]) / 1e3 for n in side]
+            threads = len({n["thread"] for n in side})
+            print(
+                f"{lib} rank {rank} {name}: {len(side)} chunks by {threads} threads; start after its step p50 "
+                f"{pct(delay, 0.5):.0f} us, p99 {pct(delay, 0.99):.0f}, max {max(delay):.0f}; move p50 "
+                f"{pct(took, 0.5):.0f} us, p99 {pct(took, 0.99):.0f}, max {max(took):.0f}"
+            )
 
 
 def step_times(lib, s, is_send):
@@ -92,6 +128,9 @@ def main():
         f, c = sys.argv[sys.argv.index("--detail") + 1].split(":")
         detail = (f, float(c))
     procs = [load(f) for f in glob.glob(os.path.join(d, "tl.*.txt"))]
+    if "--chunks" in sys.argv:
+        chunks(procs)
+        return
     procs = [p for p in procs if p[1]]
     procs.sort(key=lambda p: p[1][0][0])
     runs, cur = [], []
@@ -106,7 +145,7 @@ def main():
     for ri, run in enumerate(runs):
         lib = run[0][0]
         calls = {}  # (func, seq) -> {rank: ([sends], [recvs])}
-        for _, colls, ops, steps in run:
+        for _, colls, ops, steps, _ in run:
             cs = sorted(colls)
             for s in steps:
                 op = ops.get(s["parent"])
