@@ -16,14 +16,18 @@
 #
 # usage: scripts/net_stalls.sh [--runs 14] [--nranks 8] [--per-host 2] [--gpus 2]
 #            [--colls all_reduce,all_gather,alltoall] [--min 1M] [--max 32M] [--from 4M] [--factor 1.5]
-#            [--ours target/release/libnccl.so] [--hog N] [--variant NAME "VAR=VALUE ..."]...
+#            [--ours target/release/libnccl.so] [--hog N] [--timeline] [--variant NAME "VAR=VALUE ..."]...
 # --hog N keeps N busy loops running for the whole call, a neighbour that takes N cores (beside 8
 # on 32 cores, single runs of ours had their p99 at 3.5-7x p50 at 4 MB where NCCL's stayed within
-# 1.9x: docs/NOTES.md, "four hosts of two ranks: TCP counters, congestion control, delayed ACKs,
-# and a CPU hog").
+# 1.9x: docs/NOTES.md, "four hosts of two ranks: the stall is the host's steal time, which our
+# busy cores draw").
+# --timeline loads benches/proxy_timeline.c in every run and writes NAME.K.chunks, what
+# scripts/proxy_timeline.py --chunks says of the Socket net's helpers in it (how long chunks
+# waited for a helper, how long they moved).
 # The variants "default" (no setting) and "inline" (NCCL_BUFFSIZE=262144: 32 KiB slots, every
 # message under the 128 KiB cut, so the proxy thread moves every byte) always run.
-# Output: ${OUT:-./net-out}/stalls/: NAME.K.log, NAME.K.cpu and NAME.K.tcp per run, and
+# Output: ${OUT:-./net-out}/stalls/: NAME.K.log, NAME.K.cpu and NAME.K.tcp per run (and
+# NAME.K.chunks with --timeline), and
 # summary.txt (printed last: per variant the runs that stalled, each run's worst ratio, the best
 # p50 at --from, the range of the proxies' and helpers' cores and run-queue waits, and a few TCP
 # counters, the machine's busy cores and its host's steal a run, stalled runs against steady ones).
@@ -31,7 +35,7 @@ set -u
 export NCCL_NVLS_ENABLE=0
 
 RUNS=14; NRANKS=8; PERHOST=2; GPUS=2; COLLS=all_reduce,all_gather,alltoall; MIN=1M; MAX=32M
-FROM=4M; FACTOR=1.5; HOG=0
+FROM=4M; FACTOR=1.5; HOG=0; TIMELINE=0
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
 NAMES=(default inline); SETS=("" "NCCL_BUFFSIZE=262144")
@@ -47,10 +51,11 @@ while [ $# -gt 0 ]; do
     --from) FROM=$2; shift ;;
     --factor) FACTOR=$2; shift ;;
     --hog) HOG=$2; shift ;;
+    --timeline) TIMELINE=1 ;;
     --ours) OURS=$2; shift ;;
     --variant) [ $# -ge 3 ] || { echo "net_stalls: --variant wants NAME and \"VAR=VALUE ...\"" >&2; exit 2; }
                NAMES+=("$2"); SETS+=("$3"); shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "net_stalls: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -60,13 +65,20 @@ case "$HOG" in ''|*[!0-9]*) echo "net_stalls: --hog wants a count of busy loops"
 OURS=$(cd "$(dirname "$OURS")" && pwd)/$(basename "$OURS")
 OUTDIR=${OUT:-$ROOT/net-out}/stalls
 mkdir -p "$OUTDIR/ours"
-rm -f "$OUTDIR"/*.log "$OUTDIR"/*.cpu "$OUTDIR"/*.tcp "$OUTDIR/summary.txt"
+rm -rf "$OUTDIR"/*.log "$OUTDIR"/*.cpu "$OUTDIR"/*.tcp "$OUTDIR"/*.chunks "$OUTDIR"/*.tl "$OUTDIR/summary.txt"
 ln -sf "$OURS" "$OUTDIR/ours/libnccl.so.2" && ln -sf "$OURS" "$OUTDIR/ours/libnccl.so"
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 BIN=$OUTDIR/net_bench
 ARCH=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
 timeout 120 "$CUDA/bin/nvcc" -O2 -std=c++17 -arch="$ARCH" -I"$ROOT/include" -o "$BIN" "$ROOT/benches/net_bench.cu" \
   -L"$OUTDIR/ours" -lnccl || { echo "net_stalls: build failed"; exit 1; }
+
+TL=()
+if [ "$TIMELINE" = 1 ]; then
+  gcc -shared -fPIC -O2 -I"$ROOT/src/plugin" -o "$OUTDIR/libproxy_timeline.so" "$ROOT/benches/proxy_timeline.c" \
+    || { echo "net_stalls: the timeline plugin did not build"; exit 1; }
+  TL=(NCCL_PROFILER_PLUGIN="$OUTDIR/libproxy_timeline.so")
+fi
 
 export CUDA_MPS_PIPE_DIRECTORY=$OUTDIR/mps-pipe CUDA_MPS_LOG_DIRECTORY=$OUTDIR/mps-log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
@@ -82,11 +94,18 @@ run() {  # run NAME.K SETTINGS
   local sampler=$!
   python3 "$ROOT/scripts/tcp_state.py" "$OUTDIR/$1.tcp" &
   local tcp=$!
+  local tl=()
+  if [ "$TIMELINE" = 1 ]; then mkdir -p "$OUTDIR/$1.tl"; tl=("${TL[@]}" PROXY_TIMELINE_DIR="$OUTDIR/$1.tl"); fi
   # shellcheck disable=SC2086  # SETTINGS is a list of assignments
-  env LD_LIBRARY_PATH="$OUTDIR/ours" $2 timeout -k 5 150 "$BIN" --nranks "$NRANKS" --uts --per-host "$PERHOST" \
-    --gpus "$GPUS" --colls "$COLLS" --min "$MIN" --max "$MAX" --iters 200 --budget-s 0.1 >"$OUTDIR/$1.log" 2>&1
+  env LD_LIBRARY_PATH="$OUTDIR/ours" "${tl[@]}" $2 timeout -k 5 150 "$BIN" --nranks "$NRANKS" --uts \
+    --per-host "$PERHOST" --gpus "$GPUS" --colls "$COLLS" --min "$MIN" --max "$MAX" --iters 200 --budget-s 0.1 \
+    >"$OUTDIR/$1.log" 2>&1
   local rc=$?
   kill "$sampler" "$tcp" 2>/dev/null; wait "$sampler" "$tcp" 2>/dev/null
+  if [ "$TIMELINE" = 1 ]; then
+    python3 "$ROOT/scripts/proxy_timeline.py" "$OUTDIR/$1.tl" --chunks >"$OUTDIR/$1.chunks" 2>&1
+    rm -rf "$OUTDIR/$1.tl"
+  fi
   echo "net_stalls: $1 ${2:-(default)} -> exit $rc ($(tail -n 1 "$OUTDIR/$1.log"))"
   [ $rc = 0 ] || FAILS=$((FAILS + 1))
 }
