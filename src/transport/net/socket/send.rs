@@ -119,17 +119,20 @@ impl SendComm for SocketSend {
         }
         self.conn.shared.check()?;
         let inline = size < INLINE_MAX;
-        let fd = self.conn.ctrl.as_raw_fd();
         let req = SendReq {
             ptr: data as usize,
             size,
             written: 0,
             hdr: msg_header(tag, size as u64),
             pending: Arc::new(AtomicUsize::new(0)),
-            _event: step.filter(|_| inline).and_then(|p| socket_event(p, fd, true, size)),
             step: step.filter(|_| !inline).cloned(),
+            _event: None,
         };
         let Some(r) = self.reqs.insert(req) else { return Ok(None) };
+        if let Some(p) = step.filter(|_| inline) {
+            let fd = self.conn.ctrl.as_raw_fd();
+            self.reqs.get(r.0 & 0xff)._event = socket_event(p, fd, true, size);
+        }
         // Written by the next `test`, together with whatever else was posted before it.
         self.order.push_back(r.0 & 0xff);
         Ok(Some(r))
