@@ -173,7 +173,8 @@ fn profiler_events_balance_with_nccl_fields_at_every_version() {
     for v in 1..=5 {
         let (trace, err) = profile(&format!("fn{v}"), "events");
         let lines: Vec<&str> = trace.lines().collect();
-        assert_eq!(lines.len(), 5, "v{v}: {trace}\n{err}");
+        assert_eq!(lines.len(), if v >= 3 { 6 } else { 5 }, "v{v}: {trace}\n{err}");
+        assert!(err.contains(&format!("child: net event {}", v >= 3)), "v{v}: {err}");
         for l in &lines {
             assert!(l.contains("stopped=1"), "v{v}: every event stops once: {l}");
         }
@@ -201,6 +202,15 @@ fn profiler_events_balance_with_nccl_fields_at_every_version() {
             "v{v}: {}",
             lines[4]
         );
+        if v >= 3 {
+            let states = if v >= 4 { 1 } else { 0 };
+            assert!(
+                lines[5].starts_with("5 4 NetPlugin rank=1 id=0x30001 ")
+                    && lines[5].contains(&format!("stopped=1 states={states} ")),
+                "v{v}: {}",
+                lines[5]
+            );
+        }
     }
 }
 
@@ -245,7 +255,14 @@ fn child_entry() {
     let op = prof.start_event(&op, None).expect("proxy op event");
     let step = prof.start_event(&Descr::ProxyStep { step: 5 }, Some(&op)).expect("proxy step event");
     step.record_step(ncclProfilerProxyStepSendWait, 512);
-    drop((step, op, p, c, group));
+    // A net's own event under the step, as a net plugin starts through the profiler callback:
+    // profilers before v3 have no such event, v3 no state for it.
+    let net = step.as_parent().start_net_plugin(0x3_0001, std::ptr::null_mut());
+    println!("child: net event {}", net.is_some());
+    if let Some(n) = &net {
+        n.record_net_update(std::ptr::null_mut());
+    }
+    drop((net, step, op, p, c, group));
     // The last holder's drop finalizes: the plugin writes its trace.
     drop(prof);
 }
