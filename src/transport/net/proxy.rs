@@ -2,9 +2,16 @@
 //! memory over the net, and lands the peer's steps where the kernels read them (`docs/NET.md`,
 //! "The NET transport").
 //!
-//! One thread per process and CUDA device, shared by every communicator on that device, as in
+//! One proxy per process and CUDA device, shared by every communicator on that device, as in
 //! NCCL; connections join it at init ([`Proxy::add`]) and leave at destroy or abort
-//! ([`Proxy::remove`]). Per connection it drives one send comm and one receive comm:
+//! ([`Proxy::remove`]). For connections through a net plugin it runs two progress threads, one
+//! for the send halves and one for the receive halves, where NCCL runs one for both: a plugin
+//! may copy the bytes inside its calls (one over TCP does), and one thread then sends or
+//! receives, never both at once, so a ring's call took as long as its sends' copies plus its
+//! receives' (docs/NET.md, "Two progress threads"). The built-in Socket net's helper threads
+//! already move large messages side by side, and one thread for both halves serves it best
+//! (`FERRONICKEL_NET_PROXY_THREADS` sets it either way). Per connection the proxy drives one
+//! send comm and one receive comm:
 //!
 //! - **send** (`side::SendSide`): once the kernel has handed over the next step (its `tail` is
 //!   past it, or, for an LL step, which publishes no tail, its size word is there and every line
@@ -35,18 +42,22 @@
 //! that spans a run of steps, from the first step after an idle spell to the next idle spell.
 //! These are plain calls into the plugin; the proxy thread never touches CUDA.
 //!
-//! The thread busy-polls while any connection has a step in flight and backs off to short sleeps
-//! when every connection is idle. A communicator wakes it when it launches kernels ([`Waker`]),
-//! as NCCL posts its proxy ops at enqueue, and it then polls until something moves (at most
-//! [`LAUNCH_SPIN`]), as NCCL's proxy polls while an op is posted: the kernel may run long after
+//! Each thread busy-polls while any of its halves has a step in flight and backs off to short
+//! sleeps when every one is idle. A communicator wakes them when it launches kernels ([`Waker`]),
+//! as NCCL posts its proxy ops at enqueue, and they then poll until something moves, in either
+//! half (at most [`LAUNCH_SPIN`]), as NCCL's proxy polls while an op is posted: the kernel may run long after
 //! its launch, behind the compute queued before it on its stream, and its first step should not
 //! wait for a nap to end. The wake-up names the channels the kernels use (and apart, those of
 //! works that may reach a peer connected at runtime: [`Launches`]), so that a round asks only
 //! those connections (and ones that moved in the last millisecond) for bytes, as NCCL's
 //! proxy progresses only the ops posted to it: a round is then shorter, and each step is noticed
-//! sooner (docs/NET.md, "Small steps"). While it waits for that first step, it has its comms keep
-//! the thread's send path warm ([`SendComm::warm`]): the kernel's TCP stack, idle a few
+//! sooner (docs/NET.md, "Small steps"). While the sending thread waits for that first step, it
+//! has its comms keep its send path warm ([`SendComm::warm`]): the kernel's TCP stack, idle a few
 //! milliseconds, makes the next send two to eight times slower (docs/NET.md, "A warm send path").
+//!
+//! A net plugin may be called from several threads at once on different comms (NCCL runs a
+//! proxy thread per GPU of a process); each comm here is only ever driven by one thread at a
+//! time: its half's lock.
 //!
 //! A connection whose net fails (a peer gone, garbage in a size word) is reported once through
 //! its fault hook, which stops the communicator's kernels, and is not touched again.
@@ -56,7 +67,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard, RwLock};
 
 mod block;
 mod side;
@@ -110,27 +121,64 @@ const GOODBYE_WAIT: Duration = Duration::from_millis(500);
 /// to go out (a FIFO's worth of data at most).
 const DRAIN_WAIT: Duration = Duration::from_secs(1);
 
+crate::int_param!(
+    /// FERRONICKEL_NET_PROXY_THREADS: 1, one progress thread for both halves of every connection
+    /// (NCCL's way); 2, a thread for the send halves and one for the receive halves; 0 (the
+    /// default, and any other value), two for a net plugin's connections and one for the
+    /// built-in Socket net's ([`split_halves`]).
+    proxy_threads, "FERRONICKEL_NET_PROXY_THREADS", 0
+);
+
+/// Whether the connections of a net, built in or a plugin, get a thread for each half (see
+/// the module docs).
+pub fn split_halves(builtin: bool) -> bool {
+    match proxy_threads() {
+        1 => false,
+        2 => true,
+        _ => !builtin,
+    }
+}
+
 /// Called once with the error that ended a connection: stops the communicator and says why.
 pub type FaultHook = Arc<dyn Fn(String) + Send + Sync>;
 
-/// One connection (a peer on a channel) in the proxy: its two comms and their host block.
+/// Which halves of the connections a progress thread drives.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Halves {
+    Send,
+    Recv,
+    Both,
+}
+
+/// The send half of a connection and its goodbye.
+struct SendHalf {
+    side: SendSide,
+    /// Our goodbye word is posted (at close, or in answer to the peer's), and its send request
+    /// while it is in flight.
+    said_goodbye: bool,
+    goodbye: Option<Request>,
+}
+
+/// One connection (a peer on a channel) in the proxy: its two comms and their host block. Each
+/// half has its own lock, taken by the thread that drives it (and by [`close`], once the
+/// connection is out of the proxy).
 pub struct Entry {
     // Dropped in this order: the comms (which stop their threads) before the memory they use.
-    send: SendSide,
-    recv: RecvSide,
+    send: Mutex<SendHalf>,
+    recv: Mutex<RecvSide>,
     block: Arc<HostBlock>,
     layout: Layout,
     /// "rank 3 (host h, pid 7), channel 2": how faults name the connection.
     who: String,
     fault: FaultHook,
-    failed: bool,
-    /// Our goodbye word is posted (at close, or in answer to the peer's), and its send request
-    /// while it is in flight.
-    said_goodbye: bool,
-    goodbye: Option<Request>,
+    failed: AtomicBool,
+    /// The peer said goodbye (the receive half saw its word): the send half answers.
+    peer_closed: AtomicBool,
     id: u64,
-    /// When either half last moved or had a step in flight (see [`HOT`]).
-    active: Instant,
+    /// When either half last moved or had a step in flight (see [`HOT`]), in nanoseconds from
+    /// `born`.
+    active: AtomicU64,
+    born: Instant,
     /// The communicator's launches ([`Launches`]), and this connection's channel.
     launches: Arc<Launches>,
     channel: usize,
@@ -159,17 +207,17 @@ impl Entry {
         let rmr = recv.reg_mr(block.ptr(0, len), len, super::PtrKind::Host)?;
         let recv = RecvSide::new(recv, rmr, Trace::new(trace, false, &layout));
         Ok(Entry {
-            send,
-            recv,
+            send: Mutex::new(SendHalf { side: send, said_goodbye: false, goodbye: None }),
+            recv: Mutex::new(recv),
             block,
             layout,
             who,
             fault,
-            failed: false,
-            said_goodbye: false,
-            goodbye: None,
+            failed: AtomicBool::new(false),
+            peer_closed: AtomicBool::new(false),
             id: 0,
-            active: Instant::now(),
+            active: AtomicU64::new(0),
+            born: Instant::now(),
             launches: Arc::default(),
             channel: 0,
             off_ring: false,
@@ -183,42 +231,97 @@ impl Entry {
         self
     }
 
+    /// When either half last moved or had a step in flight.
+    fn active(&self) -> Instant {
+        self.born + Duration::from_nanos(self.active.load(Ordering::Relaxed))
+    }
+
+    /// Either half moved or has a step in flight at `now`.
+    fn touch(&self, now: Instant) {
+        self.active.fetch_max(now.saturating_duration_since(self.born).as_nanos() as u64, Ordering::Relaxed);
+    }
+
     /// Whether this round tests the receive: a sweep, a recent move, or a launch on its channel
     /// (see [`HOT`]).
     fn hot(&self, now: Instant, sweep: bool) -> bool {
-        sweep || now - self.active < HOT || self.launches.named(self.channel, self.off_ring, now, self.active)
+        let active = self.active();
+        sweep
+            || now.saturating_duration_since(active) < HOT
+            || self.launches.named(self.channel, self.off_ring, now, active)
     }
 
-    /// One round over both halves, the receiving one only if `recv` (see [`HOT`]): (anything
-    /// moved, a step still in flight).
-    fn progress(&mut self, recv: bool) -> (bool, bool) {
-        if self.failed {
+    fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Marks the connection failed and reports it, once.
+    fn fail(&self, e: Error) {
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            (self.fault)(format!("NET connection with {}: {e}", self.who));
+        }
+    }
+
+    /// One turn of the send half: (anything moved, a step still in flight).
+    fn progress_send(&self) -> (bool, bool) {
+        if self.failed() {
             return (false, false);
         }
-        if self.recv.peer_closed {
+        let mut s = self.send.lock();
+        if self.peer_closed.load(Ordering::Acquire) {
             // The peer's receive of our next size word is still posted: answer its goodbye with
             // ours, so that its comm closes with nothing in flight.
-            return (self.answer_goodbye(), false);
+            return (self.answer_goodbye(&mut s), false);
         }
-        let r = self.send.progress(&self.block, &self.layout).map_err(|e| e.context("sending")).and_then(|s| {
-            Ok(s | (recv && self.recv.progress(&self.block, &self.layout).map_err(|e| e.context("receiving"))?))
-        });
-        match r {
+        match s.side.progress(&self.block, &self.layout) {
             Ok(moved) => {
-                let (send_busy, recv_busy) = (self.send.busy(&self.block), self.recv.busy());
-                for (busy, t) in [(send_busy, &mut self.send.trace), (recv_busy, &mut self.recv.trace)] {
-                    if let Some(t) = t.as_mut().filter(|_| !busy) {
-                        t.idle();
-                    }
+                let busy = s.side.busy(&self.block);
+                if let Some(t) = s.side.trace.as_mut().filter(|_| !busy) {
+                    t.idle();
                 }
-                (moved, send_busy || recv_busy)
+                (moved, busy)
             }
             Err(e) => {
-                self.failed = true;
-                (self.fault)(format!("NET connection with {}: {e}", self.who));
+                self.fail(e.context("sending"));
                 (true, false)
             }
         }
+    }
+
+    /// One turn of the receive half, which tests its receives only if `test` (see [`HOT`]):
+    /// (anything moved, a step still in flight).
+    fn progress_recv(&self, test: bool) -> (bool, bool) {
+        if self.failed() || self.peer_closed.load(Ordering::Acquire) {
+            return (false, false);
+        }
+        let mut r = self.recv.lock();
+        let moved = match test.then(|| r.progress(&self.block, &self.layout)) {
+            None => false,
+            Some(Ok(moved)) => moved,
+            Some(Err(e)) => {
+                self.fail(e.context("receiving"));
+                return (true, false);
+            }
+        };
+        if r.peer_closed {
+            self.peer_closed.store(true, Ordering::Release);
+        }
+        let busy = r.busy();
+        if let Some(t) = r.trace.as_mut().filter(|_| !busy) {
+            t.idle();
+        }
+        (moved, busy)
+    }
+
+    /// One turn of the `halves` a thread drives, the receive half tested only if `test`; marks
+    /// the connection active at `now` if anything moved or is in flight: (moved, in flight).
+    fn progress(&self, halves: Halves, test: bool, now: Instant) -> (bool, bool) {
+        let (sm, sb) = if halves == Halves::Recv { (false, false) } else { self.progress_send() };
+        let (rm, rb) = if halves == Halves::Send { (false, false) } else { self.progress_recv(test) };
+        let (moved, busy) = (sm || rm, sb || rb);
+        if moved || busy {
+            self.touch(now);
+        }
+        (moved, busy)
     }
 }
 
@@ -227,26 +330,28 @@ impl Entry {
 /// to go out and for the peers' answers to land in the receives we have posted, so that every
 /// request is complete when the comms close (a strict net plugin warns about, or leaks, requests
 /// still in flight at close). Then drops them.
-pub fn close(mut entries: Vec<Entry>) {
-    part(&mut entries);
+pub fn close(entries: Vec<Entry>) {
+    part(&entries);
 }
 
 /// Says goodbye on every connection and waits for the answers, as [`close`] does, without
 /// freeing anything: the connections stay with their owner.
-fn part(entries: &mut [Entry]) {
+fn part(entries: &[Entry]) {
     // Steps the kernel has already handed over go out first: a rank whose last collective has
     // completed on its GPU may still owe its peers the data of that collective's final steps.
     let end = Instant::now() + DRAIN_WAIT;
-    while Instant::now() < end && entries.iter().any(|e| !e.failed && !e.recv.peer_closed && e.send.busy(&e.block)) {
-        if !entries.iter_mut().fold(false, |moved, e| e.progress(true).0 | moved) {
+    let owes = |e: &Entry| !e.failed() && !e.peer_closed.load(Ordering::Acquire) && e.send.lock().side.busy(&e.block);
+    while Instant::now() < end && entries.iter().any(owes) {
+        let now = Instant::now();
+        if !entries.iter().fold(false, |moved, e| e.progress(Halves::Both, true, now).0 | moved) {
             std::thread::yield_now();
         }
     }
-    for e in entries.iter_mut() {
-        e.say_goodbye();
+    for e in entries {
+        e.say_goodbye(&mut e.send.lock());
     }
     let end = Instant::now() + GOODBYE_WAIT;
-    while Instant::now() < end && entries.iter_mut().map(Entry::settle).fold(false, |busy, b| busy | b) {
+    while Instant::now() < end && entries.iter().map(Entry::settle).fold(false, |busy, b| busy | b) {
         std::thread::yield_now();
     }
 }
@@ -254,50 +359,45 @@ fn part(entries: &mut [Entry]) {
 impl Entry {
     /// Posts the goodbye word once, unless the connection failed or a step is half sent (its size
     /// word went out: the peer expects its data next).
-    fn say_goodbye(&mut self) {
-        if self.said_goodbye || self.failed || self.send.size_sent.is_some() {
+    fn say_goodbye(&self, s: &mut SendHalf) {
+        if s.said_goodbye || self.failed() || s.side.size_sent.is_some() {
             return;
         }
-        self.said_goodbye = true;
+        s.said_goodbye = true;
         self.block.store_u32(GOODBYE_AT, GOODBYE);
-        let Some(mr) = self.send.mr.as_ref() else { return };
+        let Some(mr) = s.side.mr.as_ref() else { return };
         // SAFETY: the word is in the block, which outlives the comm (field order of Entry).
-        self.goodbye = unsafe { self.send.comm.isend(self.block.ptr(GOODBYE_AT, 4), 4, TAG_SIZE, mr) }.ok().flatten();
+        s.goodbye = unsafe { s.side.comm.isend(self.block.ptr(GOODBYE_AT, 4), 4, TAG_SIZE, mr) }.ok().flatten();
         // A net with no free request now: the word goes out on a later attempt.
-        self.said_goodbye = self.goodbye.is_some();
+        s.said_goodbye = s.goodbye.is_some();
     }
 
     /// After the peer's goodbye: ours in answer once nothing of ours is in flight, and its
     /// request tested; whether anything moved.
-    fn answer_goodbye(&mut self) -> bool {
-        if !self.said_goodbye && !self.send.busy(&self.block) {
-            self.say_goodbye();
-            return self.said_goodbye;
+    fn answer_goodbye(&self, s: &mut MutexGuard<SendHalf>) -> bool {
+        if !s.said_goodbye && !s.side.busy(&self.block) {
+            self.say_goodbye(s);
+            return s.said_goodbye;
         }
-        self.test_goodbye();
+        test_goodbye(s);
         false
-    }
-
-    fn test_goodbye(&mut self) {
-        if let Some(r) = &self.goodbye {
-            if !matches!(self.send.comm.test(r), Ok(None)) {
-                self.goodbye = None;
-            }
-        }
     }
 
     /// One look at a closing connection: whether it still waits, for our goodbye to go out or
     /// for a receive to complete (the peer's goodbye, or a step already on its way).
-    fn settle(&mut self) -> bool {
-        if self.failed {
+    fn settle(&self) -> bool {
+        if self.failed() {
             return false;
         }
-        if !self.said_goodbye {
-            self.say_goodbye();
+        let mut s = self.send.lock();
+        if !s.said_goodbye {
+            self.say_goodbye(&mut s);
         }
-        self.test_goodbye();
-        while let Some((req, what)) = self.recv.inflight.front() {
-            match self.recv.comm.test(req) {
+        test_goodbye(&mut s);
+        let mut guard = self.recv.lock();
+        let r = &mut *guard;
+        while let Some((req, what)) = r.inflight.front() {
+            match r.comm.test(req) {
                 Ok(None) => break,
                 Ok(Some(got)) => {
                     // A goodbye is a size word alone.
@@ -307,16 +407,27 @@ impl Entry {
                         }
                         _ => None,
                     };
-                    self.recv.peer_closed |= at.is_some_and(|at| self.block.load_u32(at) == GOODBYE);
-                    self.recv.inflight.pop_front();
+                    if at.is_some_and(|at| self.block.load_u32(at) == GOODBYE) {
+                        self.peer_closed.store(true, Ordering::Release);
+                    }
+                    r.inflight.pop_front();
                 }
                 Err(_) => {
-                    self.failed = true;
+                    self.failed.store(true, Ordering::Release);
                     return false;
                 }
             }
         }
-        self.goodbye.is_some() || !self.recv.inflight.is_empty()
+        s.goodbye.is_some() || !r.inflight.is_empty()
+    }
+}
+
+/// Tests our goodbye's send request, forgetting it once done (or failed).
+fn test_goodbye(s: &mut SendHalf) {
+    if let Some(r) = &s.goodbye {
+        if !matches!(s.side.comm.test(r), Ok(None)) {
+            s.goodbye = None;
+        }
     }
 }
 
@@ -368,92 +479,116 @@ impl Launches {
 }
 
 struct Inner {
-    entries: Mutex<Vec<Entry>>,
+    /// Each thread reads it for a whole round; adding and removing connections writes it.
+    entries: RwLock<Vec<Entry>>,
     stop: AtomicBool,
     next_id: AtomicU64,
-    /// Set by [`Waker::wake`]: polling restarts from now.
-    woken: Arc<AtomicBool>,
+    /// Per thread, set by [`Waker::wake`]: polling restarts from now.
+    woken: Vec<Arc<AtomicBool>>,
+    /// When a thread last moved anything, in nanoseconds from `epoch`: a wake-up is awaited
+    /// until either half moves, as by one thread for both.
+    moved_at: AtomicU64,
+    epoch: Instant,
 }
 
-/// Wakes a proxy thread ahead of the steps of kernels being launched, and tells it which of
+impl Inner {
+    fn stamp(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+}
+
+/// Wakes a proxy's threads ahead of the steps of kernels being launched, and tells them which of
 /// the communicator's channels they use (see the module docs).
 #[derive(Clone)]
 pub struct Waker {
-    woken: Arc<AtomicBool>,
-    thread: std::thread::Thread,
+    threads: Vec<(Arc<AtomicBool>, std::thread::Thread)>,
     launches: Arc<Launches>,
 }
 
 impl Waker {
     /// `channels`: a bit per channel the launch's kernels use; `off_ring`: those of them its works
-    /// that may reach a peer connected at runtime use ([`Launches`]). Cheap when the thread is
-    /// polling already: a store per channel and one more, and a futex wake only if it sleeps.
+    /// that may reach a peer connected at runtime use ([`Launches`]). Cheap when the threads are
+    /// polling already: a store per channel and one per thread, and a futex wake only where one
+    /// sleeps.
     pub fn wake(&self, channels: u64, off_ring: u64) {
         self.launches.name(channels, off_ring);
-        self.woken.store(true, Ordering::Release);
-        self.thread.unpark();
+        for (woken, thread) in &self.threads {
+            woken.store(true, Ordering::Release);
+            thread.unpark();
+        }
     }
 }
 
-/// The progress thread of one CUDA device in this process.
+/// The progress threads of one CUDA device in this process.
 pub struct Proxy {
     inner: Arc<Inner>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
-/// The live proxies, by device; a proxy stops when its last user drops it.
-static PROXIES: Mutex<Vec<(i32, Weak<Proxy>)>> = Mutex::new(Vec::new());
+/// The live proxies, by device and whether they split the halves; a proxy stops when its last
+/// user drops it.
+static PROXIES: Mutex<Vec<((i32, bool), Weak<Proxy>)>> = Mutex::new(Vec::new());
 
 impl Proxy {
-    /// The proxy of `dev`, started if none runs.
-    pub fn for_device(dev: i32) -> Result<Arc<Proxy>> {
+    /// The proxy of `dev` for connections whose halves get a thread each (`split`) or share one,
+    /// started if none runs.
+    pub fn for_device(dev: i32, split: bool) -> Result<Arc<Proxy>> {
         let mut all = PROXIES.lock();
         all.retain(|(_, w)| w.strong_count() > 0);
-        if let Some(p) = all.iter().find(|(d, _)| *d == dev).and_then(|(_, w)| w.upgrade()) {
+        if let Some(p) = all.iter().find(|(k, _)| *k == (dev, split)).and_then(|(_, w)| w.upgrade()) {
             return Ok(p);
         }
         // A process that exits with communicators alive still says goodbye on their connections.
         crate::exit::on_exit(farewell);
+        let halves: &[Halves] = if split { &[Halves::Send, Halves::Recv] } else { &[Halves::Both] };
         let inner = Arc::new(Inner {
-            entries: Mutex::new(Vec::new()),
+            entries: RwLock::new(Vec::new()),
             stop: AtomicBool::new(false),
             next_id: 1.into(),
-            woken: Arc::new(AtomicBool::new(false)),
+            woken: halves.iter().map(|_| Arc::new(AtomicBool::new(false))).collect(),
+            moved_at: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
-        let run = inner.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("nccl-proxy-d{dev}"))
-            .spawn(move || serve(&run))
-            .map_err(|e| Error::System(format!("NET: cannot start the proxy thread of device {dev}: {e}")))?;
-        let p = Arc::new(Proxy { inner, thread: Some(thread) });
-        all.push((dev, Arc::downgrade(&p)));
+        let mut p = Proxy { inner: inner.clone(), threads: Vec::new() };
+        for (i, &h) in halves.iter().enumerate() {
+            let run = inner.clone();
+            // The receiving thread's name ends in `r`; the other's is NCCL's proxy thread's.
+            let name = format!("nccl-proxy-d{dev}{}", if h == Halves::Recv { "r" } else { "" });
+            let t = std::thread::Builder::new().name(name).spawn(move || serve(&run, i, h));
+            // Dropping `p` stops the threads already started.
+            p.threads
+                .push(t.map_err(|e| Error::System(format!("NET: cannot start a proxy thread of device {dev}: {e}")))?);
+        }
+        let p = Arc::new(p);
+        all.push(((dev, split), Arc::downgrade(&p)));
         Ok(p)
     }
 
-    /// What wakes this proxy's thread for the communicator whose entries were made
+    /// What wakes this proxy's threads for the communicator whose entries were made
     /// [`Entry::launched_by`] `launches`.
     pub fn waker(&self, launches: Arc<Launches>) -> Waker {
-        let thread = self.thread.as_ref().expect("the thread runs until drop").thread().clone();
-        Waker { woken: self.inner.woken.clone(), thread, launches }
+        let threads = self.inner.woken.iter().cloned().zip(self.threads.iter().map(|t| t.thread().clone())).collect();
+        Waker { threads, launches }
     }
 
-    /// Hands a connection to the thread; the id removes it.
+    /// Hands a connection to the threads; the id removes it.
     pub fn add(&self, mut e: Entry) -> u64 {
         e.id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let id = e.id;
-        self.inner.entries.lock().push(e);
+        self.inner.entries.write().push(e);
         id
     }
 
     /// How many of these connections' peers have said goodbye.
     pub fn closed_by_peer(&self, ids: &[u64]) -> usize {
-        self.inner.entries.lock().iter().filter(|e| ids.contains(&e.id) && e.recv.peer_closed).count()
+        let entries = self.inner.entries.read();
+        entries.iter().filter(|e| ids.contains(&e.id) && e.peer_closed.load(Ordering::Acquire)).count()
     }
 
-    /// Takes connections out of the thread; the caller closes them ([`close`]) outside the
-    /// thread's lock.
+    /// Takes connections out of the threads (once this returns, neither touches them); the
+    /// caller closes them ([`close`]) outside the threads' lock.
     pub fn remove(&self, ids: &[u64]) -> Vec<Entry> {
-        let mut entries = self.inner.entries.lock();
+        let mut entries = self.inner.entries.write();
         let (gone, kept) = std::mem::take(&mut *entries).into_iter().partition(|e| ids.contains(&e.id));
         *entries = kept;
         gone
@@ -463,8 +598,8 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.inner.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            // The thread checks `stop` after every poll and nap.
+        for t in self.threads.drain(..) {
+            // A thread checks `stop` after every poll and nap.
             t.thread().unpark();
             let _ = t.join();
         }
@@ -477,14 +612,14 @@ impl Drop for Proxy {
 fn farewell() {
     let proxies: Vec<Arc<Proxy>> = PROXIES.lock().iter().filter_map(|(_, w)| w.upgrade()).collect();
     for p in proxies {
-        part(&mut p.inner.entries.lock());
+        part(&p.inner.entries.read());
     }
 }
 
-/// The thread: poll every connection, spin while something is in flight or after a wake-up,
-/// nap when idle. It touches pinned memory only while the process is not exiting (crate::exit),
-/// and then stops.
-fn serve(inner: &Inner) {
+/// Thread `me` of a proxy, driving `halves` of every connection: poll them, spin while a step is
+/// in flight or after a wake-up, nap when idle. It touches pinned memory only while the process
+/// is not exiting (crate::exit), and then stops.
+fn serve(inner: &Inner, me: usize, halves: Halves) {
     // Naps are timed to microseconds: without this, Linux lets a 20 us nap run 50 us late.
     // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack; its failure is harmless.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
@@ -494,8 +629,9 @@ fn serve(inner: &Inner) {
     // was last kept warm for it.
     let mut awaiting: Option<Instant> = None;
     let mut warmed = Instant::now();
+    let sends = halves != Halves::Recv;
     while !inner.stop.load(Ordering::Acquire) {
-        if inner.woken.swap(false, Ordering::AcqRel) {
+        if inner.woken[me].swap(false, Ordering::AcqRel) {
             last_move = Instant::now();
             (awaiting, warmed) = (Some(last_move), last_move);
         }
@@ -505,30 +641,29 @@ fn serve(inner: &Inner) {
         round = if napped { 0 } else { round.wrapping_add(1) };
         let sweep = round % COLD_EVERY == 0;
         let start = Instant::now();
-        awaiting = awaiting.filter(|&t| start - t < LAUNCH_SPIN);
-        let mut entries = inner.entries.lock();
-        if awaiting.is_some() && start - warmed >= WARM_EVERY {
+        // The other thread's move ends the wait as this one's does.
+        awaiting =
+            awaiting.filter(|&t| start - t < LAUNCH_SPIN && inner.moved_at.load(Ordering::Relaxed) < inner.stamp(t));
+        let entries = inner.entries.read();
+        if sends && awaiting.is_some() && start - warmed >= WARM_EVERY {
             // The first comm that warms the path warms it for every comm of its net.
-            let _ = entries.iter_mut().filter(|e| !e.failed).any(|e| e.send.comm.warm());
+            let _ = entries.iter().filter(|e| !e.failed()).any(|e| e.send.lock().side.comm.warm());
             warmed = start;
         }
-        for e in entries.iter_mut() {
-            let (m, b) = e.progress(e.hot(start, sweep));
-            if m || b {
-                e.active = start;
-            }
+        for e in entries.iter() {
+            let (m, b) = e.progress(halves, halves != Halves::Send && e.hot(start, sweep), start);
             moved |= m;
             busy |= b;
         }
-        // The receives' syscalls make up most of a round: look at the send halves (loads from
-        // host memory only) once more, so a kernel's step waits half as long to be noticed.
-        for e in entries.iter_mut() {
-            let (m, b) = e.progress(false);
-            if m || b {
-                e.active = start;
+        if halves == Halves::Both {
+            // The receives' syscalls make up most of a round: look at the send halves (loads
+            // from host memory only) once more, so a kernel's step waits half as long to be
+            // noticed.
+            for e in entries.iter() {
+                let (m, b) = e.progress(Halves::Send, false, start);
+                moved |= m;
+                busy |= b;
             }
-            moved |= m;
-            busy |= b;
         }
         drop(entries);
         drop(alive);
@@ -536,6 +671,9 @@ fn serve(inner: &Inner) {
         if moved {
             last_move = now;
             awaiting = None;
+            if halves != Halves::Both {
+                inner.moved_at.store(inner.stamp(now), Ordering::Relaxed);
+            }
         }
         let idle = now - last_move;
         napped = nap_now(busy, idle, awaiting.is_some());
@@ -649,9 +787,16 @@ mod tests {
     }
 
     /// The send path is kept warm while a launch's first step is awaited, and only then: not
-    /// before a wake-up, nor once LAUNCH_SPIN has passed without a move (then the thread naps).
+    /// before a wake-up, nor once LAUNCH_SPIN has passed without a move (then the thread naps);
+    /// by the one thread, or by the sending one of two.
     #[test]
     fn the_send_path_is_kept_warm_while_a_launch_is_awaited() {
+        for (dev, split) in [(-1001, false), (-1002, true)] {
+            send_path_kept_warm(dev, split);
+        }
+    }
+
+    fn send_path_kept_warm(dev: i32, split: bool) {
         let warms = Arc::new(AtomicU64::new(0));
         let layout = Layout { slot_bytes: 1 << 16, one_message: false };
         let block = Arc::new(HostBlock::plain(layout.block_bytes()).unwrap());
@@ -659,7 +804,7 @@ mod tests {
         let send = Box::new(Idle(warms.clone()));
         let recv = Box::new(Idle(Arc::default()));
         let e = Entry::new(send, recv, block, layout, "an idle peer".into(), fault, None).unwrap();
-        let proxy = Proxy::for_device(-1001).unwrap();
+        let proxy = Proxy::for_device(dev, split).unwrap();
         let id = proxy.add(e);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(warms.load(Ordering::Relaxed), 0, "no launch awaited, no warm-up");
@@ -667,7 +812,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         let during = warms.load(Ordering::Relaxed);
         // About 200 in 20 ms; a loaded machine's thread may run a fraction of the time.
-        assert!((2..=210).contains(&during), "{during} warm-ups in 20 ms, every {WARM_EVERY:?} expected");
+        assert!(
+            (2..=210).contains(&during),
+            "{during} warm-ups in 20 ms, every {WARM_EVERY:?} expected (split: {split})"
+        );
         std::thread::sleep(LAUNCH_SPIN + Duration::from_millis(50));
         let after = warms.load(Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(20));
@@ -675,17 +823,18 @@ mod tests {
         drop(proxy.remove(&[id]));
     }
 
-    /// A wake-up reaches the thread while it naps (a fresh proxy naps at once: nothing moves).
+    /// A wake-up reaches every thread while it naps (a fresh proxy naps at once: nothing moves).
     #[test]
     fn a_wake_up_reaches_a_napping_thread() {
-        let proxy = Proxy::for_device(-1000).unwrap();
+        let proxy = Proxy::for_device(-1000, true).unwrap();
+        assert_eq!(proxy.threads.len(), 2, "a thread for each half");
         let waker = proxy.waker(Arc::default());
         for _ in 0..3 {
             std::thread::sleep(SPIN * 2);
             waker.wake(1, 0);
             let end = Instant::now() + Duration::from_secs(10);
-            while proxy.inner.woken.load(Ordering::Acquire) {
-                assert!(Instant::now() < end, "the proxy thread never took the wake-up");
+            while proxy.inner.woken.iter().any(|w| w.load(Ordering::Acquire)) {
+                assert!(Instant::now() < end, "a proxy thread never took the wake-up");
                 std::thread::yield_now();
             }
         }
