@@ -525,9 +525,11 @@ pub struct Proxy {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// The live proxies, by device and whether they split the halves; a proxy stops when its last
-/// user drops it.
-static PROXIES: Mutex<Vec<((i32, bool), Weak<Proxy>)>> = Mutex::new(Vec::new());
+/// A proxy's device and whether it splits the halves.
+type ProxyKey = (i32, bool);
+
+/// The live proxies; a proxy stops when its last user drops it.
+static PROXIES: Mutex<Vec<(ProxyKey, Weak<Proxy>)>> = Mutex::new(Vec::new());
 
 impl Proxy {
     /// The proxy of `dev` for connections whose halves get a thread each (`split`) or share one,
