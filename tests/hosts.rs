@@ -352,6 +352,13 @@ fn wait_until(ready: impl Fn() -> bool, stop: &AtomicBool, deadline: Instant, wh
     true
 }
 
+/// How long a rank's steps may take in all: [`LIMIT`], plus the TCP timeout it runs with, for
+/// which a link may stay deaf with nothing failing (a link down and back up waits out TCP's
+/// retransmission backoff, 30 s and more on a loaded machine).
+fn steps_deadline() -> Instant {
+    Instant::now() + LIMIT + Duration::from_millis(var("FERRONICKEL_NET_TCP_TIMEOUT_MS").parse().unwrap())
+}
+
 /// Sends `steps` steps of checked data on `ch`, `pace` apart.
 fn send_steps(
     b: &HostBlock,
@@ -362,7 +369,7 @@ fn send_steps(
     pace: Duration,
     stop: &AtomicBool,
 ) -> bool {
-    let (seed, deadline) = (var("FNH_SEED").parse().unwrap(), Instant::now() + LIMIT);
+    let (seed, deadline) = (var("FNH_SEED").parse().unwrap(), steps_deadline());
     for s in 0..steps {
         if !wait_until(|| b.load_u64(SEND_HEAD) + FN_NSTEPS as u64 > s, stop, deadline, "a free send slot") {
             return false;
@@ -387,7 +394,7 @@ fn send_steps(
 
 /// Receives `steps` steps from `peer` on `ch` and checks every word; false on a mismatch (said).
 fn recv_steps(b: &HostBlock, slot_at: usize, peer: usize, ch: usize, steps: u64, stop: &AtomicBool) -> bool {
-    let (seed, deadline) = (var("FNH_SEED").parse().unwrap(), Instant::now() + LIMIT);
+    let (seed, deadline) = (var("FNH_SEED").parse().unwrap(), steps_deadline());
     for s in 0..steps {
         if !wait_until(|| b.load_u64(RECV_TAIL) > s, stop, deadline, "a step to arrive") {
             return false;
