@@ -495,6 +495,13 @@ impl Inner {
     fn stamp(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.epoch).as_nanos() as u64
     }
+
+    /// Whether a wake-up at `woken` is still awaited at `now`: less than [`LAUNCH_SPIN`] ago,
+    /// and no thread of the proxy has moved anything since (the other thread's move ends the
+    /// wait as this one's does).
+    fn still_awaited(&self, woken: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(woken) < LAUNCH_SPIN && self.moved_at.load(Ordering::Relaxed) < self.stamp(woken)
+    }
 }
 
 /// Wakes a proxy's threads ahead of the steps of kernels being launched, and tells them which of
@@ -643,9 +650,7 @@ fn serve(inner: &Inner, me: usize, halves: Halves) {
         round = if napped { 0 } else { round.wrapping_add(1) };
         let sweep = round % COLD_EVERY == 0;
         let start = Instant::now();
-        // The other thread's move ends the wait as this one's does.
-        awaiting =
-            awaiting.filter(|&t| start - t < LAUNCH_SPIN && inner.moved_at.load(Ordering::Relaxed) < inner.stamp(t));
+        awaiting = awaiting.filter(|&t| inner.still_awaited(t, start));
         let entries = inner.entries.read();
         if sends && awaiting.is_some() && start - warmed >= WARM_EVERY {
             // The first comm that warms the path warms it for every comm of its net.
@@ -710,6 +715,27 @@ mod tests {
         assert!(!nap_now(false, ms(1), false), "within SPIN of a move");
         assert!(nap_now(false, ms(3), false), "idle, no launch awaited");
         assert!(!nap_now(false, ms(20), true), "a launch awaited, nothing moved since");
+    }
+
+    /// A wake-up is awaited until either thread moves something after it, LAUNCH_SPIN at most.
+    #[test]
+    fn a_wake_up_is_awaited_until_either_thread_moves() {
+        let inner = Inner {
+            entries: RwLock::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            next_id: 1.into(),
+            woken: Vec::new(),
+            moved_at: AtomicU64::new(0),
+            epoch: Instant::now(),
+        };
+        let woken = inner.epoch + Duration::from_millis(5);
+        let soon = woken + Duration::from_millis(1);
+        assert!(inner.still_awaited(woken, soon), "nothing moved yet");
+        assert!(!inner.still_awaited(woken, woken + LAUNCH_SPIN), "awaited LAUNCH_SPIN at most");
+        inner.moved_at.store(inner.stamp(woken - Duration::from_millis(1)), Ordering::Relaxed);
+        assert!(inner.still_awaited(woken, soon), "a move before the wake-up does not end it");
+        inner.moved_at.store(inner.stamp(soon), Ordering::Relaxed);
+        assert!(!inner.still_awaited(woken, soon + Duration::from_millis(1)), "a move after it does");
     }
 
     /// A launch makes the connections of the channels it names hot for a while, no others, and
