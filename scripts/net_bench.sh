@@ -26,11 +26,14 @@
 # --gap-us G: G us of compute (a spinning kernel) on each rank's stream before every timed call, as
 # in a training step, so the library sees each launch G us before its data moves.
 # (Not NCCL_DEBUG to show it: NCCL's logging calls cudaGetDevice, which breaks the forked ranks.)
+# --cpu: scripts/thread_cpu.py samples each run's threads by kind (NAME.K.cpu), and the summary
+# ends with each run's mean cores per kind (proxies, helpers, main threads), the machine's busy
+# cores and its host's steal: what a library's threads cost the machine beside its times.
 #
 # usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm | --uts] [--per-host 1] [--runs 1] [--colls all|a,b,c]
 #            [--min 8] [--max 512M] [--iters 200] [--budget-s 0.25] [--no-mps] [--run-timeout 300]
 #            [--gap-us 0] [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8] [--plugin LIB --net NAME]
-#            [--also "VAR=VALUE ..."]   (ours once more with these settings, up to 4M, e.g. NCCL_MAX_NCHANNELS=1)
+#            [--also "VAR=VALUE ..."]   (ours once more with these settings, up to 4M, e.g. NCCL_MAX_NCHANNELS=1) [--cpu]
 # collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter
 # Output: ${OUT:-./net-out}/net/: one log per run ({ours,ref}.K.log, ours_p2p.1.log, ours_also.1.log),
 # ceiling.log, summary.txt (printed last: per collective bytes, p50 and p99 in us of each side,
@@ -41,7 +44,7 @@ set -u
 export NCCL_NVLS_ENABLE=0
 
 NRANKS=2; GPUS=1; PERHOST=1; SHM=0; UTS=0; MIN=8; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
-RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""; GAP=0
+RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""; GAP=0; CPU=0
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
 REF_DIR=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
@@ -67,6 +70,7 @@ while [ $# -gt 0 ]; do
     --also) ALSO=$2; shift ;;
     --plugin) PLUGIN=$2; shift ;;
     --net) PLUGIN_NET=$2; shift ;;
+    --cpu) CPU=1 ;;
     -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "net_bench: unknown option $1" >&2; exit 2 ;;
   esac
@@ -78,7 +82,7 @@ REF_DIR=$(cd "$REF_DIR" && pwd)
 case "$RUNS" in ''|*[!0-9]*|0) echo "net_bench: --runs wants a count >= 1" >&2; exit 2 ;; esac
 OUTDIR=${OUT:-$ROOT/net-out}/net
 mkdir -p "$OUTDIR"
-rm -f "$OUTDIR"/*.log "$OUTDIR"/summary*.tsv "$OUTDIR/summary.txt"
+rm -f "$OUTDIR"/*.log "$OUTDIR"/*.cpu "$OUTDIR"/summary*.tsv "$OUTDIR/summary.txt"
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 BIN=$OUTDIR/net_bench
 INC=$ROOT/include; [ -f "$INC/nccl.h" ] || INC=$REF_DIR/include
@@ -109,10 +113,13 @@ fi
 FAILS=0
 run() {  # run NAME.K LIBDIR [VAR=VALUE...]
   echo "net_bench: $1 ${*:3}"
+  local sampler=""
+  if [ $CPU = 1 ]; then python3 "$ROOT/scripts/thread_cpu.py" "$OUTDIR/$1.cpu" net_bench & sampler=$!; fi
   env LD_LIBRARY_PATH="$2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${@:3}" timeout -k 5 "$RUN_TMO" \
     "$BIN" --nranks "$NRANKS" "${LAYOUT[@]}" --colls "$COLLS" --min "$MIN" --max "$MAX" --iters "$ITERS" \
     --budget-s "$BUDGET" --gap-us "$GAP" >"$OUTDIR/$1.log" 2>&1
   local rc=$?
+  if [ -n "$sampler" ]; then kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null; fi
   echo "net_bench:   -> exit $rc ($(tail -n 1 "$OUTDIR/$1.log"))"
   [ $rc = 0 ] || FAILS=$((FAILS + 1))
 }
@@ -213,6 +220,10 @@ table() {
   if [ -n "$ALSO" ]; then
     echo "# ours against ours with $ALSO (ratio = also_p50/ours_p50):"
     table ours ours_also "$OUTDIR/summary_ours_also.tsv"
+  fi
+  if [ $CPU = 1 ]; then
+    echo "# CPU per run (scripts/thread_cpu.py: mean cores and busy threads per kind):"
+    python3 "$ROOT/scripts/thread_cpu.py" --summary "$OUTDIR"/*.cpu | sed 's/^/#   /'
   fi
   echo "# ceiling without a GPU (examples/net_ceiling, $CH channels, 512 KiB slots):"
   sed 's/^/#   /' "$OUTDIR/ceiling.log"

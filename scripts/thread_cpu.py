@@ -16,6 +16,9 @@ the stall is in the Socket net's helper path").
 
 usage: scripts/thread_cpu.py OUT_FILE [PROCESS_NAME (default nb)] [INTERVAL_S (default 0.25)]
 Run it in the background beside the benchmark and kill it after.
+       scripts/thread_cpu.py --summary FILE...
+prints one line per file: each kind's mean cores and mean busy threads over its samples, and the
+machine's mean busy cores and its host's mean and peak steal.
 """
 import collections
 import os
@@ -64,9 +67,37 @@ def machine():
     return (f[0] + f[1] + f[2] + f[5] + f[6], f[7] if len(f) > 7 else 0)
 
 
+def summary(path):
+    """One line of means over the samples of a file this script wrote."""
+    kinds = collections.defaultdict(lambda: [0.0, 0.0])  # cores, busy threads
+    busy, steal, peak, n = 0.0, 0.0, 0.0, 0
+    for line in open(path):
+        fields = line.split()[1:]
+        values = dict(f.split("=", 1) for f in fields if "=" in f)
+        try:
+            busy += float(values.pop("busy"))
+            s = float(values.pop("steal"))
+        except (KeyError, ValueError):
+            continue  # a line cut short when the sampler was killed
+        steal, peak, n = steal + s, max(peak, s), n + 1
+        for kind, v in values.items():
+            cores, busy_threads = v.split("/")[:2]
+            kinds[kind][0] += float(cores)
+            kinds[kind][1] += float(busy_threads)
+    if n == 0:
+        return f"{path}: no samples"
+    # A kind missing from a sample had no thread then: it counts as none.
+    each = " ".join(f"{k}={c / n:.1f} cores/{b / n:.1f} busy" for k, (c, b) in sorted(kinds.items()))
+    return f"{os.path.basename(path)}: {each} machine busy={busy / n:.1f} steal={steal / n:.2f} (peak {peak:.1f}), {n} samples"
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
+    if sys.argv[1] == "--summary":
+        for path in sys.argv[2:]:
+            print(summary(path))
+        return
     process = sys.argv[2] if len(sys.argv) > 2 else "nb"
     interval = float(sys.argv[3]) if len(sys.argv) > 3 else 0.25
     hz = os.sysconf("SC_CLK_TCK")
