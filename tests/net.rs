@@ -104,6 +104,7 @@ fn child_cmd(scenario: &str, env: &[(&str, String)]) -> Command {
         .env("NCCL_DEBUG", "WARN")
         .env_remove("NCCL_NET")
         .env_remove("NCCL_NET_PLUGIN")
+        .env_remove("FERRONICKEL_NET_PROXY_THREADS")
         .env_remove("NCCL_PROFILER_PLUGIN")
         .env_remove("TEST_PROFILER_OUT")
         .env_remove("NCCL_DEBUG_FILE")
@@ -290,6 +291,20 @@ fn the_proxy_carries_steps_on_every_net() {
             format!("TRANSPORT OK over {net}, small steps as one message")
         };
         assert!(out.contains(&want), "{name}: no {want:?}:\n{out}");
+        // Each rank's proxy: a thread for each half through a plugin or where asked, else one.
+        let split = if name.contains("a proxy thread a half") {
+            true
+        } else if name.contains("one proxy thread") {
+            false
+        } else {
+            net != "Socket"
+        };
+        let want = if split {
+            "PROXY THREADS nccl-proxy-d-1,nccl-proxy-d-1r,nccl-proxy-d-2,nccl-proxy-d-2r\n"
+        } else {
+            "PROXY THREADS nccl-proxy-d-1,nccl-proxy-d-2\n"
+        };
+        assert!(out.contains(want), "{name}: no {want:?}:\n{out}");
         // Closing answers goodbyes and completes every posted receive first (docs/NET.md).
         assert!(!out.contains("in flight"), "{name}: a comm closed with requests in flight:\n{out}");
     }
@@ -581,6 +596,15 @@ fn transport() {
     });
     let one = if ranks[0].1.layout().one_message { ", small steps as one message" } else { "" };
     println!("TRANSPORT OK over {}{one}", ranks[0].1.net_name);
+    // The proxy threads that moved the steps (the parent checks their shape).
+    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .filter(|n| n.starts_with("nccl-proxy"))
+        .collect();
+    names.sort();
+    println!("PROXY THREADS {}", names.join(","));
     if let Ok(trace) = std::env::var("TEST_PROFILER_OUT") {
         let layouts: Vec<Layout> = ranks.iter().map(|(_, t)| t.layout()).collect();
         let ranks_net = ranks[0].1.net_name.clone();

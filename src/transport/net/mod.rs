@@ -87,8 +87,12 @@ pub trait Net: Send + Sync {
     fn name(&self) -> &str;
     fn devices(&self) -> usize;
     fn properties(&self, dev: usize) -> Result<Properties>;
-    /// Whether this is the built-in Socket net, which the tuner prices by its own measured
-    /// constants rather than by its reported properties.
+    /// Whether this is the built-in Socket net, whose workings the library knows: the tuner
+    /// prices it by its own measured constants rather than by its reported properties, its
+    /// steps cross as a size word and data in one `sendmsg` (a plugin's small ones as one
+    /// message: `proxy::Layout`), and its helper threads move large messages, so its connections
+    /// need one proxy thread where a plugin's, which may copy in its calls, get two
+    /// (`proxy::split_halves`).
     fn builtin(&self) -> bool {
         false
     }

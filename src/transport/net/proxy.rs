@@ -172,8 +172,9 @@ pub struct Entry {
     who: String,
     fault: FaultHook,
     failed: AtomicBool,
-    /// The peer said goodbye (the receive half saw its word): the send half answers.
-    peer_closed: AtomicBool,
+    /// The peer said goodbye (the receive half's flag, which it sets when it sees the word): the
+    /// send half answers.
+    peer_closed: Arc<AtomicBool>,
     id: u64,
     /// When either half last moved or had a step in flight (see [`HOT`]), in nanoseconds from
     /// `born`.
@@ -206,6 +207,7 @@ impl Entry {
         let send = SendSide::new(send, smr, Trace::new(trace, true, &layout));
         let rmr = recv.reg_mr(block.ptr(0, len), len, super::PtrKind::Host)?;
         let recv = RecvSide::new(recv, rmr, Trace::new(trace, false, &layout));
+        let peer_closed = recv.peer_closed.clone();
         Ok(Entry {
             send: Mutex::new(SendHalf { side: send, said_goodbye: false, goodbye: None }),
             recv: Mutex::new(recv),
@@ -214,7 +216,7 @@ impl Entry {
             who,
             fault,
             failed: AtomicBool::new(false),
-            peer_closed: AtomicBool::new(false),
+            peer_closed,
             id: 0,
             active: AtomicU64::new(0),
             born: Instant::now(),
@@ -302,9 +304,6 @@ impl Entry {
                 return (true, false);
             }
         };
-        if r.peer_closed {
-            self.peer_closed.store(true, Ordering::Release);
-        }
         let busy = r.busy();
         if let Some(t) = r.trace.as_mut().filter(|_| !busy) {
             t.idle();
@@ -621,7 +620,9 @@ impl Drop for Proxy {
 fn farewell() {
     let proxies: Vec<Arc<Proxy>> = PROXIES.lock().iter().filter_map(|(_, w)| w.upgrade()).collect();
     for p in proxies {
-        part(&p.inner.entries.read());
+        // The write lock keeps the proxy's threads out while the goodbyes go, as `close` has the
+        // connections to itself: neither posts a receive behind the other's back.
+        part(&p.inner.entries.write());
     }
 }
 

@@ -3,7 +3,8 @@
 //! steps in the block (docs/NET.md, "The NET transport").
 
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::block::{
     publish_ll, HostBlock, Landing, Layout, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SEND_WORDS,
@@ -255,8 +256,9 @@ pub(super) struct RecvSide {
     /// (step, protocol, bytes, steps: 2 for a pair).
     data_next: Option<(u64, u32, usize, u64)>,
     pub(super) inflight: VecDeque<(Request, Expect)>,
-    /// The peer said goodbye: its communicator is closing, and its comm will close next.
-    pub(super) peer_closed: bool,
+    /// The peer said goodbye: its communicator is closing, and its comm will close next. Shared
+    /// with the connection's entry, whose send half answers it from another thread.
+    pub(super) peer_closed: Arc<AtomicBool>,
     pub(super) trace: Option<Trace>,
 }
 
@@ -271,7 +273,7 @@ impl RecvSide {
             landing: Landing::default(),
             data_next: None,
             inflight: VecDeque::new(),
-            peer_closed: false,
+            peer_closed: Arc::default(),
             trace,
         }
     }
@@ -331,7 +333,7 @@ impl RecvSide {
                     let word = blk.load_u32(if whole { landed + got - WORD_LINE } else { landed });
                     if word == GOODBYE && !whole {
                         self.inflight.pop_front();
-                        self.peer_closed = true;
+                        self.peer_closed.store(true, Ordering::Release);
                         return Ok(true);
                     }
                     let (proto, bytes, steps) = layout
