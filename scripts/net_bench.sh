@@ -34,6 +34,8 @@
 #            [--min 8] [--max 512M] [--iters 200] [--budget-s 0.25] [--no-mps] [--run-timeout 300]
 #            [--gap-us 0] [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8] [--plugin LIB --net NAME]
 #            [--also "VAR=VALUE ..."]   (ours once more with these settings, up to 4M, e.g. NCCL_MAX_NCHANNELS=1) [--cpu]
+#            [--ref-env "VAR=VALUE ..."]   (settings for the ref runs only: with --ref-dir holding our own build,
+#            two settings of one build in turns, e.g. --ref-env FERRONICKEL_NET_PROXY_THREADS=1)
 # collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter
 # Output: ${OUT:-./net-out}/net/: one log per run ({ours,ref}.K.log, ours_p2p.1.log, ours_also.1.log),
 # ceiling.log, summary.txt (printed last: per collective bytes, p50 and p99 in us of each side,
@@ -44,7 +46,7 @@ set -u
 export NCCL_NVLS_ENABLE=0
 
 NRANKS=2; GPUS=1; PERHOST=1; SHM=0; UTS=0; MIN=8; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
-RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""; GAP=0; CPU=0
+RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""; GAP=0; CPU=0; REF_ENV=""
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
 REF_DIR=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
@@ -68,10 +70,11 @@ while [ $# -gt 0 ]; do
     --ref-dir) REF_DIR=$2; shift ;;
     --ceiling-channels) CH=$2; shift ;;
     --also) ALSO=$2; shift ;;
+    --ref-env) REF_ENV=$2; shift ;;
     --plugin) PLUGIN=$2; shift ;;
     --net) PLUGIN_NET=$2; shift ;;
     --cpu) CPU=1 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "net_bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -129,12 +132,14 @@ REF_RUNS=1; [ $SHM = 1 ] && [ "$GPUS" -lt "$NRANKS" ] && REF_RUNS=0
 # (10-20 % under 16 KB, four processes through a plugin on one H200; docs/NOTES.md): the two
 # take turns going first.
 SHMV=(); [ $SHM = 1 ] && SHMV=(NCCL_P2P_DISABLE=1)
+# shellcheck disable=SC2206  # REF_ENV is a list of assignments
+REFV=("${SHMV[@]}" $REF_ENV)
 for k in $(seq 1 "$RUNS"); do
   if [ $((k % 2)) = 1 ] || [ $REF_RUNS = 0 ]; then
     run "ours.$k" "$OUTDIR/ours" "${SHMV[@]}"
-    [ $REF_RUNS = 1 ] && run "ref.$k" "$REF_DIR/lib" "${SHMV[@]}"
+    [ $REF_RUNS = 1 ] && run "ref.$k" "$REF_DIR/lib" "${REFV[@]}"
   else
-    run "ref.$k" "$REF_DIR/lib" "${SHMV[@]}"
+    run "ref.$k" "$REF_DIR/lib" "${REFV[@]}"
     run "ours.$k" "$OUTDIR/ours" "${SHMV[@]}"
   fi
 done
@@ -211,6 +216,7 @@ table() {
   # on another while ours did not move (docs/NOTES.md), so every table says where it ran.
   echo "# machine: $(uname -r); $(lscpu 2>/dev/null | awk -F: '/^Model name|^CPU\(s\)|^Thread|^Socket|^NUMA node\(s\)|^CPU max MHz/ { gsub(/^ +/, "", $2); printf "%s %s; ", $1, $2 }')$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
   echo "# p50/p99 in us (with several runs: medians over the runs); ratio = ref_p50/ours_p50, >1 = ours faster"
+  [ -n "$REF_ENV" ] && echo "# ref: $REF_DIR with $REF_ENV"
   [ $REF_RUNS = 0 ] && echo "# no reference run: NCCL refuses two ranks of one host on one GPU (--gpus $GPUS)"
   table ours ref "$OUTDIR/summary.tsv"
   if [ $SHM = 1 ]; then
