@@ -214,7 +214,7 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, nch: usi
         });
         for k in 0..pings {
             if let Some(i) = &idle {
-                wakers.iter().for_each(|w| w.wake(1, 0));
+                wakers.iter().for_each(|w| w.wake(1, 0, true, true));
                 thread::sleep(i.gap);
             }
             let t = Instant::now();

@@ -4,7 +4,9 @@
 //! planner, the communicator and the group code all import it and none of them imports another
 //! sideways or upwards.
 
-use crate::abi::{fnWork, FN_ALGO_DIRECT, FN_ALGO_RECDBL, FN_WORK_SEND};
+use crate::abi::{
+    fnWork, FN_ALGO_DIRECT, FN_ALGO_RECDBL, FN_WORK_BROADCAST, FN_WORK_COPY, FN_WORK_RECV, FN_WORK_REDUCE, FN_WORK_SEND,
+};
 use crate::cuda::module::KernelId;
 use crate::cuda::CUstream;
 use crate::plugin::tuner::Session as TunerSession;
@@ -246,6 +248,48 @@ impl Launch {
     }
 }
 
+/// What a launch's works move over connections to other ranks: whether any of them sends, and
+/// whether any receives ([`Launch::moves`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Moves {
+    pub sends: bool,
+    pub receives: bool,
+}
+
+impl std::ops::BitOr for Moves {
+    type Output = Moves;
+    fn bitor(self, o: Moves) -> Moves {
+        Moves { sends: self.sends || o.sends, receives: self.receives || o.receives }
+    }
+}
+
+impl Launch {
+    /// Whether its works, run on `rank`, may send and may receive over connections (the proxy
+    /// wakes only the threads of the halves a launch uses): a send only sends, a receive only
+    /// receives, a copy does neither; a broadcast's root only sends and, run direct, a rank with
+    /// no rank to pass it on to only receives; a reduce's root only receives and, run direct,
+    /// every other rank only sends. Any other collective may do both.
+    pub fn moves(&self, rank: usize) -> Moves {
+        const SENDS: Moves = Moves { sends: true, receives: false };
+        const RECEIVES: Moves = Moves { sends: false, receives: true };
+        const BOTH: Moves = Moves { sends: true, receives: true };
+        self.works.iter().fold(Moves::default(), |m, w| {
+            let (direct, root) = (w.algo as u32 == FN_ALGO_DIRECT, usize::try_from(w.root) == Ok(rank));
+            m | match w.type_ as u32 {
+                FN_WORK_SEND => SENDS,
+                FN_WORK_RECV => RECEIVES,
+                FN_WORK_COPY => Moves::default(),
+                FN_WORK_BROADCAST if root => SENDS,
+                // A direct broadcast's `scalar` lists the ranks this one passes it on to.
+                FN_WORK_BROADCAST if direct && w.scalar == 0 => RECEIVES,
+                FN_WORK_REDUCE if root => RECEIVES,
+                FN_WORK_REDUCE if direct => SENDS,
+                _ => BOTH,
+            }
+        })
+    }
+}
+
 /// The channels a work uses, a bit each (none past 63).
 fn work_channels(w: &fnWork) -> u64 {
     let range = |from: usize, n: usize| (from..from + n).filter(|&c| c < 64).fold(0u64, |m, c| m | 1 << c);
@@ -259,7 +303,7 @@ fn work_channels(w: &fnWork) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::{FN_WORK_ALLREDUCE, FN_WORK_RECV};
+    use crate::abi::{FN_ALGO_RING, FN_WORK_ALLGATHER, FN_WORK_ALLREDUCE};
 
     /// A copy-kernel launch of `works`: only its works matter here.
     fn launch(works: Vec<fnWork>) -> Launch {
@@ -294,10 +338,45 @@ mod tests {
             ..Default::default()
         };
         let recv = fnWork { type_: FN_WORK_RECV as i32, chan: 3, nParts: 1, ..Default::default() };
-        let ring = launch(vec![coll(crate::abi::FN_ALGO_RING, 4)]);
+        let ring = launch(vec![coll(FN_ALGO_RING, 4)]);
         assert_eq!(ring.channels(), (0b1111, 0));
-        let mixed = launch(vec![coll(crate::abi::FN_ALGO_RING, 2), coll(FN_ALGO_RECDBL, 1), recv]);
+        let mixed = launch(vec![coll(FN_ALGO_RING, 2), coll(FN_ALGO_RECDBL, 1), recv]);
         assert_eq!(mixed.channels(), (0b1011, 0b1001));
         assert_eq!(launch(vec![coll(FN_ALGO_DIRECT, 1)]).channels(), (0b1, 0b1));
+    }
+
+    /// A launch says which halves of its connections it may use on a rank: only what a work
+    /// certainly leaves alone is left out, and a launch of several works uses what any does.
+    #[test]
+    fn a_launch_says_whether_it_sends_and_receives() {
+        const S: Moves = Moves { sends: true, receives: false };
+        const R: Moves = Moves { sends: false, receives: true };
+        const BOTH: Moves = Moves { sends: true, receives: true };
+        let work = |ty: u32, algo: u32, root: i32, scalar: u64| fnWork {
+            type_: ty as i32,
+            algo: algo as _,
+            root,
+            scalar,
+            nChannels: 1,
+            ..Default::default()
+        };
+        let on = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank);
+        assert_eq!(on(0, vec![work(FN_WORK_SEND, 0, 1, 0)]), S);
+        assert_eq!(on(0, vec![work(FN_WORK_RECV, 0, 1, 0)]), R);
+        assert_eq!(on(0, vec![work(FN_WORK_COPY, 0, 0, 0)]), Moves::default());
+        assert_eq!(on(0, vec![work(FN_WORK_SEND, 0, 1, 0), work(FN_WORK_RECV, 0, 2, 0)]), BOTH);
+        assert_eq!(on(0, vec![work(FN_WORK_COPY, 0, 0, 0), work(FN_WORK_RECV, 0, 2, 0)]), R);
+        for algo in [FN_ALGO_RING, FN_ALGO_DIRECT] {
+            assert_eq!(on(2, vec![work(FN_WORK_BROADCAST, algo, 2, 0)]), S, "a broadcast's root (algo {algo})");
+            assert_eq!(on(2, vec![work(FN_WORK_REDUCE, algo, 2, 0)]), R, "a reduce's root (algo {algo})");
+            assert_eq!(on(1, vec![work(FN_WORK_BROADCAST, algo, 2, 0x4)]), BOTH, "passes a broadcast on (algo {algo})");
+        }
+        assert_eq!(on(1, vec![work(FN_WORK_BROADCAST, FN_ALGO_DIRECT, 2, 0)]), R, "the end of a direct broadcast");
+        assert_eq!(on(1, vec![work(FN_WORK_BROADCAST, FN_ALGO_RING, 2, 0)]), BOTH, "a ring's rank may pass it on");
+        assert_eq!(on(1, vec![work(FN_WORK_REDUCE, FN_ALGO_DIRECT, 2, 0)]), S, "a direct reduce's other ranks");
+        assert_eq!(on(1, vec![work(FN_WORK_REDUCE, FN_ALGO_RING, 2, 0)]), BOTH, "a ring's rank may pass it on");
+        for ty in [FN_WORK_ALLREDUCE, FN_WORK_ALLGATHER] {
+            assert_eq!(on(0, vec![work(ty, FN_ALGO_RING, 0, 0)]), BOTH);
+        }
     }
 }

@@ -563,7 +563,7 @@ fn transport() {
                         if s == PAUSE_AT {
                             wait("the peer's last step", &|| send.load_u64(proxy::SEND_HEAD) == s);
                             std::thread::sleep(Duration::from_millis(300));
-                            waker.wake(u64::MAX, 0);
+                            waker.wake(u64::MAX, 0, true, true);
                         }
                         wait("a free slot", &|| send.load_u64(proxy::SEND_HEAD) + 8 > s);
                         let (proto, bytes) = shape(&l, seed, s);

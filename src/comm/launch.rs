@@ -7,7 +7,7 @@ use crate::abi::{fnKernelArgs, FN_NTHREADS};
 use crate::cuda::{self, module, CUstream, Event, MemSyncDomain};
 use crate::error::Result;
 use crate::plan::{self, Copy, Member, Mode, Plan};
-use crate::task::{Launch, Queued, Task};
+use crate::task::{Launch, Moves, Queued, Task};
 use crate::tuner;
 use std::sync::{Arc, OnceLock};
 
@@ -235,7 +235,8 @@ impl Comm {
         let _g = gpu.ctx.enter()?;
         if let Some(w) = &self.proxy_waker {
             let (all, off_ring) = launches.iter().map(Launch::channels).fold((0, 0), |(a, o), (c, r)| (a | c, o | r));
-            w.wake(all, off_ring);
+            let moves = launches.iter().fold(Moves::default(), |m, l| m | l.moves(self.rank));
+            w.wake(all, off_ring, moves.sends, moves.receives);
         }
         let mut st = gpu.launch_state.lock();
         for (l, kernel) in launches.iter().zip(kernels) {

@@ -44,10 +44,11 @@
 //!
 //! Each thread busy-polls while any of its halves has a step in flight and backs off to short
 //! sleeps when every one is idle. A communicator wakes them when it launches kernels ([`Waker`]),
-//! as NCCL posts its proxy ops at enqueue, and they then poll until something moves, in either
-//! half (at most [`LAUNCH_SPIN`]), as NCCL's proxy polls while an op is posted: the kernel may run long after
-//! its launch, behind the compute queued before it on its stream, and its first step should not
-//! wait for a nap to end. The wake-up names the channels the kernels use (and apart, those of
+//! as NCCL posts its proxy ops at enqueue, each thread only for launches that may use its half
+//! (a rank that only sends leaves the receiving thread asleep), and they then poll until
+//! something moves, in either half (at most [`LAUNCH_SPIN`]), as NCCL's proxy polls while an op
+//! is posted: the kernel may run long after its launch, behind the compute queued before it on
+//! its stream, and its first step should not wait for a nap to end. The wake-up names the channels the kernels use (and apart, those of
 //! works that may reach a peer connected at runtime: [`Launches`]), so that a round asks only
 //! those connections (and ones that moved in the last millisecond) for bytes, as NCCL's
 //! proxy progresses only the ops posted to it: a round is then shorter, and each step is noticed
@@ -507,20 +508,31 @@ impl Inner {
 /// the communicator's channels they use (see the module docs).
 #[derive(Clone)]
 pub struct Waker {
-    threads: Vec<(Arc<AtomicBool>, std::thread::Thread)>,
+    threads: Vec<(Halves, Arc<AtomicBool>, std::thread::Thread)>,
     launches: Arc<Launches>,
 }
 
 impl Waker {
     /// `channels`: a bit per channel the launch's kernels use; `off_ring`: those of them its works
-    /// that may reach a peer connected at runtime use ([`Launches`]). Cheap when the threads are
-    /// polling already: a store per channel and one per thread, and a futex wake only where one
-    /// sleeps.
-    pub fn wake(&self, channels: u64, off_ring: u64) {
+    /// that may reach a peer connected at runtime use ([`Launches`]); `sends`, `receives`: whether
+    /// its kernels may send, and receive. Only the threads of the halves it may use are woken: a
+    /// thread polls from its wake-up until something moves, and the idle half's thread of a
+    /// rank that only sends (a gather's, a broadcast root's) or only receives would poll through
+    /// the whole call for nothing, a busy core a process (docs/NET.md, "Two progress threads").
+    /// Cheap when the threads are polling already: a store per channel and one per thread, and a
+    /// futex wake only where one sleeps.
+    pub fn wake(&self, channels: u64, off_ring: u64, sends: bool, receives: bool) {
         self.launches.name(channels, off_ring);
-        for (woken, thread) in &self.threads {
-            woken.store(true, Ordering::Release);
-            thread.unpark();
+        for (halves, woken, thread) in &self.threads {
+            let used = match halves {
+                Halves::Send => sends,
+                Halves::Recv => receives,
+                Halves::Both => sends || receives,
+            };
+            if used {
+                woken.store(true, Ordering::Release);
+                thread.unpark();
+            }
         }
     }
 }
@@ -528,6 +540,8 @@ impl Waker {
 /// The progress threads of one CUDA device in this process.
 pub struct Proxy {
     inner: Arc<Inner>,
+    /// What each thread drives, in the order of `threads` and `inner.woken`.
+    halves: Vec<Halves>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -557,7 +571,7 @@ impl Proxy {
             moved_at: AtomicU64::new(0),
             epoch: Instant::now(),
         });
-        let mut p = Proxy { inner: inner.clone(), threads: Vec::new() };
+        let mut p = Proxy { inner: inner.clone(), halves: halves.to_vec(), threads: Vec::new() };
         for (i, &h) in halves.iter().enumerate() {
             let run = inner.clone();
             // The receiving thread's name ends in `r`; the other's is NCCL's proxy thread's.
@@ -575,7 +589,9 @@ impl Proxy {
     /// What wakes this proxy's threads for the communicator whose entries were made
     /// [`Entry::launched_by`] `launches`.
     pub fn waker(&self, launches: Arc<Launches>) -> Waker {
-        let threads = self.inner.woken.iter().cloned().zip(self.threads.iter().map(|t| t.thread().clone())).collect();
+        let threads = (self.halves.iter().zip(&self.inner.woken).zip(&self.threads))
+            .map(|((&h, woken), t)| (h, woken.clone(), t.thread().clone()))
+            .collect();
         Waker { threads, launches }
     }
 
@@ -837,7 +853,7 @@ mod tests {
         let id = proxy.add(e);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(warms.load(Ordering::Relaxed), 0, "no launch awaited, no warm-up");
-        proxy.waker(Arc::default()).wake(1, 0);
+        proxy.waker(Arc::default()).wake(1, 0, true, true);
         std::thread::sleep(Duration::from_millis(20));
         let during = warms.load(Ordering::Relaxed);
         // About 200 in 20 ms; a loaded machine's thread may run a fraction of the time.
@@ -852,6 +868,20 @@ mod tests {
         drop(proxy.remove(&[id]));
     }
 
+    /// A launch wakes the threads of the halves it may use, and leaves the other's asleep.
+    #[test]
+    fn a_launch_wakes_the_threads_of_the_halves_it_uses() {
+        let me = std::thread::current();
+        let shapes = [Halves::Send, Halves::Recv, Halves::Both];
+        for (sends, receives) in [(true, true), (true, false), (false, true), (false, false)] {
+            let flags: Vec<Arc<AtomicBool>> = shapes.iter().map(|_| Arc::default()).collect();
+            let threads = shapes.iter().zip(&flags).map(|(&h, f)| (h, f.clone(), me.clone())).collect();
+            Waker { threads, launches: Arc::default() }.wake(1, 0, sends, receives);
+            let woken: Vec<bool> = flags.iter().map(|f| f.load(Ordering::Acquire)).collect();
+            assert_eq!(woken, [sends, receives, sends || receives], "sends {sends}, receives {receives}");
+        }
+    }
+
     /// A wake-up reaches every thread while it naps (a fresh proxy naps at once: nothing moves).
     #[test]
     fn a_wake_up_reaches_a_napping_thread() {
@@ -860,7 +890,7 @@ mod tests {
         let waker = proxy.waker(Arc::default());
         for _ in 0..3 {
             std::thread::sleep(SPIN * 2);
-            waker.wake(1, 0);
+            waker.wake(1, 0, true, true);
             let end = Instant::now() + Duration::from_secs(10);
             while proxy.inner.woken.iter().any(|w| w.load(Ordering::Acquire)) {
                 assert!(Instant::now() < end, "a proxy thread never took the wake-up");
