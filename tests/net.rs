@@ -632,11 +632,9 @@ fn transport() {
     }
 }
 
-/// Checks the test profiler's trace of the proxies against `expected`: (rank, channel, peer,
-/// is_send, step) to the step's bytes. Every event stopped once, every step recorded one state
-/// with its bytes under a proxy op of its connection direction, and each step is there once.
 /// Checks a profiler trace of the proxies: every step of `expected` ((rank, channel, peer,
-/// send, step) -> bytes) one balanced step event under an op of its connection direction, and
+/// send, step) -> bytes) one step event, stopped once, with one state and its bytes, under an
+/// op of its connection direction, and
 /// the net's own events (`kind`: the Socket net's "sock", the test plugin's "fntcp") under the
 /// steps whose messages they moved; with `chunks`, some of them chunks of the Socket net's
 /// helpers (64 KiB or more).

@@ -483,11 +483,16 @@ impl Event {
         // SAFETY: functions checked non-NULL at load; the handle came from startEvent and is not
         // stopped yet (this event owns it).
         let rc = unsafe { each!(p.lib.table, |t| record((*t).recordEventState, self.handle, state, bytes)) } as c_int;
+        self.recorded(rc);
+    }
+
+    /// Traces a failed `recordEventState` (its code `rc`): the event goes on without the state.
+    fn recorded(&self, rc: c_int) {
         if rc != 0 {
             crate::nccl_trace!(
                 Subsys::PROFILE,
                 "PROFILER/Plugin {}: recordEventState failed with code {rc}",
-                p.lib.name()
+                self.prof.lib.name()
             );
         }
     }
@@ -506,13 +511,7 @@ impl Event {
                 Table::V3(_) | Table::V2(_) | Table::V1(_) => return,
             }
         } as c_int;
-        if rc != 0 {
-            crate::nccl_trace!(
-                Subsys::PROFILE,
-                "PROFILER/Plugin {}: recordEventState failed with code {rc}",
-                self.prof.lib.name()
-            );
-        }
+        self.recorded(rc);
     }
 
     /// This event as the parent of events that other code starts while it is open.

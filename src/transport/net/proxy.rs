@@ -48,13 +48,14 @@
 //! (a rank that only sends leaves the receiving thread asleep), and they then poll until
 //! something moves, in either half (at most [`LAUNCH_SPIN`]), as NCCL's proxy polls while an op
 //! is posted: the kernel may run long after its launch, behind the compute queued before it on
-//! its stream, and its first step should not wait for a nap to end. The wake-up names the channels the kernels use (and apart, those of
-//! works that may reach a peer connected at runtime: [`Launches`]), so that a round asks only
-//! those connections (and ones that moved in the last millisecond) for bytes, as NCCL's
-//! proxy progresses only the ops posted to it: a round is then shorter, and each step is noticed
-//! sooner (docs/NET.md, "Small steps"). While the sending thread waits for that first step, it
-//! has its comms keep its send path warm ([`SendComm::warm`]): the kernel's TCP stack, idle a few
-//! milliseconds, makes the next send two to eight times slower (docs/NET.md, "A warm send path").
+//! its stream, and its first step should not wait for a nap to end. The wake-up names the
+//! channels the kernels use (and apart, those of works that may reach a peer connected at
+//! runtime: [`Launches`]), so that a round asks only those connections (and ones that moved in
+//! the last millisecond) for bytes, as NCCL's proxy progresses only the ops posted to it: a
+//! round is then shorter, and each step is noticed sooner (docs/NET.md, "Small steps"). While
+//! the sending thread waits for that first step, it has its comms keep its send path warm
+//! ([`SendComm::warm`]): the kernel's TCP stack, idle a few milliseconds, makes the next send
+//! two to eight times slower (docs/NET.md, "A warm send path").
 //!
 //! A net plugin may be called from several threads at once on different comms (NCCL runs a
 //! proxy thread per GPU of a process); each comm here is only ever driven by one thread at a
