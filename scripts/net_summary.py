@@ -11,8 +11,12 @@ below 1.
 --bands: per collective the geometric mean over all sizes and over each band (8 B-8 KB, 16-256
 KB, 512 KB-4 MB, above 4 MB; bands with no size left out) and the range: how an A/B of two
 builds of ours (--ref-dir) is read, a collective the change leaves alone being the control.
+--spread: how the ratios spread over the sizes, for the median of the runs and for the worst run
+(lowest, 5th percentile, median, 95th percentile, highest; how many fall under 1, 0.95 and
+0.90): how an A/A (our library as both sides) is read, the resolution against which a point
+below 1 in an A/B or against NCCL means something (BENCHMARKS.md, "The resolution of a run").
 
-usage: scripts/net_summary.py [--bands] DIR_OR_TSV...
+usage: scripts/net_summary.py [--bands | --spread] DIR_OR_TSV...
 DIR: a net_bench.sh output folder (OUT), its net/summary.tsv read.
 """
 import collections
@@ -91,6 +95,18 @@ def bands(path, rs):
         print(f"#   {coll:14s} all {geo(ratios):.2f}  {parts}  range {min(ratios):.2f}-{max(ratios):.2f}")
 
 
+def spread(path, rs):
+    print(f"# {path}")
+    for key, what in (("ratio", "median of the runs"), ("worst", "worst run")):
+        v = sorted(r[key] for r in rs)
+        p5, p50, p95 = (v[round(q * (len(v) - 1))] for q in (0.05, 0.5, 0.95))
+        under = " ".join(f"<{t}: {sum(x < float(t) for x in v)}" for t in ("1", "0.95", "0.90"))
+        print(
+            f"#   {what:18s} of {len(v)} sizes: lowest {v[0]:.2f} p5 {p5:.2f} median {p50:.2f}"
+            f" p95 {p95:.2f} highest {v[-1]:.2f} | {under}"
+        )
+
+
 def by_coll(rs):
     out = collections.OrderedDict()
     for r in rs:
@@ -100,8 +116,8 @@ def by_coll(rs):
 
 def main(argv):
     show = counts
-    if argv and argv[0] == "--bands":
-        show, argv = bands, argv[1:]
+    if argv and argv[0] in ("--bands", "--spread"):
+        show, argv = (bands if argv[0] == "--bands" else spread), argv[1:]
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
