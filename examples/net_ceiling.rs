@@ -59,6 +59,7 @@ fn main() {
                     timeout: Duration::from_secs(30),
                     net,
                     profiler: None,
+                    cpus: None,
                 };
                 let conns: Vec<_> = (0..channels).map(|ch| (1 - r, ch)).collect();
                 let t = NetTransport::connect(&bs, &conns, &setup, &HostBlock::plain).expect("connect");

@@ -15,6 +15,7 @@ pub mod param;
 pub mod types;
 
 pub mod abi;
+pub mod affinity;
 #[allow(non_snake_case, non_upper_case_globals)]
 pub mod api;
 pub mod bootstrap;

@@ -451,6 +451,7 @@ fn net_rank(rank: usize, n: usize) {
         timeout: INIT,
         net: nccl::transport::net::init(&NetConfig::default()).expect("the net"),
         profiler: None,
+        cpus: None,
     };
     let conns: Vec<_> = (0..CHANNELS).map(|ch| (1 - rank, ch)).collect();
     let t = NetTransport::connect(&bs, &conns, &setup, &HostBlock::plain).expect("NET connect");

@@ -528,6 +528,7 @@ fn transport() {
                     timeout: limit,
                     net: net::init(&net::NetConfig { comm_id: bs.magic(), ..Default::default() }).unwrap(),
                     profiler: Profiler::start(&info),
+                    cpus: None,
                 };
                 let t = NetTransport::connect(&bs, &[(1 - r, 0), (1 - r, 1)], &setup, &HostBlock::plain).unwrap();
                 bs.barrier().unwrap();

@@ -38,6 +38,7 @@ fn setup(faults: &Arc<Mutex<Vec<String>>>) -> Setup {
         timeout: LIMIT,
         net: nccl::transport::net::init(&NetConfig::default()).expect("the net"),
         profiler: None,
+        cpus: None,
     }
 }
 

@@ -51,6 +51,10 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
     let bootstrap = Bootstrap::init(id, rank, nranks, timeout)?;
 
     let me = peer_info(rank, dev)?;
+    // Until init returns, this thread runs near our GPU: the threads it starts inherit that, and
+    // the pinned host memory it allocates lands on the GPU's NUMA node (crate::affinity).
+    let cpus = crate::affinity::for_gpu(dev, &me.bus_id_str());
+    let _near_gpu = crate::affinity::Window::enter(cpus.as_ref());
     let (peers, kinds) = gather_peers(&bootstrap, &me)?;
     let on_net = transport::net_pairs(&kinds);
     let over_net: Vec<bool> = kinds[rank].iter().map(|k| *k == Kind::Net).collect();
@@ -72,7 +76,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
 
     let (flags, lost, fault) = fault_hook()?;
     let (tuner_plugin, profiler) = plugins(&bootstrap, &peers, &config, rank);
-    let needs = NetNeeds { dev, fault, timeout, net, profiler: profiler.clone() };
+    let needs = NetNeeds { dev, fault, timeout, net, profiler: profiler.clone(), cpus };
     // Alike on every rank: from every pair's kind, not only ours.
     let host_fifos = transport::host_fifos(&kinds);
     let limits = Allowed::for_connections(nranks, host_fifos, !host_fifos);
@@ -137,6 +141,7 @@ pub fn init_rank(id: &BootstrapId, nranks: usize, rank: usize, dev: i32, config:
         bootstrap,
         conns: plan,
         runtime_peers: Mutex::new(HashSet::new()),
+        cpus,
         over_net,
         tree: trees.shape(),
         hosts: trees.host_places().into(),

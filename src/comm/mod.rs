@@ -163,6 +163,8 @@ pub struct Comm {
     pub conns: ConnPlan,
     /// Peers connected since, when a group first needed them (`plan.runtime_channels()` each).
     runtime_peers: Mutex<HashSet<usize>>,
+    /// The CPUs near our GPU that our setup binds to (`crate::affinity`; `None`: unbound).
+    cpus: Option<crate::affinity::CpuSet>,
     /// Which peers we reach over NET (on other hosts).
     over_net: Vec<bool>,
     /// The Tree algorithm's hosts, depth and fan-out (the trees themselves are in the device comm).
@@ -233,6 +235,7 @@ impl Comm {
             bootstrap,
             conns: ConnPlan::new(1, 1, order.clone(), 0, crate::transport::conn_plan::InitPairs::All),
             runtime_peers: Mutex::new(HashSet::new()),
+            cpus: None,
             over_net: vec![false; nranks],
             tree: TreeShape::chain(nranks),
             hosts: (0..nranks as u32).map(|r| (0, r)).collect(),
@@ -404,6 +407,8 @@ impl Comm {
         new.dedup();
         let (gpu, res) = self.gpu()?;
         let _ctx = gpu.ctx.enter()?;
+        // As at init: the pinned memory of these connections lands near our GPU.
+        let _near_gpu = crate::affinity::Window::enter(self.cpus.as_ref());
         // Allocations and copies inside a user's stream capture (the first send of a graph).
         let _relaxed = crate::cuda::module::RelaxedCapture::new()?;
         let stream = crate::cuda::Stream::non_blocking()?;

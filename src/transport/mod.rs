@@ -119,6 +119,8 @@ pub struct NetNeeds {
     pub net: Option<Arc<dyn net::Net>>,
     /// The communicator's profiler plugin, for the NET proxy's events.
     pub profiler: Option<Arc<crate::plugin::profiler::Profiler>>,
+    /// The CPUs near our GPU (`crate::affinity`), where a proxy thread it starts runs.
+    pub cpus: Option<crate::affinity::CpuSet>,
 }
 
 /// Splits one rank's published record into its transports' records, in [`TRANSPORTS`] order.

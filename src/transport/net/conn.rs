@@ -381,6 +381,9 @@ pub struct Setup {
     pub net: Arc<dyn Net>,
     /// The communicator's profiler plugin, told of the proxy's ops and steps.
     pub profiler: Option<Arc<Profiler>>,
+    /// The CPUs near the GPU (`crate::affinity`): a proxy started for these connections runs
+    /// there, or on `NCCL_PROXY_CPUSET`.
+    pub cpus: Option<crate::affinity::CpuSet>,
 }
 
 /// The NET transport of one communicator on one rank: its connections, in the proxy.
@@ -492,7 +495,7 @@ impl NetTransport {
     ) -> Result<NetTransport> {
         let layout =
             Layout { slot_bytes: setup.fifo_bytes / crate::abi::FN_NSTEPS as usize, one_message: !setup.net.builtin() };
-        let proxy = Proxy::for_device(setup.dev, proxy::split_halves(setup.net.builtin()))?;
+        let proxy = Proxy::for_device(setup.dev, proxy::split_halves(setup.net.builtin()), setup.cpus.as_ref())?;
         // A dead peer fails all its connections at once: the first says so, the rest only log.
         let (hook, told) = (setup.fault.clone(), Arc::new(AtomicBool::new(false)));
         let fault: FaultHook = Arc::new(move |m: String| {
@@ -642,6 +645,7 @@ impl Half for NetHalf {
             timeout: cx.needs.timeout,
             net: cx.needs.net.clone().ok_or_else(|| Error::Internal("NET pairs, but no net was initialised".into()))?,
             profiler: cx.needs.profiler.clone(),
+            cpus: cx.needs.cpus,
         };
         let net = NetTransport::connect(cx.bootstrap, &conns, &setup, &host_block)?;
         Ok(Some(Box::new(NetConnections { net, setup })))

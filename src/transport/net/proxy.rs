@@ -77,6 +77,7 @@ mod trace;
 
 use super::{RecvComm, Request, SendComm};
 use crate::abi::{FN_MAX_CHANNELS, FN_NSTEPS};
+use crate::affinity::{self, CpuSet};
 use crate::error::{Error, Result};
 pub use block::{
     HostBlock, Landing, Layout, INLINE_MAX, RECV_HEAD, RECV_TAIL, SEND_HEAD, SEND_SIZES, SEND_TAIL, SIZE_EMPTY,
@@ -554,8 +555,9 @@ static PROXIES: Mutex<Vec<(ProxyKey, Weak<Proxy>)>> = Mutex::new(Vec::new());
 
 impl Proxy {
     /// The proxy of `dev` for connections whose halves get a thread each (`split`) or share one,
-    /// started if none runs.
-    pub fn for_device(dev: i32, split: bool) -> Result<Arc<Proxy>> {
+    /// started if none runs, its threads on `NCCL_PROXY_CPUSET` or else on `cpus` (the CPUs near
+    /// the GPU of the communicator that starts it; `crate::affinity`).
+    pub fn for_device(dev: i32, split: bool, cpus: Option<&CpuSet>) -> Result<Arc<Proxy>> {
         let mut all = PROXIES.lock();
         all.retain(|(_, w)| w.strong_count() > 0);
         if let Some(p) = all.iter().find(|(k, _)| *k == (dev, split)).and_then(|(_, w)| w.upgrade()) {
@@ -573,11 +575,17 @@ impl Proxy {
             epoch: Instant::now(),
         });
         let mut p = Proxy { inner: inner.clone(), halves: halves.to_vec(), threads: Vec::new() };
+        let bind = affinity::proxy_cpus(cpus);
         for (i, &h) in halves.iter().enumerate() {
             let run = inner.clone();
             // The receiving thread's name ends in `r`; the other's is NCCL's proxy thread's.
             let name = format!("nccl-proxy-d{dev}{}", if h == Halves::Recv { "r" } else { "" });
-            let t = std::thread::Builder::new().name(name).spawn(move || serve(&run, i, h));
+            let t = std::thread::Builder::new().name(name.clone()).spawn(move || {
+                if let Some(set) = bind {
+                    affinity::bind_this_thread(&set, &name);
+                }
+                serve(&run, i, h)
+            });
             // Dropping `p` stops the threads already started.
             p.threads
                 .push(t.map_err(|e| Error::System(format!("NET: cannot start a proxy thread of device {dev}: {e}")))?);
@@ -850,7 +858,7 @@ mod tests {
         let send = Box::new(Idle(warms.clone()));
         let recv = Box::new(Idle(Arc::default()));
         let e = Entry::new(send, recv, block, layout, "an idle peer".into(), fault, None).unwrap();
-        let proxy = Proxy::for_device(dev, split).unwrap();
+        let proxy = Proxy::for_device(dev, split, None).unwrap();
         let id = proxy.add(e);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(warms.load(Ordering::Relaxed), 0, "no launch awaited, no warm-up");
@@ -886,7 +894,7 @@ mod tests {
     /// A wake-up reaches every thread while it naps (a fresh proxy naps at once: nothing moves).
     #[test]
     fn a_wake_up_reaches_a_napping_thread() {
-        let proxy = Proxy::for_device(-1000, true).unwrap();
+        let proxy = Proxy::for_device(-1000, true, None).unwrap();
         assert_eq!(proxy.threads.len(), 2, "a thread for each half");
         let waker = proxy.waker(Arc::default());
         for _ in 0..3 {
@@ -898,5 +906,43 @@ mod tests {
                 std::thread::yield_now();
             }
         }
+    }
+
+    /// The CPUs each thread of this process whose name starts with `name` may run on (its
+    /// `Cpus_allowed_list`).
+    fn threads_cpus(name: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim_end().starts_with(name) {
+                let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+                let line = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"));
+                found.push(line.unwrap_or("").trim().to_string());
+            }
+        }
+        found
+    }
+
+    /// A proxy's threads run on the CPUs they were given (near the GPU of the communicator that
+    /// starts them), whatever the thread that starts them runs on.
+    #[test]
+    fn a_proxys_threads_run_on_the_cpus_near_the_gpu() {
+        let allowed = std::fs::read_to_string("/proc/self/status").unwrap();
+        let allowed = allowed.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string();
+        let mine = CpuSet::parse(&allowed).unwrap();
+        let first = mine.to_string().split([',', '-']).next().unwrap().to_string();
+        let one = CpuSet::parse(&first).unwrap();
+        // Device -7: no other test's proxy; its threads' names fit the kernel's 15 characters.
+        let proxy = Proxy::for_device(-7, true, Some(&one)).unwrap();
+        // Each thread binds itself as it starts.
+        let want = vec![first.clone(), first];
+        let end = Instant::now() + Duration::from_secs(10);
+        let mut cpus = threads_cpus("nccl-proxy-d-7");
+        while cpus != want && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+            cpus = threads_cpus("nccl-proxy-d-7");
+        }
+        assert_eq!(cpus, want, "both halves' threads on the one CPU given");
+        drop(proxy);
     }
 }

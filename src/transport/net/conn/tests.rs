@@ -164,6 +164,7 @@ fn setup(names: &[&str], faults: &Faults) -> Setup {
         timeout: LIMIT,
         net: crate::transport::net::init(&crate::transport::net::NetConfig::default()).expect("the net"),
         profiler: None,
+        cpus: None,
     }
 }
 
