@@ -12,7 +12,7 @@
 //! never fails a communicator (NCCL fails its init where `sched_setaffinity` refuses).
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 crate::int_param!(
     /// NCCL_IGNORE_CPU_AFFINITY=1: bind to every CPU near the GPU, whatever the caller's own
@@ -130,11 +130,16 @@ impl fmt::Debug for CpuSet {
     }
 }
 
-/// The CPUs near the GPU at PCI address `bus_id` (`0000:1B:00.0`): its device's `local_cpulist`
-/// under the sysfs root `sys`; `None` where sysfs does not say.
+/// The sysfs directory of the PCI device at `bus_id` as CUDA spells it (`0000:1B:00.0`) under the
+/// sysfs root `sys`: `/sys/bus/pci/devices/0000:1b:00.0`, in lower case.
+pub fn pci_dir(sys: &Path, bus_id: &str) -> PathBuf {
+    sys.join("bus/pci/devices").join(bus_id.to_ascii_lowercase())
+}
+
+/// The CPUs near the GPU at PCI address `bus_id`: its device's `local_cpulist` under the sysfs
+/// root `sys`; `None` where sysfs does not say.
 fn near_gpu(sys: &Path, bus_id: &str) -> Option<CpuSet> {
-    let path = sys.join("bus/pci/devices").join(bus_id.to_ascii_lowercase()).join("local_cpulist");
-    CpuSet::parse(&std::fs::read_to_string(path).ok()?)
+    CpuSet::parse(&std::fs::read_to_string(pci_dir(sys, bus_id).join("local_cpulist")).ok()?)
 }
 
 /// NCCL's rule: the CPUs near the GPU that the caller may use (all of them with `ignore`);

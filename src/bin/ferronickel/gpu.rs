@@ -80,9 +80,9 @@ pub fn version_text(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
-/// The sysfs directory of a PCI device (`/sys/bus/pci/devices/0000:1b:00.0`, lower case).
+/// The sysfs directory of a GPU's PCI device.
 fn sysfs_dir(bus_id: &str) -> std::path::PathBuf {
-    std::path::Path::new("/sys/bus/pci/devices").join(bus_id.to_ascii_lowercase())
+    nccl::affinity::pci_dir(std::path::Path::new("/sys"), bus_id)
 }
 
 fn numa_node(bus_id: &str) -> Option<i32> {
