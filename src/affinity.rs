@@ -137,8 +137,8 @@ pub fn pci_dir(sys: &Path, bus_id: &str) -> PathBuf {
 }
 
 /// The CPUs near the GPU at PCI address `bus_id`: its device's `local_cpulist` under the sysfs
-/// root `sys`; `None` where sysfs does not say.
-fn near_gpu(sys: &Path, bus_id: &str) -> Option<CpuSet> {
+/// root `sys` (`/sys` but in tests); `None` where sysfs does not say.
+pub fn near_gpu(sys: &Path, bus_id: &str) -> Option<CpuSet> {
     CpuSet::parse(&std::fs::read_to_string(pci_dir(sys, bus_id).join("local_cpulist")).ok()?)
 }
 

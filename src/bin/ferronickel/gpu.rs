@@ -16,6 +16,9 @@ pub struct Gpu {
     /// As CUDA spells it: `0000:1B:00.0`.
     pub bus_id: String,
     pub numa_node: Option<i32>,
+    /// The CPUs near it, which a communicator on it binds its setup and threads to (within the
+    /// caller's own affinity; `nccl::affinity`).
+    pub near_cpus: Option<String>,
     pub memory_bytes: usize,
     pub compute_capability: (i32, i32),
 }
@@ -27,6 +30,7 @@ impl Gpu {
             "name": self.name,
             "bus_id": self.bus_id,
             "numa_node": self.numa_node,
+            "near_cpus": self.near_cpus,
             "memory_bytes": self.memory_bytes,
             "compute_capability": format!("{}.{}", self.compute_capability.0, self.compute_capability.1),
         })
@@ -59,6 +63,7 @@ fn describe(dev: i32) -> nccl::error::Result<Gpu> {
         // SAFETY: NUL-terminated by the driver within the buffer.
         name: unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned(),
         numa_node: numa_node(&bus_id),
+        near_cpus: nccl::affinity::near_gpu(std::path::Path::new("/sys"), &bus_id).map(|s| s.to_string()),
         memory_bytes,
         compute_capability: (
             attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,

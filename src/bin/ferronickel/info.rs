@@ -127,11 +127,12 @@ fn gpu_section(text: &mut String, probe: &Result<Vec<Gpu>, String>, driver: Opti
     for g in gpus {
         writeln!(
             text,
-            "  {}  {:<28} bus {}  NUMA {}  {:.1} GiB  sm_{}{}",
+            "  {}  {:<28} bus {}  NUMA {}  CPUs {}  {:.1} GiB  sm_{}{}",
             g.ordinal,
             g.name,
             g.bus_id,
             g.numa_node.map_or("-".into(), |n| n.to_string()),
+            g.near_cpus.as_deref().unwrap_or("-"),
             g.memory_bytes as f64 / (1u64 << 30) as f64,
             g.compute_capability.0,
             g.compute_capability.1
