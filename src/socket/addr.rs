@@ -12,6 +12,7 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     // A fixed NCCL_COMM_ID port must be reusable while old connections sit in TIME_WAIT.
     s.set_reuse_address(true)?;
+    super::size_buffers((&s).into())?;
     s.bind(&addr.into())?;
     // Deep backlog: many ranks may connect to one listener at once (p2p fan-in, the root).
     s.listen(1024)?;

@@ -104,6 +104,7 @@ impl FrameStream {
     pub(super) fn new(stream: TcpStream, buf: Vec<u8>, peer: SocketAddr) -> io::Result<FrameStream> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
+        super::size_buffers((&stream).into())?;
         Ok(FrameStream { stream, buf, outbox: Vec::new(), sent: 0, peer, label: format!("the peer at {peer}") })
     }
 

@@ -91,3 +91,25 @@ fn acceptor_deadline_and_refused_connect() {
     let r = FrameStream::open(gone, &cred(1), Instant::now() + Duration::from_millis(200), true);
     assert!(r.is_err());
 }
+
+/// NCCL_SOCKET_SNDBUF and NCCL_SOCKET_RCVBUF set a socket's buffers where above 0, and leave the
+/// kernel's own otherwise (Linux reports twice what was asked, within its caps).
+#[test]
+fn buffer_settings_size_a_socket_only_where_set() {
+    use socket2::{Domain, Protocol, SockRef, Socket, Type};
+    let fresh = || Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+    let kernels = fresh();
+    let (snd0, rcv0) = (kernels.send_buffer_size().unwrap(), kernels.recv_buffer_size().unwrap());
+    for unset in [-1, 0] {
+        let s = fresh();
+        super::set_buffers(SockRef::from(&s), unset, unset).unwrap();
+        assert_eq!((s.send_buffer_size().unwrap(), s.recv_buffer_size().unwrap()), (snd0, rcv0));
+    }
+    let s = fresh();
+    super::set_buffers(SockRef::from(&s), 8192, 16384).unwrap();
+    assert_eq!((s.send_buffer_size().unwrap(), s.recv_buffer_size().unwrap()), (16384, 32768));
+    // A value past what SO_SNDBUF takes is left alone rather than cut to something else.
+    let s = fresh();
+    super::set_buffers(SockRef::from(&s), i64::MAX, -5).unwrap();
+    assert_eq!((s.send_buffer_size().unwrap(), s.recv_buffer_size().unwrap()), (snd0, rcv0));
+}

@@ -222,6 +222,7 @@ impl Net for SocketNet {
         let addr = SocketAddr::new(*ip, 0);
         let bound = (|| -> io::Result<TcpListener> {
             let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+            crate::socket::size_buffers((&s).into())?;
             s.bind(&addr.into())?;
             s.listen(1024)?;
             s.set_nonblocking(true)?;
@@ -247,6 +248,7 @@ impl Net for SocketNet {
                 let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
                 s.set_nonblocking(true)?;
                 s.set_nodelay(true)?;
+                crate::socket::size_buffers((&s).into())?;
                 match s.connect(&addr.into()) {
                     Ok(()) => {}
                     Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
