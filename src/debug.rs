@@ -1,5 +1,10 @@
 //! NCCL-compatible logging: `NCCL_DEBUG`, `NCCL_DEBUG_SUBSYS`, `NCCL_DEBUG_FILE`, and the
-//! `host:pid:tid [dev] NCCL INFO ...` line shape that existing log tooling parses.
+//! `host:pid:tid [dev] NCCL INFO ...` line shape that existing log tooling parses, with NCCL
+//! 2.28's details: a WARN line comes after an empty line, with a timestamp and the source file and
+//! line (`\n[2026-11-28 10:00:00] host:pid:tid [0] comm/init.rs:57 NCCL WARN ...`);
+//! `NCCL_DEBUG_TIMESTAMP_LEVELS` and `NCCL_DEBUG_TIMESTAMP_FORMAT` choose which levels get a
+//! timestamp and its `strftime` shape (`%3f` and the like for fractions of a second, `_` for a
+//! space); `NCCL_WARN_ENABLE_DEBUG_INFO=1` turns INFO on after the first WARN.
 //!
 //! Every WARN also becomes the text `ncclGetLastError` returns, as in NCCL.
 
@@ -98,6 +103,87 @@ struct Config {
     mask: u64,
     host: String,
     file: Option<std::fs::File>,
+    /// A bit per [`Level`]: the levels whose lines start with a timestamp.
+    stamped: u32,
+    /// The timestamp's `strftime` format, NCCL's `%Nf` fractions of a second included.
+    stamp: String,
+    /// NCCL_WARN_ENABLE_DEBUG_INFO: the first WARN raises the level to INFO.
+    warn_to_info: bool,
+}
+
+/// The levels NCCL_DEBUG_TIMESTAMP_LEVELS names (`WARN,INFO`; `^` excludes from all; `ALL`),
+/// as a bit per level; unset, WARN alone. Unknown names are skipped, as NCCL skips them.
+pub fn parse_timestamp_levels(s: Option<&str>) -> u32 {
+    let Some(s) = s else { return 1 << Level::Warn as u32 };
+    let (invert, list) = match s.trim().strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, s.trim()),
+    };
+    let named = list.split(',').map(str::trim).fold(0u32, |m, n| {
+        m | match n.to_ascii_uppercase().as_str() {
+            "ALL" => !0,
+            "NONE" | "" => 0,
+            other => match parse_level(other) {
+                Level::None => 0,
+                l => 1 << l as u32,
+            },
+        }
+    });
+    if invert {
+        !named
+    } else {
+        named
+    }
+}
+
+/// NCCL_DEBUG_TIMESTAMP_FORMAT as NCCL reads it: `_` stands for a space; unset, `[%F %T] `.
+pub fn timestamp_format(s: Option<&str>) -> String {
+    s.unwrap_or("[%F %T] ").replace('_', " ")
+}
+
+/// Replaces the first `%Nf` (N from 1 to 9) of a timestamp format with the first N digits of
+/// the fraction of a second `nanos`, leaving `%%` alone, as NCCL does before `strftime`.
+pub fn with_fraction(format: &str, nanos: u32) -> String {
+    let b = format.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && b.get(i + 1) == Some(&b'%') {
+            i += 2;
+            continue;
+        }
+        if b[i] == b'%' && matches!(b.get(i + 1), Some(b'1'..=b'9')) && b.get(i + 2) == Some(&b'f') {
+            let digits = (b[i + 1] - b'0') as u32;
+            let frac = nanos.min(999_999_999) / 10u32.pow(9 - digits);
+            return format!("{}{frac:0w$}{}", &format[..i], &format[i + 3..], w = digits as usize);
+        }
+        i += 1;
+    }
+    format.to_string()
+}
+
+/// The timestamp of a log line now, in local time: none for an empty format, and the default
+/// shape where the format yields nothing (too long for the line, or no output), as NCCL's.
+fn timestamp(format: &str) -> String {
+    if format.is_empty() {
+        return String::new();
+    }
+    // SAFETY: clock_gettime and localtime_r write only the structs passed, which live across the
+    // calls; strftime writes at most `buf.len()` bytes and returns how many (0: did not fit).
+    unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts);
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&ts.tv_sec, &mut tm);
+        let mut buf = [0u8; 256];
+        for f in [with_fraction(format, ts.tv_nsec as u32), "[%F %T] ".to_string()] {
+            let Ok(cf) = std::ffi::CString::new(f) else { continue };
+            let n = libc::strftime(buf.as_mut_ptr().cast(), buf.len(), cf.as_ptr(), &tm);
+            if n > 0 {
+                return String::from_utf8_lossy(&buf[..n]).into_owned();
+            }
+        }
+        String::new()
+    }
 }
 
 static CONFIG: Mutex<Option<Config>> = Mutex::new(None);
@@ -134,7 +220,12 @@ fn load_config() -> Config {
         let path = expand_file_name(&p, &host, std::process::id());
         std::fs::OpenOptions::new().create(true).append(true).open(path).ok()
     });
-    Config { level, mask, host, file }
+    let stamped = parse_timestamp_levels(crate::param::get("NCCL_DEBUG_TIMESTAMP_LEVELS").as_deref());
+    let stamp = timestamp_format(crate::param::get("NCCL_DEBUG_TIMESTAMP_FORMAT").as_deref());
+    let warn_to_info = crate::param::get("NCCL_WARN_ENABLE_DEBUG_INFO")
+        .and_then(|v| crate::param::parse_i64(&v))
+        .is_some_and(|v| v != 0);
+    Config { level, mask, host, file, stamped, stamp, warn_to_info }
 }
 
 /// Re-reads the logging environment on next use (`ncclResetDebugInit`).
@@ -154,34 +245,50 @@ pub fn enabled(level: Level, subsys: u64) -> bool {
     level <= cfg.level && (level <= Level::Warn || cfg.mask & subsys != 0)
 }
 
+/// Where a line was logged from, as NCCL's WARN lines show it: the source file (relative to
+/// `src/`, as NCCL's are to its `src/`) and line.
+pub type At<'a> = Option<(&'a str, u32)>;
+
 /// Writes one log line in NCCL's shape; WARN lines also become the last-error text.
-pub fn log(level: Level, subsys: u64, msg: &str) {
+pub fn log(level: Level, subsys: u64, at: At<'_>, msg: &str) {
     if level == Level::Warn {
         set_last_error(msg);
     }
-    print(level, subsys, msg);
+    print(level, subsys, at, msg);
 }
 
 /// Writes one log line without touching the last-error text: for events no application call
 /// caused (a stranger's connection to a bootstrap listener), which must not replace the
 /// explanation of the application's own last failure.
-pub fn print(level: Level, subsys: u64, msg: &str) {
+pub fn print(level: Level, subsys: u64, at: At<'_>, msg: &str) {
     let mut guard = CONFIG.lock();
     let cfg = guard.get_or_insert_with(load_config);
     if level > cfg.level || (level > Level::Warn && cfg.mask & subsys == 0) {
         return;
     }
-    let tag = match level {
-        Level::Warn => "WARN",
-        Level::Trace => "TRACE",
-        _ => "INFO",
-    };
     let dev = LOG_DEV.try_with(|d| d.get()).unwrap_or(-1);
-    let line = format!("{}:{}:{} [{}] NCCL {} {}\n", cfg.host, std::process::id(), gettid(), dev, tag, msg);
+    let stamp = if cfg.stamped & (1 << level as u32) != 0 { timestamp(&cfg.stamp) } else { String::new() };
+    if level == Level::Warn && cfg.warn_to_info && cfg.level < Level::Info {
+        cfg.level = Level::Info;
+    }
+    let line = line(level, &format!("{stamp}{}:{}:{} [{dev}]", cfg.host, std::process::id(), gettid()), at, msg);
     let _ = match cfg.file.as_mut() {
         Some(f) => f.write_all(line.as_bytes()),
         None => std::io::stdout().write_all(line.as_bytes()),
     };
+}
+
+/// One line as NCCL writes it, after `who` (timestamp, `host:pid:tid [dev]`): a WARN after an
+/// empty line and with where it was logged from.
+fn line(level: Level, who: &str, at: At<'_>, msg: &str) -> String {
+    match level {
+        Level::Warn => {
+            let at = at.map(|(f, l)| format!(" {}:{l}", f.strip_prefix("src/").unwrap_or(f))).unwrap_or_default();
+            format!("\n{who}{at} NCCL WARN {msg}\n")
+        }
+        Level::Trace => format!("{who} NCCL TRACE {msg}\n"),
+        _ => format!("{who} NCCL INFO {msg}\n"),
+    }
 }
 
 pub fn set_last_error(msg: &str) {
@@ -220,19 +327,28 @@ pub fn last_error() -> String {
 /// A WARN line that does not become the last-error text (see [`print`]).
 #[macro_export]
 macro_rules! nccl_warn_unrecorded {
-    ($($t:tt)*) => { $crate::debug::print($crate::debug::Level::Warn, $crate::debug::Subsys::ALL, &format!($($t)*)) };
+    ($($t:tt)*) => {
+        $crate::debug::print(
+            $crate::debug::Level::Warn,
+            $crate::debug::Subsys::ALL,
+            Some((file!(), line!())),
+            &format!($($t)*),
+        )
+    };
 }
 
 #[macro_export]
 macro_rules! nccl_warn {
-    ($($t:tt)*) => { $crate::debug::log($crate::debug::Level::Warn, $crate::debug::Subsys::ALL, &format!($($t)*)) };
+    ($($t:tt)*) => {
+        $crate::debug::log($crate::debug::Level::Warn, $crate::debug::Subsys::ALL, Some((file!(), line!())), &format!($($t)*))
+    };
 }
 
 #[macro_export]
 macro_rules! nccl_info {
     ($sub:expr, $($t:tt)*) => {
         if $crate::debug::enabled($crate::debug::Level::Info, $sub) {
-            $crate::debug::log($crate::debug::Level::Info, $sub, &format!($($t)*))
+            $crate::debug::log($crate::debug::Level::Info, $sub, None, &format!($($t)*))
         }
     };
 }
@@ -241,7 +357,7 @@ macro_rules! nccl_info {
 macro_rules! nccl_trace {
     ($sub:expr, $($t:tt)*) => {
         if $crate::debug::enabled($crate::debug::Level::Trace, $sub) {
-            $crate::debug::log($crate::debug::Level::Trace, $sub, &format!($($t)*))
+            $crate::debug::log($crate::debug::Level::Trace, $sub, None, &format!($($t)*))
         }
     };
 }
@@ -261,6 +377,49 @@ mod tests {
         assert_eq!(parse_subsys("INIT,COLL"), Subsys::INIT | Subsys::COLL);
         assert_eq!(parse_subsys("^INIT"), !Subsys::INIT);
         assert_eq!(parse_subsys("ALL"), Subsys::ALL);
+    }
+
+    #[test]
+    fn timestamps_go_on_the_levels_named() {
+        let bit = |l: Level| 1u32 << l as u32;
+        assert_eq!(parse_timestamp_levels(None), bit(Level::Warn));
+        assert_eq!(parse_timestamp_levels(Some("INFO,warn")), bit(Level::Info) | bit(Level::Warn));
+        assert_eq!(parse_timestamp_levels(Some("^WARN")), !bit(Level::Warn));
+        assert_eq!(parse_timestamp_levels(Some("ALL")), !0);
+        assert_eq!(parse_timestamp_levels(Some("")), 0);
+        assert_eq!(parse_timestamp_levels(Some("bogus,TRACE")), bit(Level::Trace));
+    }
+
+    #[test]
+    fn timestamp_formats_read_as_nccl_reads_them() {
+        assert_eq!(timestamp_format(None), "[%F %T] ");
+        assert_eq!(timestamp_format(Some("%T_|_")), "%T | ");
+        assert_eq!(with_fraction("[%T.%3f] ", 123_456_789), "[%T.123] ");
+        assert_eq!(with_fraction("%9f", 5), "000000005");
+        assert_eq!(with_fraction("%1f", 999_999_999), "9");
+        // `%%3f` is a literal "%3f", so the first fraction is the one after it; only one is filled.
+        assert_eq!(with_fraction("%%3f %2f %2f", 120_000_000), "%%3f 12 %2f");
+        assert_eq!(with_fraction("%0f %f %", 1), "%0f %f %");
+        // The whole timestamp through strftime: `[YYYY-MM-DD HH:MM:SS.mmm] `.
+        let t = timestamp("[%F %T.%3f] ");
+        assert_eq!(t.len(), 26, "{t:?}");
+        assert!(t.starts_with("[2") && t.ends_with("] ") && t.as_bytes()[20] == b'.', "{t:?}");
+        // A format too long for the line falls back on the default; an empty one stamps nothing.
+        assert_eq!(timestamp(&"%F".repeat(40)).len(), "[2026-11-28 10:00:00] ".len());
+        assert_eq!(timestamp(""), "");
+    }
+
+    #[test]
+    fn lines_have_nccls_shape() {
+        let who = "h:1:2 [0]";
+        assert_eq!(line(Level::Info, who, None, "hi"), "h:1:2 [0] NCCL INFO hi\n");
+        assert_eq!(
+            line(Level::Warn, who, Some(("src/comm/init.rs", 57)), "no"),
+            "\nh:1:2 [0] comm/init.rs:57 NCCL WARN no\n"
+        );
+        assert_eq!(line(Level::Warn, who, Some(("net_ib.cc", 9)), "no"), "\nh:1:2 [0] net_ib.cc:9 NCCL WARN no\n");
+        assert_eq!(line(Level::Warn, who, None, "no"), "\nh:1:2 [0] NCCL WARN no\n");
+        assert_eq!(line(Level::Trace, who, None, "t"), "h:1:2 [0] NCCL TRACE t\n");
     }
 
     #[test]

@@ -12,8 +12,8 @@ use crate::debug::Level;
 extern "C" fn log_va(
     level: ncclDebugLogLevel,
     flags: c_ulong,
-    _file: *const c_char,
-    _line: c_int,
+    file: *const c_char,
+    line: c_int,
     fmt: *const c_char,
     ap: *mut c_void,
 ) {
@@ -42,7 +42,10 @@ extern "C" fn log_va(
         }
         // SAFETY: vsnprintf NUL-terminates within buf.
         let msg = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
-        crate::debug::log(lvl, flags as u64, msg.trim_end());
+        // SAFETY: a non-null `file` is the plugin's NUL-terminated `__FILE__`.
+        let file = (!file.is_null()).then(|| unsafe { CStr::from_ptr(file) }.to_string_lossy());
+        let at = file.as_deref().map(|f| (f, line.max(0) as u32));
+        crate::debug::log(lvl, flags as u64, at, msg.trim_end());
     });
 }
 
@@ -127,12 +130,14 @@ pub fn logger() -> ncclDebugLogger_t {
         line: c_int,
         fmt: *const c_char,
     ) {
-        let _ = (file, line);
         if !fmt.is_null() {
             // SAFETY: fmt is the plugin's NUL-terminated format string.
             let f = unsafe { CStr::from_ptr(fmt) }.to_string_lossy();
             let lvl = if level == 2 { Level::Warn } else { Level::Info };
-            crate::debug::log(lvl, flags as u64, &format!("{f} (arguments not shown on this architecture)"));
+            // SAFETY: a non-null `file` is the plugin's NUL-terminated `__FILE__`.
+            let file = (!file.is_null()).then(|| unsafe { CStr::from_ptr(file) }.to_string_lossy());
+            let at = file.as_deref().map(|f| (f, line.max(0) as u32));
+            crate::debug::log(lvl, flags as u64, at, &format!("{f} (arguments not shown on this architecture)"));
         }
     }
     // SAFETY: the C calling convention passes the named arguments of a variadic call where a
