@@ -342,6 +342,8 @@ fn compile_kernels(kernels: &Path, out: &Path, units: &[Unit], archs: &[u32]) ->
     let nvcc = find_nvcc().unwrap_or_else(|| panic!("{NVCC_HELP}"));
     // The tests that compile CUDA against the device headers use the same compiler.
     println!("cargo:rustc-env=FERRONICKEL_NVCC={}", nvcc.display());
+    // The CUDA release the kernels are compiled with, for the log's version line ("+cuda13.0").
+    println!("cargo:rustc-env=FERRONICKEL_CUDA_VERSION={}", cuda_release(&nvcc));
     let src_dir = out.join("kernels");
     std::fs::create_dir_all(&src_dir).unwrap();
     let sources: Vec<(PathBuf, String)> = units
@@ -649,4 +651,17 @@ fn link_soname_file(out: &Path) {
     if std::fs::symlink_metadata(&link).is_err() {
         let _ = std::os::unix::fs::symlink("libnccl.so", &link);
     }
+}
+
+/// `nvcc --version`'s release (`13.0` from "Cuda compilation tools, release 13.0, V13.0.48"), or
+/// `unknown`.
+fn cuda_release(nvcc: &Path) -> String {
+    let out = Command::new(nvcc).arg("--version").output().map(|o| o.stdout).unwrap_or_default();
+    let text = String::from_utf8_lossy(&out);
+    text.split("release ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| c == ',' || c.is_whitespace()).next())
+        .filter(|r| !r.is_empty())
+        .unwrap_or("unknown")
+        .to_string()
 }

@@ -271,24 +271,50 @@ pub fn print(level: Level, subsys: u64, at: At<'_>, msg: &str) {
     if level == Level::Warn && cfg.warn_to_info && cfg.level < Level::Info {
         cfg.level = Level::Info;
     }
-    let line = line(level, &format!("{stamp}{}:{}:{} [{dev}]", cfg.host, std::process::id(), gettid()), at, msg);
+    let who = format!("{}:{}:{} [{dev}]", cfg.host, std::process::id(), gettid());
+    let line = line(level, &stamp, &who, at, msg);
     let _ = match cfg.file.as_mut() {
         Some(f) => f.write_all(line.as_bytes()),
         None => std::io::stdout().write_all(line.as_bytes()),
     };
 }
 
-/// One line as NCCL writes it, after `who` (timestamp, `host:pid:tid [dev]`): a WARN after an
-/// empty line and with where it was logged from.
-fn line(level: Level, who: &str, at: At<'_>, msg: &str) -> String {
+/// One line as NCCL writes it: its timestamp (`stamp`, maybe empty), then `who` (`host:pid:tid
+/// [dev]`) and the level; a WARN after an empty line and with where it was logged from; the
+/// version line bare.
+fn line(level: Level, stamp: &str, who: &str, at: At<'_>, msg: &str) -> String {
     match level {
+        Level::Version => format!("{stamp}{msg}\n"),
         Level::Warn => {
             let at = at.map(|(f, l)| format!(" {}:{l}", f.strip_prefix("src/").unwrap_or(f))).unwrap_or_default();
-            format!("\n{who}{at} NCCL WARN {msg}\n")
+            format!("\n{stamp}{who}{at} NCCL WARN {msg}\n")
         }
-        Level::Trace => format!("{who} NCCL TRACE {msg}\n"),
-        _ => format!("{who} NCCL INFO {msg}\n"),
+        Level::Trace => format!("{stamp}{who} NCCL TRACE {msg}\n"),
+        _ => format!("{stamp}{who} NCCL INFO {msg}\n"),
     }
+}
+
+/// The version line NCCL starts a process's log with, naming this library too:
+/// `NCCL version 2.28.9+cuda13.0 (ferronickel 0.1.0)`, the CUDA release its kernels were
+/// compiled with.
+pub fn version_line() -> String {
+    use crate::types::{NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH};
+    format!(
+        "NCCL version {NCCL_MAJOR}.{NCCL_MINOR}.{NCCL_PATCH}+cuda{} (ferronickel {})",
+        env!("FERRONICKEL_CUDA_VERSION"),
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// Logs [`version_line`] once a process, as its first communicator's init starts, as NCCL does:
+/// a bare line at `NCCL_DEBUG=VERSION` or `WARN`, an INFO line of every subsystem above.
+pub fn show_version() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let level = CONFIG.lock().get_or_insert_with(load_config).level;
+        let as_level = if matches!(level, Level::Version | Level::Warn) { Level::Version } else { Level::Info };
+        print(as_level, Subsys::ALL, None, &version_line());
+    });
 }
 
 pub fn set_last_error(msg: &str) {
@@ -412,14 +438,19 @@ mod tests {
     #[test]
     fn lines_have_nccls_shape() {
         let who = "h:1:2 [0]";
-        assert_eq!(line(Level::Info, who, None, "hi"), "h:1:2 [0] NCCL INFO hi\n");
+        assert_eq!(line(Level::Info, "", who, None, "hi"), "h:1:2 [0] NCCL INFO hi\n");
+        assert_eq!(line(Level::Info, "[t] ", who, None, "hi"), "[t] h:1:2 [0] NCCL INFO hi\n");
+        assert_eq!(line(Level::Version, "[t] ", who, None, "NCCL version x"), "[t] NCCL version x\n");
+        assert_eq!(line(Level::Warn, "[t] ", who, None, "no"), "\n[t] h:1:2 [0] NCCL WARN no\n");
+        let v = version_line();
+        assert!(v.starts_with("NCCL version 2.28.9+cuda") && v.contains(" (ferronickel "), "{v}");
         assert_eq!(
-            line(Level::Warn, who, Some(("src/comm/init.rs", 57)), "no"),
+            line(Level::Warn, "", who, Some(("src/comm/init.rs", 57)), "no"),
             "\nh:1:2 [0] comm/init.rs:57 NCCL WARN no\n"
         );
-        assert_eq!(line(Level::Warn, who, Some(("net_ib.cc", 9)), "no"), "\nh:1:2 [0] net_ib.cc:9 NCCL WARN no\n");
-        assert_eq!(line(Level::Warn, who, None, "no"), "\nh:1:2 [0] NCCL WARN no\n");
-        assert_eq!(line(Level::Trace, who, None, "t"), "h:1:2 [0] NCCL TRACE t\n");
+        assert_eq!(line(Level::Warn, "", who, Some(("net_ib.cc", 9)), "no"), "\nh:1:2 [0] net_ib.cc:9 NCCL WARN no\n");
+        assert_eq!(line(Level::Warn, "", who, None, "no"), "\nh:1:2 [0] NCCL WARN no\n");
+        assert_eq!(line(Level::Trace, "", who, None, "t"), "h:1:2 [0] NCCL TRACE t\n");
     }
 
     #[test]

@@ -130,6 +130,8 @@ fn init_on_current_device(
     rank: usize,
     config: CommConfig,
 ) -> Result<ncclResult_t> {
+    // NCCL's first line of a job's log, before anything can fail.
+    crate::debug::show_version();
     cuda::init()?;
     let dev = cuda::current_device()?;
     let in_group = crate::group::open()?;
@@ -281,6 +283,7 @@ pub unsafe extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, dev
         if let Some(&bad) = devs.iter().find(|&&d| d < 0) {
             crate::bail_arg!("devlist contains invalid device {bad}");
         }
+        crate::debug::show_version();
         cuda::init()?;
         let count = cuda::device_count()?;
         if let Some(&bad) = devs.iter().find(|&&d| d >= count) {
