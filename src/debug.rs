@@ -93,9 +93,27 @@ pub fn parse_subsys(s: &str) -> u64 {
     }
 }
 
-/// `%h` → host name, `%p` → pid, as NCCL_DEBUG_FILE expands them.
+/// `%h` → host name, `%p` → pid, `%%` → `%`, any other `%x` kept, as NCCL_DEBUG_FILE expands them.
 pub fn expand_file_name(pattern: &str, host: &str, pid: u32) -> String {
-    pattern.replace("%h", host).replace("%p", &pid.to_string())
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('h') => out.push_str(host),
+            Some('p') => out.push_str(&pid.to_string()),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
 }
 
 struct Config {
@@ -216,9 +234,11 @@ fn load_config() -> Config {
         .map(|s| parse_subsys(&s))
         .unwrap_or(Subsys::INIT | Subsys::BOOTSTRAP | Subsys::ENV);
     let host = host_name();
-    let file = crate::param::get("NCCL_DEBUG_FILE").and_then(|p| {
+    // Opened afresh, as NCCL opens it ("w"), and only where something above the version line
+    // may be logged.
+    let file = crate::param::get("NCCL_DEBUG_FILE").filter(|_| level > Level::Version).and_then(|p| {
         let path = expand_file_name(&p, &host, std::process::id());
-        std::fs::OpenOptions::new().create(true).append(true).open(path).ok()
+        std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(path).ok()
     });
     let stamped = parse_timestamp_levels(crate::param::get("NCCL_DEBUG_TIMESTAMP_LEVELS").as_deref());
     let stamp = timestamp_format(crate::param::get("NCCL_DEBUG_TIMESTAMP_FORMAT").as_deref());
@@ -456,6 +476,7 @@ mod tests {
     #[test]
     fn file_pattern() {
         assert_eq!(expand_file_name("/tmp/nccl.%h.%p.log", "node1", 42), "/tmp/nccl.node1.42.log");
+        assert_eq!(expand_file_name("a%%p%x%", "h", 7), "a%p%x%");
     }
 
     #[test]
