@@ -198,32 +198,51 @@ pub fn bind_this_thread(set: &CpuSet, what: &str) {
 /// when this drops, on every path out.
 pub struct Window {
     saved: Option<CpuSet>,
+    /// [`outside_window`] before this window, given back when it drops.
+    outer: Option<CpuSet>,
+}
+
+thread_local! {
+    /// The affinity this thread had before its current window (`None` outside one).
+    static OUTSIDE: std::cell::Cell<Option<CpuSet>> = const { std::cell::Cell::new(None) };
+}
+
+/// The affinity the calling thread goes back to when its window closes, where it is in one: for
+/// threads it starts that serve every communicator of the process (the Socket net's helpers), not
+/// one GPU's.
+pub fn outside_window() -> Option<CpuSet> {
+    OUTSIDE.try_with(|o| o.get()).ok().flatten()
 }
 
 impl Window {
     /// Binds the calling thread to `set` (nothing for `None`) until the window drops.
     pub fn enter(set: Option<&CpuSet>) -> Window {
-        let Some(set) = set else { return Window { saved: None } };
+        let unbound = Window { saved: None, outer: None };
+        let Some(set) = set else { return unbound };
         let saved = match CpuSet::of_this_thread() {
             Ok(s) => s,
             Err(e) => {
                 crate::nccl_info!(crate::debug::Subsys::INIT, "sched_getaffinity failed ({e}): not binding");
-                return Window { saved: None };
+                return unbound;
             }
         };
-        match set.bind_this_thread() {
-            Ok(()) => Window { saved: (saved != *set).then_some(saved) },
-            Err(e) => {
-                crate::nccl_info!(crate::debug::Subsys::INIT, "cannot bind to CPUs {set} ({e}); left unbound");
-                Window { saved: None }
-            }
+        if saved == *set {
+            return unbound;
         }
+        if let Err(e) = set.bind_this_thread() {
+            crate::nccl_info!(crate::debug::Subsys::INIT, "cannot bind to CPUs {set} ({e}); left unbound");
+            return unbound;
+        }
+        let outer = outside_window();
+        let _ = OUTSIDE.try_with(|o| o.set(Some(outer.unwrap_or(saved))));
+        Window { saved: Some(saved), outer }
     }
 }
 
 impl Drop for Window {
     fn drop(&mut self) {
         if let Some(saved) = self.saved.take() {
+            let _ = OUTSIDE.try_with(|o| o.set(self.outer));
             if let Err(e) = saved.bind_this_thread() {
                 crate::nccl_warn!("cannot restore this thread's CPU affinity to {saved} ({e})");
             }
@@ -296,14 +315,18 @@ mod tests {
         std::thread::spawn(|| {
             let before = CpuSet::of_this_thread().unwrap();
             let first = (0..MAX_CPUS).find(|&c| before.contains(c)).unwrap();
+            assert_eq!(outside_window(), None);
             {
                 let _w = Window::enter(Some(&set(&[first])));
                 assert_eq!(CpuSet::of_this_thread().unwrap(), set(&[first]));
+                // What the process's shared threads are started on meanwhile.
+                assert_eq!(outside_window(), Some(before));
                 // A thread started inside the window inherits it, as NCCL's proxy threads do.
                 let child = std::thread::spawn(|| CpuSet::of_this_thread().unwrap()).join().unwrap();
                 assert_eq!(child, set(&[first]));
             }
             assert_eq!(CpuSet::of_this_thread().unwrap(), before);
+            assert_eq!(outside_window(), None);
             // No set, or one the kernel refuses (no CPU of it may run this thread): unchanged.
             drop(Window::enter(None));
             drop(Window::enter(Some(&set(&[MAX_CPUS - 1]))));

@@ -102,9 +102,17 @@ pub(super) fn pool() -> Result<Arc<Pool>> {
         last_queued: AtomicU64::new(NEVER),
         epoch: Instant::now(),
     });
+    // The helpers serve every communicator of the process, whatever its GPU: they run where the
+    // thread that starts them runs outside its communicator's init window (crate::affinity).
+    let bind = crate::affinity::outside_window();
     for i in 0..n {
         let mine = pool.clone();
-        let started = std::thread::Builder::new().name(format!("fn-net-help{i}")).spawn(move || serve(&mine, i));
+        let started = std::thread::Builder::new().name(format!("fn-net-help{i}")).spawn(move || {
+            if let Some(set) = bind {
+                crate::affinity::bind_this_thread(&set, "a Socket net helper");
+            }
+            serve(&mine, i)
+        });
         match started {
             Ok(_) => {}
             // Without its lead the pool moves nothing; the next connection tries again.
