@@ -314,6 +314,11 @@ mod tests {
     fn a_window_binds_the_thread_and_gives_its_affinity_back() {
         std::thread::spawn(|| {
             let before = CpuSet::of_this_thread().unwrap();
+            // Binding to one CPU changes nothing where the thread may use only one.
+            if before.count() < 2 {
+                eprintln!("skipped: this thread may run on one CPU only");
+                return;
+            }
             let first = (0..MAX_CPUS).find(|&c| before.contains(c)).unwrap();
             assert_eq!(outside_window(), None);
             {

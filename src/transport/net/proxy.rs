@@ -930,6 +930,11 @@ mod tests {
         let allowed = std::fs::read_to_string("/proc/self/status").unwrap();
         let allowed = allowed.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string();
         let mine = CpuSet::parse(&allowed).unwrap();
+        // With one CPU allowed, unbound threads would show the same list: nothing to tell apart.
+        if mine.count() < 2 {
+            eprintln!("skipped: this process may run on one CPU only");
+            return;
+        }
         let first = mine.to_string().split([',', '-']).next().unwrap().to_string();
         let one = CpuSet::parse(&first).unwrap();
         // Device -7: no other test's proxy; its threads' names fit the kernel's 15 characters.
