@@ -28,7 +28,8 @@
 // Per collective and size: one checked call (outputs poisoned, inputs rank r element j =
 // r*4096 + j%4093, exact in float even summed over 8 ranks, every output element compared on the
 // host), --warmup more calls, a barrier of all ranks, then timed calls one at a time, each
-// followed by a barrier: CUDA events around the one call on each rank's stream, wait for the end
+// followed by a barrier (the ranks leave a barrier together, at a start line 20 us after the last
+// one came): CUDA events around the one call on each rank's stream, wait for the end
 // event. A call's time is the slowest rank's. Rank 0 stops the timed calls after --iters, or once
 // --budget-s has passed and at least 5 were timed, and tells the others at the barrier, so every
 // rank makes the same calls. Rows give the median (p50), p99 (nearest rank), mean, and the
@@ -38,7 +39,7 @@
 //
 // usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--colls all|a,b,c]
 //                  [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]
-//                  [--calls] [--gap-us 0] [--graph K] [--busy C [--busy-alu]]
+//                  [--calls] [--gap-us 0] [--graph K] [--busy C [--busy-alu]] [--pin K]
 // --busy C: while a size's warm-up and timed calls run, C blocks of a kernel on another stream of
 // the rank read and write a 256 MiB buffer without pause, as compute beside communication does
 // (its stores are what a fence in the library's kernels may have to wait for). With --busy-alu
@@ -50,6 +51,11 @@
 // --gap-us G: before each timed call, a kernel on the rank's stream that spins G us, as the compute
 // before a collective in a training step: the call is enqueued while it runs, so the library sees
 // the launch G us before the kernel moves data (its time is not the call's).
+// --pin K: rank r runs on K CPUs of its own, the r-th K of those the program may use, as a launcher
+// that binds each rank (mpirun --bind-to, a batch system's CPU binding) places a job's processes:
+// every thread a library starts then stays on its rank's CPUs (both libraries bind their threads
+// within the set they start in), and where the scheduler puts a rank's threads no longer differs
+// from one run to the next.
 // --calls adds, after each row, "# calls" lines: the size's five slowest calls with every rank's
 // time, and every call's time in order.
 // Output: "# ..." header lines, rows "coll bytes iters p50_us p99_us mean_us algbw_GBs busbw_GBs
@@ -130,7 +136,12 @@ struct Shared {
   long wrongNow[kMaxRanks];          // this size's wrong output elements, per rank
   long wrong[kMaxRanks];             // all sizes
   char firstWrong[kMaxRanks][160];   // the first wrong element each rank saw
+  double startLine;                  // when the ranks leave the last barrier (CLOCK_MONOTONIC, s)
 };
+
+// How far ahead of the barrier's release its start line lies: more than the ranks spinning on the
+// release take to see it (well under a microsecond, a few after a yield).
+static const double kStartLead = 20e-6;
 
 static double now() {
   timespec t;
@@ -139,7 +150,11 @@ static double now() {
 }
 
 // All ranks meet; rank 0's `stop` (ignored elsewhere) reaches every rank. Waits at most
-// timeoutS, then names the ranks that never came and exits 3.
+// timeoutS, then names the ranks that never came and exits 3. Every rank then waits for the start
+// line the last one to arrive set, kStartLead after it came, so that they leave together: without
+// it the last rank left first (it sees its own arrival at once, the others when the release
+// reaches them), and a collective whose receivers arrive last (a broadcast's, a reduce's root)
+// timed their lead, 0.5-2.6 us, on top of the library's time.
 static bool barrier(Shared* sh, int rank, int n, bool stop, double timeoutS) {
   const char* stage = gStage;
   gStage = "barrier";
@@ -148,6 +163,7 @@ static bool barrier(Shared* sh, int rank, int n, bool stop, double timeoutS) {
   sh->at[rank].store(g + 1, std::memory_order_relaxed);
   if (sh->arrived.fetch_add(1, std::memory_order_acq_rel) == n - 1) {
     sh->arrived.store(0, std::memory_order_relaxed);
+    sh->startLine = now() + kStartLead;  // published by the release below
     sh->gen.store(g + 1, std::memory_order_release);
   } else {
     const double deadline = now() + timeoutS;
@@ -165,6 +181,10 @@ static bool barrier(Shared* sh, int rank, int n, bool stop, double timeoutS) {
         sched_yield();
       }
     }
+  }
+  // Read before the next barrier's release can move it: that needs this rank's arrival there.
+  const double line = sh->startLine;
+  while (now() < line) {
   }
   gStage = stage;
   return sh->stop[g & 1] != 0;
@@ -263,7 +283,7 @@ static size_t outElems(int coll, const Shape& s, int rank) {
 }
 
 struct Opts {
-  int n = 2, dev = 0, gpus = 1, perHost = 1, iters = 200, warmup = 3, gapUs = 0, graph = 0, busy = 0;
+  int n = 2, dev = 0, gpus = 1, perHost = 1, iters = 200, warmup = 3, gapUs = 0, graph = 0, busy = 0, pin = 0;
   bool oneHost = false, uts = false, calls = false, busyAlu = false;
   size_t minB = 8, maxB = 512 << 20;
   double budget = 0.25, timeoutS = 60;
@@ -349,9 +369,37 @@ static Calls capture(int coll, const Shape& s, const float* send, float* recv, i
   return c;
 }
 
+// --pin: binds the calling process to the rank-th `k` of the CPUs it may use; false (saying why) when
+// there are fewer than n x k of them.
+static bool pinRank(int rank, int n, int k) {
+  cpu_set_t allowed, mine;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    fprintf(stderr, "rank %d: sched_getaffinity: %s\n", rank, strerror(errno));
+    return false;
+  }
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if ((long)cpus.size() < (long)n * k) {
+    fprintf(stderr, "rank %d: --pin %d wants %d CPUs for %d ranks, %zu allowed\n", rank, k, n * k, n, cpus.size());
+    return false;
+  }
+  CPU_ZERO(&mine);
+  for (int i = rank * k; i < (rank + 1) * k; i++) CPU_SET(cpus[i], &mine);
+  if (sched_setaffinity(0, sizeof mine, &mine) != 0) {
+    fprintf(stderr, "rank %d: sched_setaffinity: %s\n", rank, strerror(errno));
+    return false;
+  }
+  if (rank == 0 || rank == n - 1)
+    printf("# rank %d pinned to CPUs %d-%d of %zu allowed\n", rank, cpus[rank * k], cpus[(rank + 1) * k - 1],
+           cpus.size());
+  return true;
+}
+
 static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<size_t>& sizes, Shared* sh) {
   const int n = o.n;
   gRank = rank;
+  if (o.pin > 0 && !pinRank(rank, n, o.pin)) return 3;
   signal(SIGALRM, onAlarm);
   alarm((unsigned)o.timeoutS);
   gStage = "init";
@@ -494,7 +542,7 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
 static const char* kUsage =
     "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--per-host 1] [--colls all|a,b,c]\n"
     "                 [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]\n"
-    "                 [--calls] [--gap-us 0] [--graph K] [--busy C [--busy-alu]]\n"
+    "                 [--calls] [--gap-us 0] [--graph K] [--busy C [--busy-alu]] [--pin K]\n"
     "collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter\n";
 
 static bool parseColls(const std::string& list, std::vector<int>* out) {
@@ -550,6 +598,7 @@ int main(int argc, char** argv) {
     else if (a == "--graph") o.graph = atoi(need());
     else if (a == "--busy") o.busy = atoi(need());
     else if (a == "--busy-alu") o.busyAlu = true;
+    else if (a == "--pin") o.pin = atoi(need());
     else {
       fprintf(stderr, "%s", kUsage);
       return 2;
@@ -559,9 +608,9 @@ int main(int argc, char** argv) {
       o.perHost < 1 || o.n % o.perHost != 0 || (o.oneHost && o.perHost > 1) ||
       o.iters < kMinIters || o.iters > kMaxIters || o.warmup < 0 || !(o.budget >= 0) || !(o.timeoutS >= 1) ||
       o.gapUs < 0 || o.gapUs > 1000000 || o.graph < 0 || o.graph > 1000 || (o.graph > 0 && o.gapUs > 0) ||
-      o.busy < 0 || o.busy > 1024 ||
+      o.busy < 0 || o.busy > 1024 || o.pin < 0 ||
       !parseColls(colls, &o.colls)) {
-    fprintf(stderr, "net_bench: bad arguments (--nranks 2..%d, --iters %d..%d, --min >= 8, --per-host divides --nranks, --gap-us 0..1000000, --graph 0..1000 and not with --gap-us, --busy 0..1024)\n%s", kMaxRanks,
+    fprintf(stderr, "net_bench: bad arguments (--nranks 2..%d, --iters %d..%d, --min >= 8, --per-host divides --nranks, --gap-us 0..1000000, --graph 0..1000 and not with --gap-us, --busy 0..1024, --pin >= 0)\n%s", kMaxRanks,
             kMinIters, kMaxIters, kUsage);
     return 2;
   }
