@@ -6,8 +6,10 @@
 //! communicator's connections with the calling thread bound to them, restoring its affinity at
 //! the end: the threads started meanwhile inherit the set, and pinned host memory lands on the
 //! GPU's node. `NCCL_PROXY_CPUSET` binds the proxy threads elsewhere. ferronickel does the same
-//! ([`for_gpu`], [`Window`], [`proxy_cpus`]), reading the CPUs near a GPU from its PCI device's
-//! `local_cpulist` in sysfs. On a host of one NUMA node every CPU is near, and nothing changes.
+//! ([`for_gpu`], [`Window`], [`proxy_cpus`]), reading the CPUs near a GPU, as NCCL does, as those
+//! of the NUMA node sysfs gives its PCI device. On a host of one NUMA node every CPU is near, and
+//! nothing changes; where the device has no node (`numa_node` -1, as in some virtual machines)
+//! the GPU's affinity is empty and nothing is bound, as in NCCL.
 //! A failure to read or set an affinity is logged and leaves the threads where they were: it
 //! never fails a communicator (NCCL fails its init where `sched_setaffinity` refuses).
 
@@ -136,10 +138,15 @@ pub fn pci_dir(sys: &Path, bus_id: &str) -> PathBuf {
     sys.join("bus/pci/devices").join(bus_id.to_ascii_lowercase())
 }
 
-/// The CPUs near the GPU at PCI address `bus_id`: its device's `local_cpulist` under the sysfs
-/// root `sys` (`/sys` but in tests); `None` where sysfs does not say.
+/// The CPUs near the GPU at PCI address `bus_id`: those of the NUMA node its device's
+/// `numa_node` names, under the sysfs root `sys` (`/sys` but in tests); `None` where sysfs does
+/// not say or names no node (-1). NCCL reads the same node's CPUs; the device's own
+/// `local_cpulist` would name every CPU where the node is -1, and bind a caller that
+/// `NCCL_IGNORE_CPU_AFFINITY` lets go to all of them, where NCCL binds nothing.
 pub fn near_gpu(sys: &Path, bus_id: &str) -> Option<CpuSet> {
-    CpuSet::parse(&std::fs::read_to_string(pci_dir(sys, bus_id).join("local_cpulist")).ok()?)
+    let node: u32 = std::fs::read_to_string(pci_dir(sys, bus_id).join("numa_node")).ok()?.trim().parse().ok()?;
+    let cpus = sys.join(format!("devices/system/node/node{node}/cpulist"));
+    CpuSet::parse(&std::fs::read_to_string(cpus).ok()?)
 }
 
 /// NCCL's rule: the CPUs near the GPU that the caller may use (all of them with `ignore`);
@@ -159,12 +166,12 @@ pub fn for_gpu(dev: i32, bus_id: &str) -> Option<CpuSet> {
     let gpu = near_gpu(Path::new("/sys"), bus_id);
     let ignore = ignore_cpu_affinity() != 0;
     let chosen = choose(caller.as_ref(), gpu.as_ref(), ignore);
-    let show = |s: Option<&CpuSet>| s.map_or_else(|| "unknown".to_string(), |s| s.to_string());
+    let show = |s: Option<&CpuSet>| s.map(CpuSet::to_string).unwrap_or_default();
     // NCCL's line, which leaves the caller's set out where it was ignored.
     let callers = if ignore { String::new() } else { format!(" ; CPU affinity = {}", show(caller.as_ref())) };
     crate::nccl_info!(
         crate::debug::Subsys::INIT,
-        "Affinity for GPU {dev} is {}. (GPU affinity = {}{callers}).",
+        "ncclTopoGetCpuAffinity: Affinity for GPU {dev} is {}. (GPU affinity = {}{callers}).",
         chosen.as_ref().map_or_else(|| "empty, ignoring".to_string(), |s| s.to_string()),
         show(gpu.as_ref())
     );
@@ -296,15 +303,27 @@ mod tests {
     }
 
     #[test]
-    fn the_cpus_near_a_gpu_come_from_its_pci_device() {
+    fn the_cpus_near_a_gpu_are_those_of_its_numa_node() {
         let sys = std::env::temp_dir().join(format!("fn-affinity-sys-{}", std::process::id()));
         let dev = sys.join("bus/pci/devices/0000:1b:00.0");
+        let node1 = sys.join("devices/system/node/node1");
         std::fs::create_dir_all(&dev).unwrap();
-        std::fs::write(dev.join("local_cpulist"), "0-7,64-71\n").unwrap();
+        std::fs::create_dir_all(&node1).unwrap();
+        std::fs::write(node1.join("cpulist"), "8-15,72-79\n").unwrap();
+        // The device's own list, which names every CPU where it has no node, is not read.
+        std::fs::write(dev.join("local_cpulist"), "0-127\n").unwrap();
+        std::fs::write(dev.join("numa_node"), "1\n").unwrap();
         // The driver writes the address in capitals; sysfs names it in lower case.
-        assert_eq!(near_gpu(&sys, "0000:1B:00.0").unwrap().to_string(), "0-7,64-71");
+        assert_eq!(near_gpu(&sys, "0000:1B:00.0").unwrap().to_string(), "8-15,72-79");
         assert_eq!(near_gpu(&sys, "0000:2A:00.0"), None);
-        std::fs::write(dev.join("local_cpulist"), "garbage").unwrap();
+        // No node (a virtual machine's devices), a node sysfs does not list, garbage: NCCL's
+        // empty affinity, so nothing is bound.
+        for node in ["-1\n", "3\n", "x"] {
+            std::fs::write(dev.join("numa_node"), node).unwrap();
+            assert_eq!(near_gpu(&sys, "0000:1B:00.0"), None, "numa_node {node:?}");
+        }
+        std::fs::write(dev.join("numa_node"), "1").unwrap();
+        std::fs::write(node1.join("cpulist"), "garbage").unwrap();
         assert_eq!(near_gpu(&sys, "0000:1B:00.0"), None);
         std::fs::remove_dir_all(&sys).unwrap();
     }
