@@ -23,7 +23,9 @@
 #   --budget SECONDS   stop starting steps after this much wall time (default 540)
 #   --no-build         reuse binaries in $BUILD
 # env: OUT (default ./gpu-out), BUILD (default build/gpu), CUDA_ARCH (default from nvidia-smi),
-#      CUDA_VISIBLE_DEVICES (the GPUs the steps may use),
+#      CUDA_VISIBLE_DEVICES (the GPUs the steps may use; instances side by side, each with its own:
+#      the leak steps read a GPU's free memory, so no other instance may use their GPUs, and the
+#      exit steps, which start hundreds of processes, ran 2.7x slower with two instances on one GPU),
 #      NCCL_REF (reference NCCL root), CUDA_HOME (default /usr/local/cuda),
 #      NCCL_TESTS_SRC (a copy of NVIDIA's nccl-tests sources: adds the step nccl_tests_p1)
 set -u
@@ -42,7 +44,7 @@ while [ $# -gt 0 ]; do
     --lib) LIB=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
     --no-build) NOBUILD=1 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -396,6 +398,9 @@ if [ "$LIB" = ours ] && [ "$NG" -ge 1 ]; then
       export CUDA_MPS_PIPE_DIRECTORY=$1/mps-pipe CUDA_MPS_LOG_DIRECTORY=$1/mps-log
       mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
       nvidia-cuda-mps-control -d && echo "CUDA MPS started" && trap "echo quit | nvidia-cuda-mps-control" EXIT
+      # The server numbers the GPUs it was started with from 0: a client that names them again
+      # by the numbers of the machine finds no device (the MPS guide: unset in clients).
+      unset CUDA_VISIBLE_DEVICES
     fi
     "${@:3}"; rc=$?; exit $rc' _ "$BUILD" "$SPREAD" "$BUILD/symmetric" --procs 2 --bench --iters 50 $SPREAD
   TORCH_PY=/opt/torch/.venv/bin/python; [ -x "$TORCH_PY" ] || TORCH_PY=python3

@@ -101,7 +101,14 @@ timeout 120 "$CUDA/bin/nvcc" -O2 -std=c++17 -arch="$ARCH" -I"$INC" -o "$BIN" "$R
 if [ $MPS = 1 ]; then
   export CUDA_MPS_PIPE_DIRECTORY=$OUTDIR/mps-pipe CUDA_MPS_LOG_DIRECTORY=$OUTDIR/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d && echo "net_bench: CUDA MPS started" || { echo "net_bench: could not start MPS"; MPS=0; }
+  if nvidia-cuda-mps-control -d; then
+    echo "net_bench: CUDA MPS started"
+    # The server numbers the GPUs of CUDA_VISIBLE_DEVICES from 0: the ranks, its clients, must not
+    # name them again by the machine's numbers (NVIDIA's MPS guide: unset in clients).
+    unset CUDA_VISIBLE_DEVICES
+  else
+    echo "net_bench: could not start MPS"; MPS=0
+  fi
   trap 'echo quit | nvidia-cuda-mps-control; echo "net_bench: CUDA MPS stopped"' EXIT
 fi
 

@@ -82,7 +82,10 @@ fi
 
 export CUDA_MPS_PIPE_DIRECTORY=$OUTDIR/mps-pipe CUDA_MPS_LOG_DIRECTORY=$OUTDIR/mps-log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-nvidia-cuda-mps-control -d && echo "net_stalls: CUDA MPS started" || echo "net_stalls: could not start MPS"
+# The server numbers the GPUs of CUDA_VISIBLE_DEVICES from 0: its clients must not name them
+# again by the numbers of the machine (the MPS guide: unset in clients).
+nvidia-cuda-mps-control -d && echo "net_stalls: CUDA MPS started" && unset CUDA_VISIBLE_DEVICES \
+  || echo "net_stalls: could not start MPS"
 HOGS=()
 trap '[ ${#HOGS[@]} = 0 ] || kill "${HOGS[@]}"; echo quit | nvidia-cuda-mps-control; echo "net_stalls: CUDA MPS stopped"' EXIT
 for _ in $(seq 1 "$HOG"); do (while :; do :; done) & HOGS+=($!); done
