@@ -174,8 +174,8 @@ crate::int_param!(
 /// A message is split over this many parts (channels): enough that each part carries at least
 /// P2P_MIN_PART bytes, at most the channels the connection has, and at most an equal share of the
 /// rank's CTA budget among its 2(n-1) peer lanes so that every lane can run at once. A peer on
-/// another host too: two parts at least there, as NCCL gives a NET peer, measured slower
-/// (docs/ARCHITECTURE.md, "Measured constants").
+/// another host too: two parts at least there, as NCCL gives a NET peer two channels, measured
+/// slower and not kept (docs/ARCHITECTURE.md, "Measured constants").
 fn p2p_parts(shape: &CommShape, p2p_channels: usize, bytes: usize) -> usize {
     // 256 KiB parts left 256 KiB..1 MiB sends 15% slower than NCCL on 2x H200 (one CTA copies
     // too slowly); 64 KiB parts spread them over 4..16 CTAs. Between GPUs of one host 32 KiB:
