@@ -517,6 +517,11 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   for P in LL LL128 Simple; do
     net_step check_net_${P}_2 200 NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
   done
+  # Ranks bound to two CPUs: one Socket helper thread a process, beside the rank's own
+  # (docs/NET.md, "The helper pool").
+  step check_net_2cpus_2 net 200 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET taskset -c 0,1 "${@:2}"; rc=$?
+    n=$(grep -c "NET/Socket: helper threads: 1," "$1"); echo "processes with one helper: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
+    _ "$LOG/check_net_2cpus_2.log" "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
   net_step check_net_mixed_2x2 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 2 $Q --failures-only
   # Hosts told apart as in production, by host name and boot id, with no NCCL_HOSTID: each rank
   # process takes a UTS namespace of its own named after its host (check --uts; needs
@@ -604,6 +609,12 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
     step plugin_net_fast_2 net 200 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "${@:2}"; rc=$?
       n=$(grep -c "ready: 2 channels" "$1"); echo "communicators on 2 channels: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
       _ "$LOG/plugin_net_fast_2.log" env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcpfast.so" \
+      "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
+    # Ranks bound to two CPUs: a plugin's connections get one proxy thread, not one for each
+    # half, which would take turns with the rank's own (docs/NET.md, "Two progress threads").
+    step plugin_net_2cpus_2 net 200 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET taskset -c 0,1 "${@:2}"; rc=$?
+      n=$(grep -c "NET: proxy of device [0-9]*: one thread on" "$1"); echo "proxies of one thread: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
+      _ "$LOG/plugin_net_2cpus_2.log" env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp11.so" \
       "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
     # NCCL_MIN_NCHANNELS raises the NET channels past what the link needs, as in NCCL, and large
     # ring collectives run on all of them: four through the 10 Gbps plugin (alone: two), four hosts.

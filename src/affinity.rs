@@ -214,6 +214,15 @@ thread_local! {
     static OUTSIDE: std::cell::Cell<Option<CpuSet>> = const { std::cell::Cell::new(None) };
 }
 
+/// How many CPUs a thread started now may run on: those of `set` where it binds itself there,
+/// else the calling thread's, which it inherits; `None` where they cannot be read.
+pub fn cpus_of_new_thread(set: Option<&CpuSet>) -> Option<usize> {
+    match set {
+        Some(s) => Some(s.count()),
+        None => CpuSet::of_this_thread().ok().map(|s| s.count()),
+    }
+}
+
 /// The affinity the calling thread goes back to when its window closes, where it is in one: for
 /// threads it starts that serve every communicator of the process (the Socket net's helpers), not
 /// one GPU's.
@@ -326,6 +335,13 @@ mod tests {
         std::fs::write(node1.join("cpulist"), "garbage").unwrap();
         assert_eq!(near_gpu(&sys, "0000:1B:00.0"), None);
         std::fs::remove_dir_all(&sys).unwrap();
+    }
+
+    #[test]
+    fn a_new_thread_runs_on_its_set_or_else_where_its_starter_may() {
+        assert_eq!(cpus_of_new_thread(Some(&set(&[1, 5]))), Some(2));
+        let mine = CpuSet::of_this_thread().unwrap().count();
+        assert_eq!(cpus_of_new_thread(None), Some(mine));
     }
 
     /// In a thread of its own, so that the test harness's thread keeps its affinity.

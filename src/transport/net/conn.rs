@@ -495,7 +495,11 @@ impl NetTransport {
     ) -> Result<NetTransport> {
         let layout =
             Layout { slot_bytes: setup.fifo_bytes / crate::abi::FN_NSTEPS as usize, one_message: !setup.net.builtin() };
-        let proxy = Proxy::for_device(setup.dev, proxy::split_halves(setup.net.builtin()), setup.cpus.as_ref())?;
+        let proxy = Proxy::for_device(
+            setup.dev,
+            proxy::split_halves(setup.net.builtin(), setup.cpus.as_ref()),
+            setup.cpus.as_ref(),
+        )?;
         // A dead peer fails all its connections at once: the first says so, the rest only log.
         let (hook, told) = (setup.fault.clone(), Arc::new(AtomicBool::new(false)));
         let fault: FaultHook = Arc::new(move |m: String| {

@@ -91,8 +91,8 @@ pub trait Net: Send + Sync {
     /// prices it by its own measured constants rather than by its reported properties, its
     /// steps cross as a size word and data in one `sendmsg` (a plugin's small ones as one
     /// message: `proxy::Layout`), and its helper threads move large messages, so its connections
-    /// need one proxy thread where a plugin's, which may copy in its calls, get two
-    /// (`proxy::split_halves`).
+    /// need one proxy thread where a plugin's, which may copy in its calls, get two where there
+    /// are CPUs for them (`proxy::split_halves`).
     fn builtin(&self) -> bool {
         false
     }

@@ -127,18 +127,32 @@ const DRAIN_WAIT: Duration = Duration::from_secs(1);
 crate::int_param!(
     /// FERRONICKEL_NET_PROXY_THREADS: 1, one progress thread for both halves of every connection
     /// (NCCL's way); 2, a thread for the send halves and one for the receive halves; 0 (the
-    /// default, and any other value), two for a net plugin's connections and one for the
-    /// built-in Socket net's ([`split_halves`]).
+    /// default, and any other value), two for a net plugin's connections where the threads have
+    /// [`SPLIT_MIN_CPUS`] or more, else one ([`split_halves`]).
     proxy_threads, "FERRONICKEL_NET_PROXY_THREADS", 0
 );
 
-/// Whether the connections of a net, built in or a plugin, get a thread for each half (see
-/// the module docs).
-pub fn split_halves(builtin: bool) -> bool {
-    match proxy_threads() {
+/// A plugin's connections get a thread for each half only where the proxy's threads may run on
+/// this many CPUs or more. With each rank bound to two, its main thread and two polling proxy
+/// threads took turns, and one thread was faster at every size (a call held up to 2 ms where a
+/// thread that polled kept the CPU its other half needed); from three CPUs on, two were faster
+/// (docs/NET.md, "Two progress threads").
+const SPLIT_MIN_CPUS: usize = 3;
+
+/// Whether the connections of a net, built in or a plugin, get a thread for each half from a
+/// proxy started for a communicator whose threads run on `cpus` (see the module docs).
+pub fn split_halves(builtin: bool, cpus: Option<&CpuSet>) -> bool {
+    let ncpus = affinity::cpus_of_new_thread(affinity::proxy_cpus(cpus).as_ref());
+    split_rule(proxy_threads(), builtin, ncpus)
+}
+
+/// [`split_halves`] by the setting, the net, and how many CPUs the threads may run on (`None`:
+/// not known).
+fn split_rule(setting: i64, builtin: bool, ncpus: Option<usize>) -> bool {
+    match setting {
         1 => false,
         2 => true,
-        _ => !builtin,
+        _ => !builtin && ncpus.is_none_or(|n| n >= SPLIT_MIN_CPUS),
     }
 }
 
@@ -554,9 +568,10 @@ type ProxyKey = (i32, bool);
 static PROXIES: Mutex<Vec<(ProxyKey, Weak<Proxy>)>> = Mutex::new(Vec::new());
 
 impl Proxy {
-    /// The proxy of `dev` for connections whose halves get a thread each (`split`) or share one,
-    /// started if none runs, its threads on `NCCL_PROXY_CPUSET` or else on `cpus` (the CPUs near
-    /// the GPU of the communicator that starts it; `crate::affinity`).
+    /// The proxy of `dev` for connections whose halves get a thread each (`split`,
+    /// [`split_halves`]) or share one, started if none runs, its threads on `NCCL_PROXY_CPUSET`
+    /// or else on `cpus` (the CPUs near the GPU of the communicator that starts it;
+    /// `crate::affinity`).
     pub fn for_device(dev: i32, split: bool, cpus: Option<&CpuSet>) -> Result<Arc<Proxy>> {
         let mut all = PROXIES.lock();
         all.retain(|(_, w)| w.strong_count() > 0);
@@ -576,6 +591,12 @@ impl Proxy {
         });
         let mut p = Proxy { inner: inner.clone(), halves: halves.to_vec(), threads: Vec::new() };
         let bind = affinity::proxy_cpus(cpus);
+        crate::nccl_info!(
+            crate::debug::Subsys::NET,
+            "NET: proxy of device {dev}: {} on CPUs {}",
+            if split { "a thread for the send halves and one for the receive halves" } else { "one thread" },
+            bind.map_or("the caller's".to_string(), |s| s.to_string())
+        );
         for (i, &h) in halves.iter().enumerate() {
             let run = inner.clone();
             // The receiving thread's name ends in `r`; the other's is NCCL's proxy thread's.
@@ -741,6 +762,16 @@ mod tests {
         assert!(!nap_now(false, ms(1), false), "within SPIN of a move");
         assert!(nap_now(false, ms(3), false), "idle, no launch awaited");
         assert!(!nap_now(false, ms(20), true), "a launch awaited, nothing moved since");
+    }
+
+    #[test]
+    fn a_plugins_halves_get_a_thread_each_only_where_there_are_cpus_for_them() {
+        assert!(!split_rule(0, true, Some(64)), "the built-in net's helpers move its large messages");
+        assert!(split_rule(0, false, Some(SPLIT_MIN_CPUS)));
+        assert!(split_rule(0, false, None), "CPUs not known");
+        assert!(!split_rule(0, false, Some(2)), "two CPUs: the rank's thread and one proxy thread");
+        assert!(split_rule(2, false, Some(1)) && split_rule(2, true, Some(1)), "two, as set");
+        assert!(!split_rule(1, false, Some(64)), "one, as set");
     }
 
     /// A wake-up is awaited until either thread moves something after it, LAUNCH_SPIN at most.
