@@ -517,11 +517,6 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   for P in LL LL128 Simple; do
     net_step check_net_${P}_2 200 NCCL_PROTO=$P "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
   done
-  # Ranks bound to two CPUs: one Socket helper thread a process, beside the rank's own
-  # (docs/NET.md, "The helper pool").
-  step check_net_2cpus_2 net 200 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET taskset -c 0,1 "${@:2}"; rc=$?
-    n=$(grep -c "NET/Socket: helper threads: 1," "$1"); echo "processes with one helper: $n"; [ $rc = 0 ] && [ "$n" -gt 0 ]' \
-    _ "$LOG/check_net_2cpus_2.log" "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
   net_step check_net_mixed_2x2 240 "$CHK" --mode procs --devs 0,0,0,0 --hosts 2 $Q --failures-only
   # Hosts told apart as in production, by host name and boot id, with no NCCL_HOSTID: each rank
   # process takes a UTS namespace of its own named after its host (check --uts; needs

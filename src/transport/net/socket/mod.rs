@@ -40,8 +40,8 @@ crate::int_param!(
 );
 crate::int_param!(
     /// FERRONICKEL_NET_SOCKET_HELPERS, 1 to 16: the helper threads of the process, shared by
-    /// every connection's data sockets (`pool`); unset (0): `pool::helper_count`'s choice.
-    socket_helpers, "FERRONICKEL_NET_SOCKET_HELPERS", 0
+    /// every connection's data sockets (`pool`).
+    socket_helpers, "FERRONICKEL_NET_SOCKET_HELPERS", 4
 );
 
 crate::int_param!(

@@ -34,8 +34,6 @@ const ARM_FOR: Duration = Duration::from_millis(1);
 /// An arm counts only if a chunk was queued this recently: a job whose messages all go inline
 /// keeps no helper polling.
 const ARM_IF_USED_WITHIN: Duration = Duration::from_secs(1);
-/// The helpers a process starts where it has CPUs for them ([`helper_count`]).
-pub(super) const HELPERS: usize = 4;
 /// `last_queued` before any chunk was.
 const NEVER: u64 = u64::MAX;
 
@@ -89,28 +87,13 @@ pub(super) struct Pool {
 static POOL: Mutex<Option<Arc<Pool>>> = Mutex::new(None);
 
 /// The process's pool, made with [`socket_helpers`] threads on first use.
-/// The helpers a process starts unless `FERRONICKEL_NET_SOCKET_HELPERS` (`setting`, 1 to 16)
-/// says: [`HELPERS`], but no more than the CPUs they may run on (`ncpus`, `None`: not known)
-/// beside the rank's own thread, and at least one. With each rank bound to two CPUs, four
-/// helpers took turns with the rank's thread and its proxy: one or two were 4-5 % faster over two
-/// and four hosts, 64 KB to 16 MB (docs/NET.md, "The helper pool").
-fn helper_count(setting: i64, ncpus: Option<usize>) -> usize {
-    if setting > 0 {
-        return setting.min(super::MAX_THREADS as i64) as usize;
-    }
-    ncpus.map_or(HELPERS, |n| n.saturating_sub(1).clamp(1, HELPERS))
-}
-
 pub(super) fn pool() -> Result<Arc<Pool>> {
     let mut p = POOL.lock();
     let pid = std::process::id();
     if let Some(pool) = p.as_ref().filter(|pool| pool.pid == pid) {
         return Ok(pool.clone());
     }
-    // The helpers serve every communicator of the process, whatever its GPU: they run where the
-    // thread that starts them runs outside its communicator's init window (crate::affinity).
-    let bind = crate::affinity::outside_window();
-    let n = helper_count(socket_helpers(), crate::affinity::cpus_of_new_thread(bind.as_ref()));
+    let n = socket_helpers().clamp(1, super::MAX_THREADS as i64) as usize;
     let pool = Arc::new(Pool {
         pid,
         served: RwLock::new(Vec::new()),
@@ -119,6 +102,9 @@ pub(super) fn pool() -> Result<Arc<Pool>> {
         last_queued: AtomicU64::new(NEVER),
         epoch: Instant::now(),
     });
+    // The helpers serve every communicator of the process, whatever its GPU: they run where the
+    // thread that starts them runs outside its communicator's init window (crate::affinity).
+    let bind = crate::affinity::outside_window();
     crate::nccl_info!(
         crate::debug::Subsys::NET,
         "NET/Socket: helper threads: {n}, on CPUs {}",
@@ -288,17 +274,6 @@ fn pass(pool: &Pool, turn: usize, fds: &mut Vec<libc::pollfd>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_process_starts_a_helper_for_each_cpu_beside_the_ranks_own_up_to_four() {
-        assert_eq!(helper_count(0, None), HELPERS, "CPUs not known");
-        assert_eq!(helper_count(0, Some(64)), HELPERS);
-        assert_eq!(helper_count(0, Some(3)), 2);
-        assert_eq!(helper_count(0, Some(2)), 1);
-        assert_eq!(helper_count(0, Some(1)), 1, "at least one");
-        assert_eq!(helper_count(8, Some(2)), 8, "as set");
-        assert_eq!(helper_count(99, None), super::super::MAX_THREADS);
-    }
 
     /// An arm keeps the lead polling for `ARM_FOR` from now and never cuts an earlier one short.
     #[test]

@@ -511,7 +511,7 @@ fn connections_share_the_helpers_and_one_closing_mid_message_stops_none_of_the_o
             both_ends(&mut *c, &mut *l)
         })
         .collect();
-    assert!(2 * pairs.len() > super::pool::HELPERS, "more data sockets than helpers");
+    assert!(2 * pairs.len() > socket_helpers() as usize, "more data sockets than helpers");
     let out: Vec<Vec<u8>> = (0..pairs.len())
         .map(|i| {
             let mut v = vec![0u8; INLINE_MAX * 3 + 1000 * i];
