@@ -593,9 +593,9 @@ impl Proxy {
         let bind = affinity::proxy_cpus(cpus);
         crate::nccl_info!(
             crate::debug::Subsys::NET,
-            "NET: proxy of device {dev}: {} on CPUs {}",
+            "NET: proxy of device {dev}: {} on {}",
             if split { "a thread for the send halves and one for the receive halves" } else { "one thread" },
-            bind.map_or("the caller's".to_string(), |s| s.to_string())
+            bind.map_or("the caller's CPUs".to_string(), |s| format!("CPUs {s}"))
         );
         for (i, &h) in halves.iter().enumerate() {
             let run = inner.clone();

@@ -107,8 +107,8 @@ pub(super) fn pool() -> Result<Arc<Pool>> {
     let bind = crate::affinity::outside_window();
     crate::nccl_info!(
         crate::debug::Subsys::NET,
-        "NET/Socket: helper threads: {n}, on CPUs {}",
-        bind.map_or("the caller's".to_string(), |s| s.to_string())
+        "NET/Socket: helper threads: {n}, on {}",
+        bind.map_or("the caller's CPUs".to_string(), |s| format!("CPUs {s}"))
     );
     for i in 0..n {
         let mine = pool.clone();
