@@ -281,12 +281,8 @@ fn traffic_on_every_net() {
 /// How many CPUs this process, and the children it starts, may run on.
 fn allowed_cpus() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim();
-    let width = |r: &str| match r.split_once('-') {
-        Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
-        None => 1,
-    };
-    list.split(',').map(width).sum()
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap();
+    nccl::affinity::CpuSet::parse(list).unwrap().count()
 }
 
 /// The NET transport (proxy thread and all) over every net, the plugins included: a plugin of
