@@ -505,6 +505,12 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
   }
   net_step check_net_2 300 "$CHK" --mode procs --devs 0,0 --hosts 2 $Q --failures-only
   net_step check_net_4 300 "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 $Q --failures-only
+  # Ranks bound to two CPUs: every message of the Socket net goes inline, the helpers idle (the
+  # rank's threads would take turns with them: docs/NET.md, "The Socket net").
+  step check_net_2cpus_2 net 200 bash -c 'env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET taskset -c 0,1 "${@:2}"; rc=$?
+    n=$(grep -c "NET/Socket: helper threads: .*messages sent inline: all" "$1"); echo "processes sending every message inline: $n"
+    [ $rc = 0 ] && [ "$n" -gt 0 ]' \
+    _ "$LOG/check_net_2cpus_2.log" "$CHK" --mode procs --devs 0,0 --hosts 2 --quick --failures-only
   # Ring forced across hosts (Tree forced: the tree group's tree_hosts_4_* steps).
   net_step check_net_ring_4 150 NCCL_ALGO=Ring "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
   # NCCL_NCHANNELS_PER_NET_PEER=1: peers on other hosts that connect when first needed (recursive

@@ -160,10 +160,13 @@ fn plugin_env(short: &str) -> Vec<(&'static str, String)> {
 /// The nets every scenario runs against (a name's first word is the net's), each net with the
 /// proxy threads it gets by default and with the other shape (`FERRONICKEL_NET_PROXY_THREADS`:
 /// one thread for both halves of the Socket net's connections, a thread a half for a plugin's).
+/// The Socket net's eight sockets a connection carry chunks whatever the machine's CPUs (on two
+/// the plain Socket net sends every message inline).
 fn backends() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
     let mut wide = socket_env();
     wide.push(("NCCL_SOCKET_NTHREADS", "4".into()));
     wide.push(("NCCL_NSOCKS_PERTHREAD", "2".into()));
+    wide.push(("FERRONICKEL_NET_SOCKET_INLINE_MAX", (128 << 10).to_string()));
     let mut split = socket_env();
     split.push(("FERRONICKEL_NET_PROXY_THREADS", "2".into()));
     let mut one = plugin_env("fntcp11");
@@ -327,6 +330,8 @@ fn the_proxy_reports_every_step_to_a_profiler() {
     let dir = scratch("proxy-profiler");
     let mut chunked = socket_env();
     chunked.push(("FN_TEST_FIFO_BYTES", (2 << 20).to_string()));
+    // Chunks wherever the test runs: a machine of two CPUs sends every message inline.
+    chunked.push(("FERRONICKEL_NET_SOCKET_INLINE_MAX", (128 << 10).to_string()));
     for (name, mut env) in [("Socket", socket_env()), ("Socket-chunks", chunked), ("FnTcp11", plugin_env("fntcp11"))] {
         let trace = dir.join(format!("{name}.trace"));
         let _ = std::fs::remove_file(&trace);

@@ -25,8 +25,11 @@ const LIMIT: Duration = Duration::from_secs(30);
 const POISON: u8 = 0xa5;
 
 fn the_net() -> Arc<dyn Net> {
-    // Every test of this binary wants the same setting; the net reads it once.
+    // Every test of this binary wants the same settings; the net reads them once. Messages go
+    // in chunks on the data sockets wherever the test runs (on two CPUs they would all go
+    // inline, and a cut data socket would carry nothing).
     std::env::set_var("FERRONICKEL_NET_TCP_TIMEOUT_MS", TCP_MS.to_string());
+    std::env::set_var("FERRONICKEL_NET_SOCKET_INLINE_MAX", (128 << 10).to_string());
     net::init(&net::NetConfig { net_name: Some("Socket".into()), ..Default::default() }).expect("the Socket net")
 }
 

@@ -58,8 +58,9 @@ pub const MAX_SOCKS: usize = 64;
 pub const MAX_THREADS: usize = 16;
 /// Smallest chunk a message is cut into.
 pub const MIN_CHUNK: usize = 64 << 10;
-/// Messages below this follow their header on the control socket, moved by the caller's thread
-/// (the proxy's); larger ones are cut into chunks for the helper threads. Inline, one proxy
+/// By default messages below this follow their header on the control socket, moved by the
+/// caller's thread (the proxy's); larger ones are cut into chunks for the helper threads
+/// ([`inline_max`]: the sender's choice, which the header carries). Inline, one proxy
 /// thread copies every channel's bytes in turn; through the helpers a message may wait for one
 /// to wake. 128 KiB, not 256: with the helper pool, collectives whose channels each carry
 /// 128-255 KiB steps ran 1.15-1.9x faster; a lone step of that size takes about 10 us more
@@ -68,6 +69,29 @@ pub const INLINE_MAX: usize = 128 << 10;
 // A message that does not go inline must be cut into at least one chunk (`wire::chunks` cuts
 // none below MIN_CHUNK): otherwise both ends would skip its bytes and report it complete.
 const _: () = assert!(INLINE_MAX >= MIN_CHUNK);
+crate::int_param!(
+    /// FERRONICKEL_NET_SOCKET_INLINE_MAX: messages this process sends below this many bytes go
+    /// inline on the control socket, larger ones in chunks through the helpers (at least
+    /// MIN_CHUNK); 0, the default: [`inline_cut`]'s rule.
+    inline_max_param, "FERRONICKEL_NET_SOCKET_INLINE_MAX", 0
+);
+
+/// Where the helpers have fewer CPUs than this, every message goes inline. With each rank bound
+/// to two, the helpers only took turns with the proxy and the rank's main thread: every message
+/// inline was 1.16x faster over four hosts and 1.10x over two (64 KB-16 MB); on three CPUs it
+/// was 0.89x, unbound 0.76x (docs/NET.md, "The Socket net").
+const HELPERS_MIN_CPUS: usize = 3;
+
+/// The sender's cut between inline and chunked messages: the `setting` where it is positive (at
+/// least [`MIN_CHUNK`]), else [`INLINE_MAX`] where the helpers run on [`HELPERS_MIN_CPUS`] or
+/// more (or where that is not known), else none: every message inline.
+fn inline_cut(setting: i64, helper_cpus: Option<usize>) -> usize {
+    match usize::try_from(setting) {
+        Ok(n) if n > 0 => n.max(MIN_CHUNK),
+        _ if helper_cpus.is_some_and(|n| n < HELPERS_MIN_CPUS) => usize::MAX,
+        _ => INLINE_MAX,
+    }
+}
 /// Largest chunk, so that a chunk's length fits its header's 32 bits.
 const MAX_CHUNK: usize = 1 << 30;
 /// At most this many interfaces become devices, as NCCL.
@@ -97,8 +121,9 @@ const HELPER_NAP: Duration = Duration::from_millis(50);
 /// Bytes a helper moves on one socket before it turns to its next one.
 const HELPER_SLICE: usize = 1 << 20;
 
-/// Names the wire format too: a peer that cuts messages at another size is refused at connect.
-const HANDLE_MAGIC: &[u8; 8] = b"FNSOCK\x00\x03";
+/// Names the wire format too: a peer of another format (before `\x04` the receiver cut messages
+/// at its own INLINE_MAX; now the header says) is refused at connect.
+const HANDLE_MAGIC: &[u8; 8] = b"FNSOCK\x00\x04";
 const HELLO_MAGIC: &[u8; 8] = b"FNSKHELO";
 const HELLO_BYTES: usize = 32;
 const HDR_BYTES: usize = 16;

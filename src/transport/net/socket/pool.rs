@@ -77,6 +77,9 @@ pub(super) struct Pool {
     served: RwLock<Vec<Served>>,
     /// The first is the lead, which an arm keeps polling.
     helpers: Vec<Helper>,
+    /// The cut between inline and chunked messages for what this process sends, by the CPUs
+    /// the helpers run on ([`super::inline_cut`]).
+    pub(super) inline_max: usize,
     /// Monotonic nanoseconds (from `epoch`) until which the lead keeps polling.
     armed_until: AtomicU64,
     /// When a chunk was last queued, in the same nanoseconds ([`NEVER`] before the first).
@@ -94,21 +97,31 @@ pub(super) fn pool() -> Result<Arc<Pool>> {
         return Ok(pool.clone());
     }
     let n = socket_helpers().clamp(1, super::MAX_THREADS as i64) as usize;
+    // The helpers serve every communicator of the process, whatever its GPU: they run where the
+    // thread that starts them runs outside its communicator's init window (crate::affinity).
+    let bind = crate::affinity::outside_window();
+    let cpus = crate::affinity::cpus_of_new_thread(bind.as_ref());
+    // Unit tests keep the cut wherever they run, so that the chunks' path is tested on machines
+    // of two CPUs too; `inline_cut` is tested on its own, and the integration tests see the rule.
+    let setting = if cfg!(test) { super::INLINE_MAX as i64 } else { super::inline_max_param() };
+    let inline_max = super::inline_cut(setting, cpus);
     let pool = Arc::new(Pool {
         pid,
         served: RwLock::new(Vec::new()),
         helpers: (0..n).map(|_| new_helper()).collect::<Result<_>>()?,
+        inline_max,
         armed_until: AtomicU64::new(0),
         last_queued: AtomicU64::new(NEVER),
         epoch: Instant::now(),
     });
-    // The helpers serve every communicator of the process, whatever its GPU: they run where the
-    // thread that starts them runs outside its communicator's init window (crate::affinity).
-    let bind = crate::affinity::outside_window();
     crate::nccl_info!(
         crate::debug::Subsys::NET,
-        "NET/Socket: helper threads: {n}, on {}",
-        bind.map_or("the caller's CPUs".to_string(), |s| format!("CPUs {s}"))
+        "NET/Socket: helper threads: {n}, on {}; messages sent inline: {}",
+        bind.map_or("the caller's CPUs".to_string(), |s| format!("CPUs {s}")),
+        match inline_max {
+            usize::MAX => "all".to_string(),
+            m => format!("below {m} bytes"),
+        }
     );
     for i in 0..n {
         let mine = pool.clone();

@@ -12,7 +12,8 @@ use super::super::{check_recv, MemHandle, PtrKind, RecvBuf, RecvComm, Request, M
 use super::chunk::{explain, socket_event};
 use super::conn::{host_only, Conn, Slots};
 use super::nonblock::{delay_acks, peek_some, recv_iov, recv_some};
-use super::{HDR_BYTES, INLINE_MAX};
+use super::wire::parse_msg_header;
+use super::HDR_BYTES;
 use crate::error::Result;
 use crate::plugin::profiler::{Event, Parent};
 
@@ -258,8 +259,10 @@ impl SocketRecv {
                 }
             }
             self.hdr_got = 0;
-            let tag = i32::from_le_bytes(self.hdr[..4].try_into().expect("4"));
-            let size = u64::from_le_bytes(self.hdr[8..].try_into().expect("8"));
+            let (tag, size, chunked) = match parse_msg_header(&self.hdr) {
+                Ok(h) => h,
+                Err(e) => return Err(self.conn.fail(format!("NET/Socket: {peer} sent {e}"))),
+            };
             let r = self.reqs.get(i);
             let Some(b) = (0..r.bufs.len()).find(|&b| r.bufs[b].tag == tag && r.got[b].is_none()) else {
                 let posted: Vec<i32> =
@@ -277,7 +280,7 @@ impl SocketRecv {
             let size = size as usize;
             r.got[b] = Some(size);
             let ptr = r.bufs[b].ptr;
-            if size < INLINE_MAX {
+            if !chunked {
                 if let Some(e) = r.step.as_ref().and_then(|p| socket_event(p, fd, false, size)) {
                     r.events.push(e);
                 }

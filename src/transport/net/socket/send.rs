@@ -10,13 +10,15 @@ use super::chunk::{explain, socket_event};
 use super::conn::{host_only, Conn, Slots};
 use super::nonblock::send_iov;
 use super::wire::msg_header;
-use super::{HDR_BYTES, INLINE_MAX};
+use super::HDR_BYTES;
 use crate::error::{Error, Result};
 use crate::plugin::profiler::{Event, Parent};
 
 pub(super) struct SendReq {
     pub(super) ptr: usize,
     pub(super) size: usize,
+    /// Its bytes go in chunks through the helpers, not inline ([`Conn::inline_max`]).
+    pub(super) chunked: bool,
     /// Control bytes (header, then an inline payload) written so far.
     pub(super) written: usize,
     pub(super) hdr: [u8; HDR_BYTES],
@@ -75,7 +77,7 @@ impl SocketSend {
                     break;
                 }
                 let (ptr, size, pending) = (r.ptr, r.size, r.pending.clone());
-                if size >= INLINE_MAX {
+                if r.chunked {
                     let step = r.step.take();
                     self.conn.post_chunks(ptr, size, &pending, step.as_ref());
                 }
@@ -89,10 +91,10 @@ impl SocketSend {
 impl SendReq {
     /// Bytes of the message that follow its header on the control socket.
     pub(super) fn inline(&self) -> usize {
-        if self.size < INLINE_MAX {
-            self.size
-        } else {
+        if self.chunked {
             0
+        } else {
+            self.size
         }
     }
 }
@@ -118,12 +120,13 @@ impl SendComm for SocketSend {
             return Err(Error::InvalidArgument(format!("isend: NULL buffer of {size} bytes")));
         }
         self.conn.shared.check()?;
-        let inline = size < INLINE_MAX;
+        let inline = size < self.conn.inline_max;
         let req = SendReq {
             ptr: data as usize,
             size,
+            chunked: !inline,
             written: 0,
-            hdr: msg_header(tag, size as u64),
+            hdr: msg_header(tag, size as u64, !inline),
             pending: Arc::new(AtomicUsize::new(0)),
             step: step.filter(|_| !inline).cloned(),
             _event: None,

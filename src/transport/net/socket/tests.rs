@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
 
-use super::wire::{chunk_header, chunks, msg_header};
+use super::wire::{chunk_header, chunks, msg_header, parse_msg_header};
 use super::*;
 use crate::transport::net::{PtrKind, RecvBuf, RecvComm, Request, SendComm, MAX_REQUESTS};
 
@@ -167,7 +167,7 @@ fn garbage_on_a_data_socket_is_an_error_naming_the_peer_and_socket() {
     let posted = [RecvBuf { data: buf.as_mut_ptr(), size: buf.len(), tag: 5 }];
     // SAFETY: buf outlives r (dropped first, at the end of the scope, in reverse order).
     let req = unsafe { r.irecv(&posted, &[&mr]) }.unwrap().unwrap();
-    socks[0].write_all(&msg_header(5, INLINE_MAX as u64)).unwrap();
+    socks[0].write_all(&msg_header(5, INLINE_MAX as u64, true)).unwrap();
     // The first chunk belongs on data socket 0 with sequence 0: send sequence 7 instead.
     socks[1].write_all(&chunk_header(7, MIN_CHUNK as u32, 0)).unwrap();
     socks[1].write_all(&vec![1u8; MIN_CHUNK]).unwrap();
@@ -192,7 +192,7 @@ fn a_message_larger_than_the_buffer_never_lands_past_it() {
     let posted = [RecvBuf { data: buf.as_mut_ptr(), size: 500, tag: 1 }];
     // SAFETY: buf outlives r.
     let req = unsafe { r.irecv(&posted, &[&mr]) }.unwrap().unwrap();
-    socks[0].write_all(&msg_header(1, u64::MAX)).unwrap();
+    socks[0].write_all(&msg_header(1, u64::MAX, true)).unwrap();
     let e = failure(&mut *r, &req);
     assert!(e.contains("sent 18446744073709551615 bytes (tag 1) to a receive buffer of 500 bytes"), "{e}");
     drop(r);
@@ -216,8 +216,8 @@ fn a_slow_sender_trickling_bytes_is_received_intact() {
     // SAFETY: b1 and b2 outlive r.
     let req = unsafe { r.irecv(&posted, &[&mr, &mr]) }.unwrap().unwrap();
     // Tag 4 (chunked) first, then tag 3 (inline), every piece a few bytes apart in time.
-    let mut ctrl = msg_header(4, big.len() as u64).to_vec();
-    ctrl.extend(msg_header(3, small.len() as u64));
+    let mut ctrl = msg_header(4, big.len() as u64, true).to_vec();
+    ctrl.extend(msg_header(3, small.len() as u64, false));
     ctrl.extend(&small);
     let mut data = chunk_header(0, big.len() as u32, 0).to_vec();
     data.extend(&big);
@@ -247,6 +247,82 @@ fn a_slow_sender_trickling_bytes_is_received_intact() {
     assert!(b1[300..].iter().all(|&x| x == 0xA5));
     assert_eq!(&b2[..big.len()], &big[..]);
     assert!(b2[big.len()..].iter().all(|&x| x == 0xA5));
+    drop(r);
+}
+
+#[test]
+fn every_message_goes_inline_where_the_helpers_have_fewer_than_three_cpus() {
+    assert_eq!(inline_cut(0, Some(2)), usize::MAX);
+    assert_eq!(inline_cut(0, Some(1)), usize::MAX);
+    assert_eq!(inline_cut(0, Some(3)), INLINE_MAX);
+    assert_eq!(inline_cut(0, None), INLINE_MAX, "CPUs unknown: the cut");
+    assert_eq!(inline_cut(1 << 20, Some(2)), 1 << 20, "a setting wins");
+    assert_eq!(inline_cut(5, Some(64)), MIN_CHUNK, "never below a chunk");
+    assert_eq!(inline_cut(-1, Some(64)), INLINE_MAX);
+}
+
+#[test]
+fn message_headers_say_how_the_bytes_come_and_bad_ones_are_refused() {
+    for (tag, size, chunked) in [(-3, 0, false), (7, (INLINE_MAX * 9) as u64, false), (1, MIN_CHUNK as u64, true)] {
+        assert_eq!(parse_msg_header(&msg_header(tag, size, chunked)), Ok((tag, size, chunked)));
+    }
+    let short = parse_msg_header(&msg_header(2, MIN_CHUNK as u64 - 1, true)).unwrap_err();
+    assert!(short.contains("announced in chunks, below the"), "{short}");
+    let mut h = msg_header(2, 10, false);
+    h[5] = 0x80;
+    assert!(parse_msg_header(&h).unwrap_err().contains("unknown flags 0x8000"));
+}
+
+/// The receiver follows the sender's cut: a message of several INLINE_MAX inline on the control
+/// socket, then one chunked; a header with unknown flags then fails the comm, naming the peer.
+#[test]
+fn the_header_says_whether_a_message_is_inline_or_in_chunks() {
+    let net = lo_net();
+    let (handle, mut l) = net.listen(0).unwrap();
+    let mut socks = fake_sender(&handle, 1);
+    let mut r = accept_within(&mut *l, Duration::from_secs(10));
+    let big: Vec<u8> = (0..3 * INLINE_MAX + 11).map(|i| (i * 13 % 251) as u8).collect();
+    let mut got = vec![0xA5u8; big.len() + 64];
+    let mr = r.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
+    let mut receive = |chunked: bool, buf: &mut [u8]| {
+        let posted = [RecvBuf { data: buf.as_mut_ptr(), size: buf.len(), tag: 9 }];
+        // SAFETY: buf outlives the request, which completes or fails before this returns.
+        let req = unsafe { r.irecv(&posted, &[&mr]) }.unwrap().unwrap();
+        // Written from a thread: the message is larger than the socket buffers may hold.
+        let (mut ss, bytes) = (std::mem::take(&mut socks), big.clone());
+        let writer = std::thread::spawn(move || {
+            ss[0].write_all(&msg_header(9, bytes.len() as u64, chunked)).unwrap();
+            let on = usize::from(chunked);
+            if chunked {
+                ss[1].write_all(&chunk_header(0, bytes.len() as u32, 0)).unwrap();
+            }
+            ss[on].write_all(&bytes).unwrap();
+            ss
+        });
+        let until = Instant::now() + Duration::from_secs(20);
+        let g = loop {
+            if let Some(g) = r.test(&req).unwrap() {
+                break g;
+            }
+            assert!(Instant::now() < until, "the receive did not complete in 20 s");
+        };
+        socks = writer.join().unwrap();
+        g
+    };
+    for chunked in [false, true] {
+        got.fill(0xA5);
+        assert_eq!(receive(chunked, &mut got), [big.len()], "chunked: {chunked}");
+        assert_eq!(&got[..big.len()], &big[..], "chunked: {chunked}");
+        assert!(got[big.len()..].iter().all(|&x| x == 0xA5));
+    }
+    let posted = [RecvBuf { data: got.as_mut_ptr(), size: got.len(), tag: 9 }];
+    // SAFETY: got outlives r.
+    let req = unsafe { r.irecv(&posted, &[&mr]) }.unwrap().unwrap();
+    let mut h = msg_header(9, 100, false);
+    h[4] = 2;
+    socks[0].write_all(&h).unwrap();
+    let e = failure(&mut *r, &req);
+    assert!(e.contains("127.0.0.1:") && e.contains("unknown flags 0x2"), "{e}");
     drop(r);
 }
 

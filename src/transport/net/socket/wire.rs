@@ -101,12 +101,31 @@ impl Hello {
     }
 }
 
-/// The header of a message on the control socket.
-pub(super) fn msg_header(tag: i32, size: u64) -> [u8; HDR_BYTES] {
+/// The header of a message on the control socket: its tag, whether its bytes come in chunks on
+/// the data sockets (else they follow the header inline) and its size. The sender chooses
+/// ([`super::inline_cut`]); the receiver follows the header.
+pub(super) fn msg_header(tag: i32, size: u64, chunked: bool) -> [u8; HDR_BYTES] {
     let mut b = [0u8; HDR_BYTES];
     b[..4].copy_from_slice(&tag.to_le_bytes());
+    b[4..8].copy_from_slice(&u32::from(chunked).to_le_bytes());
     b[8..].copy_from_slice(&size.to_le_bytes());
     b
+}
+
+/// A message header's `(tag, size, chunked)`, or what is wrong with it: flags other than
+/// "chunked", or a chunked message too short to make a chunk (both ends would skip its bytes).
+pub(super) fn parse_msg_header(b: &[u8; HDR_BYTES]) -> std::result::Result<(i32, u64, bool), String> {
+    let tag = i32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+    let flags = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
+    let size = u64::from_le_bytes(b[8..].try_into().expect("8 bytes"));
+    match flags {
+        0 => Ok((tag, size, false)),
+        1 if size >= MIN_CHUNK as u64 => Ok((tag, size, true)),
+        1 => {
+            Err(format!("a message of {size} bytes (tag {tag}) announced in chunks, below the {MIN_CHUNK}-byte chunk"))
+        }
+        f => Err(format!("a message header with unknown flags {f:#x} (tag {tag})")),
+    }
 }
 
 /// The header of a chunk on a data socket.
