@@ -6,10 +6,15 @@ landings (docs/NET.md, "A proxy's timeline").
 
 usage: scripts/proxy_timeline.py DIR [--detail FUNC:MIB] (a call by its function and the MiB rank 0 sends)
        scripts/proxy_timeline.py DIR --chunks
+       scripts/proxy_timeline.py DIR --phases COUNT
 
 --chunks instead says, per process and rank, how the Socket net's chunks (its socket events that
 a helper thread, fn-net-help*, started) went: how long after its step started a helper began
 moving each one, how long the move took, and how many helpers moved them.
+
+--phases COUNT instead says, per process, for its collective calls of COUNT elements (medians over
+them): the time from a call's collective event (its enqueue) to its first step, the span of its
+steps (first start to last stop), and from its last stop to the next call's event.
 
 Processes are grouped into runs by the library they loaded and by when they started (the ranks
 of one run start together). A step's times: a send from its isend (NCCL: the SendWait state;
@@ -75,6 +80,25 @@ def chunks(procs):
             )
 
 
+def phases(procs, count):
+    """Per process: a call's collective event to its first step, the steps' span, and on to the next call."""
+    for lib, colls, _, steps, _ in procs:
+        cs = sorted((c[0], c[4]) for c in colls)
+        rows = []
+        for (t, n), (nxt, _) in zip(cs, cs[1:]):
+            inside = [s for s in steps if t <= s["t0"] < nxt and s["t1"]]
+            if n != count or not inside:
+                continue
+            first, last = min(s["t0"] for s in inside), max(s["t1"] for s in inside)
+            rows.append(((first - t) / 1e3, (last - first) / 1e3, (nxt - last) / 1e3, (nxt - t) / 1e3))
+        if rows:
+            med = [statistics.median(r[k] for r in rows) for k in range(4)]
+            print(
+                f"{lib}: {len(rows)} calls; event to first step {med[0]:.0f} us, steps {med[1]:.0f}, "
+                f"last step to next event {med[2]:.0f}, event to event {med[3]:.0f}"
+            )
+
+
 def step_times(lib, s, is_send):
     """(wire start, end, bytes) of a step, or None where it never reached the wire."""
     by = {st: (t, b) for st, t, b in s["states"]}
@@ -130,6 +154,9 @@ def main():
     procs = [load(f) for f in glob.glob(os.path.join(d, "tl.*.txt"))]
     if "--chunks" in sys.argv:
         chunks(procs)
+        return
+    if "--phases" in sys.argv:
+        phases(sorted(procs, key=lambda p: (p[0], p[1][0][0] if p[1] else 0)), int(sys.argv[sys.argv.index("--phases") + 1]))
         return
     procs = [p for p in procs if p[1]]
     procs.sort(key=lambda p: p[1][0][0])
