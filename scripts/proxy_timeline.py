@@ -162,7 +162,9 @@ def main():
     procs.sort(key=lambda p: p[1][0][0])
     runs, cur = [], []
     for p in procs:
-        if cur and (p[0] != cur[0][0] or p[1][0][0] - cur[0][1][0][0] > 2e9):
+        # A run's ranks make their first call within moments of each other; the next run starts
+        # after the last one ended, which may be under a second for a short size range.
+        if cur and (p[0] != cur[0][0] or p[1][0][0] - cur[-1][1][0][0] > 0.3e9):
             runs.append(cur)
             cur = []
         cur.append(p)
