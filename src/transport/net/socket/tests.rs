@@ -120,6 +120,13 @@ fn fake_sender(handle: &Handle, nsocks: u16) -> Vec<TcpStream> {
         .collect()
 }
 
+/// A receive comm whose peer is [`fake_sender`]'s raw sockets (the control socket first).
+fn faked_peer(nsocks: u16) -> (Vec<TcpStream>, Box<dyn RecvComm>) {
+    let (handle, mut l) = lo_net().listen(0).unwrap();
+    let socks = fake_sender(&handle, nsocks);
+    (socks, accept_within(&mut *l, Duration::from_secs(10)))
+}
+
 fn accept_within(l: &mut dyn Listener, d: Duration) -> Box<dyn RecvComm> {
     let until = Instant::now() + d;
     loop {
@@ -158,10 +165,7 @@ fn failure(r: &mut dyn RecvComm, req: &Request) -> String {
 
 #[test]
 fn garbage_on_a_data_socket_is_an_error_naming_the_peer_and_socket() {
-    let net = lo_net();
-    let (handle, mut l) = net.listen(0).unwrap();
-    let mut socks = fake_sender(&handle, 2);
-    let mut r = accept_within(&mut *l, Duration::from_secs(10));
+    let (mut socks, mut r) = faked_peer(2);
     let mut buf = vec![0u8; INLINE_MAX];
     let mr = r.reg_mr(buf.as_mut_ptr(), buf.len(), PtrKind::Host).unwrap();
     let posted = [RecvBuf { data: buf.as_mut_ptr(), size: buf.len(), tag: 5 }];
@@ -183,10 +187,7 @@ fn garbage_on_a_data_socket_is_an_error_naming_the_peer_and_socket() {
 
 #[test]
 fn a_message_larger_than_the_buffer_never_lands_past_it() {
-    let net = lo_net();
-    let (handle, mut l) = net.listen(0).unwrap();
-    let mut socks = fake_sender(&handle, 1);
-    let mut r = accept_within(&mut *l, Duration::from_secs(10));
+    let (mut socks, mut r) = faked_peer(1);
     let mut buf = vec![0xA5u8; 1000];
     let mr = r.reg_mr(buf.as_mut_ptr(), 0, PtrKind::Host).unwrap();
     let posted = [RecvBuf { data: buf.as_mut_ptr(), size: 500, tag: 1 }];
@@ -201,10 +202,7 @@ fn a_message_larger_than_the_buffer_never_lands_past_it() {
 
 #[test]
 fn a_slow_sender_trickling_bytes_is_received_intact() {
-    let net = lo_net();
-    let (handle, mut l) = net.listen(0).unwrap();
-    let mut socks = fake_sender(&handle, 1);
-    let mut r = accept_within(&mut *l, Duration::from_secs(10));
+    let (mut socks, mut r) = faked_peer(1);
     let (small, big): (Vec<u8>, Vec<u8>) =
         ((0..300).map(|i| i as u8).collect(), (0..INLINE_MAX + 5).map(|i| (i * 7) as u8).collect());
     let (mut b1, mut b2) = (vec![0xA5u8; 400], vec![0xA5u8; INLINE_MAX + 100]);
@@ -277,10 +275,7 @@ fn message_headers_say_how_the_bytes_come_and_bad_ones_are_refused() {
 /// socket, then one chunked; a header with unknown flags then fails the comm, naming the peer.
 #[test]
 fn the_header_says_whether_a_message_is_inline_or_in_chunks() {
-    let net = lo_net();
-    let (handle, mut l) = net.listen(0).unwrap();
-    let mut socks = fake_sender(&handle, 1);
-    let mut r = accept_within(&mut *l, Duration::from_secs(10));
+    let (mut socks, mut r) = faked_peer(1);
     let big: Vec<u8> = (0..3 * INLINE_MAX + 11).map(|i| (i * 13 % 251) as u8).collect();
     let mut got = vec![0xA5u8; big.len() + 64];
     let mr = r.reg_mr(std::ptr::null_mut(), 0, PtrKind::Host).unwrap();
