@@ -60,7 +60,7 @@ pub const MAX_THREADS: usize = 16;
 pub const MIN_CHUNK: usize = 64 << 10;
 /// By default messages below this follow their header on the control socket, moved by the
 /// caller's thread (the proxy's); larger ones are cut into chunks for the helper threads
-/// ([`inline_max`]: the sender's choice, which the header carries). Inline, one proxy
+/// ([`inline_cut`]: the sender's choice, which the header carries). Inline, one proxy
 /// thread copies every channel's bytes in turn; through the helpers a message may wait for one
 /// to wake. 128 KiB, not 256: with the helper pool, collectives whose channels each carry
 /// 128-255 KiB steps ran 1.15-1.9x faster; a lone step of that size takes about 10 us more
@@ -79,7 +79,7 @@ crate::int_param!(
 /// Where the helpers have fewer CPUs than this, every message goes inline. With each rank bound
 /// to two, the helpers only took turns with the proxy and the rank's main thread: every message
 /// inline was 1.16x faster over four hosts and 1.10x over two (64 KB-16 MB); on three CPUs it
-/// was 0.89x, unbound 0.76x (docs/NET.md, "The Socket net").
+/// was 0.89x, unbound 0.76x (docs/NET.md, "Every message inline on two CPUs").
 const HELPERS_MIN_CPUS: usize = 3;
 
 /// The sender's cut between inline and chunked messages: the `setting` where it is positive (at
