@@ -8,7 +8,8 @@
 //! out of the host FIFOs.
 //!
 //! Then the one-way latency of a step: 16-byte LL steps (untailed, as the kernels send them over
-//! NET), and Simple steps from 16 KiB to the slot's size, ping-ponged on channel 0 (what the
+//! NET), the same step sent both ways at once (a two-rank all-gather's hop, where each proxy
+//! also sends while its peer's step comes in), and Simple steps from 16 KiB to the slot's size, ping-ponged on channel 0 (what the
 //! proxies and the net add to a message, without a GPU's launch or PCIe polls); last, Simple
 //! steps from 64 KiB on every channel at once, as a mid-size collective's round (where one proxy
 //! thread moving every channel's bytes in turn shows, against helpers moving them side by side).
@@ -106,6 +107,7 @@ fn main() {
     // first, as they are during a run of small collectives (the proxy then polls them less).
     thread::sleep(Duration::from_millis(300));
     let one_way = latency(&ranks, LL, 16, 1, None);
+    let both_ways = latency(&ranks, LL, 16, 1, Some(Pace::Exchange));
     for (r, (_, t)) in ranks.iter().enumerate() {
         for dir in ["send", "recv"] {
             let bytes: u64 = moved.iter().filter(|m| m.0 == r && m.1 == dir).map(|m| m.2).sum();
@@ -119,8 +121,9 @@ fn main() {
         }
     }
     println!("net_ceiling: one-way latency of a 16-byte LL step: {one_way}");
+    println!("net_ceiling: a 16-byte LL step each way at once (a two-rank all-gather's hop): {both_ways}");
     if !gap.is_zero() {
-        let after = latency(&ranks, LL, 16, 1, Some(Idle { gap, one_way: one_way.p50 }));
+        let after = latency(&ranks, LL, 16, 1, Some(Pace::Idle { gap, one_way: one_way.p50 }));
         println!("net_ceiling: one-way latency of a 16-byte LL step after {} ms idle: {after}", gap.as_millis());
     }
     println!("net_ceiling: one-way latency of its messages over the net, no proxy: {}", net_direct(&*net));
@@ -149,10 +152,12 @@ fn main() {
 /// (a ping has landed when every channel's step has), from ping-pongs between the two ranks'
 /// threads (the connections are idle and drained when this starts). LL steps go as the
 /// kernels send them over NET: lines carrying the step's flag and the size word, no tail; the
-/// receiver polls the lines' flags. Other protocols publish a tail. With `idle`, each ping
-/// follows its gap of idleness that began with a wake-up of both proxies, and its time is its
-/// round trip less the one way back to back (the pong comes straight back, proxies awake).
-fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, nch: usize, idle: Option<Idle>) -> Spread {
+/// receiver polls the lines' flags. Other protocols publish a tail. With [`Pace::Idle`], each
+/// ping follows its gap of idleness that began with a wake-up of both proxies, and its time is
+/// its round trip less the one way back to back (the pong comes straight back, proxies awake).
+/// With [`Pace::Exchange`] both ranks post step k and then await the other's, and a ping's time
+/// is rank 0's post to its landing: a hop while the same proxies also send.
+fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, nch: usize, pace: Option<Pace>) -> Spread {
     // Each channel with the step count it goes on from: every step so far published a tail.
     let conns = |r: usize| -> Vec<(Arc<HostBlock>, u64)> {
         (0..nch)
@@ -203,27 +208,35 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, nch: usi
         mine.iter().zip(theirs).for_each(|((b, _), (_, base))| take_one(b, base + k))
     };
     // After a gap, fewer pings: each costs the gap.
-    let pings = if idle.is_none() { PINGS } else { PINGS / 10 };
+    let idle = matches!(pace, Some(Pace::Idle { .. }));
+    let pings = if idle { PINGS / 10 } else { PINGS };
+    let exchange = matches!(pace, Some(Pace::Exchange));
     let wakers = [ranks[0].1.proxy_waker(), ranks[1].1.proxy_waker()];
     let mut trips = Vec::with_capacity(pings as usize);
     thread::scope(|sc| {
         sc.spawn(|| {
             for k in 0..pings {
-                take(&c1, &c0, k);
-                post(&c1, k);
+                if exchange {
+                    post(&c1, k);
+                    take(&c1, &c0, k);
+                } else {
+                    take(&c1, &c0, k);
+                    post(&c1, k);
+                }
             }
         });
         for k in 0..pings {
-            if let Some(i) = &idle {
+            if let Some(Pace::Idle { gap, .. }) = &pace {
                 wakers.iter().for_each(|w| w.wake(1, 0, true, true));
-                thread::sleep(i.gap);
+                thread::sleep(*gap);
             }
             let t = Instant::now();
             post(&c0, k);
             take(&c0, &c1, k);
-            trips.push(match &idle {
+            trips.push(match &pace {
                 None => t.elapsed() / 2,
-                Some(i) => t.elapsed().saturating_sub(i.one_way),
+                Some(Pace::Exchange) => t.elapsed(),
+                Some(Pace::Idle { one_way, .. }) => t.elapsed().saturating_sub(*one_way),
             });
         }
     });
@@ -234,11 +247,13 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, nch: usi
     Spread::of(trips)
 }
 
-/// A ping after an idle spell: the gap, and the one-way time back to back that its round trip's
-/// pong takes.
-struct Idle {
-    gap: Duration,
-    one_way: Duration,
+/// How [`latency`]'s pings go, beside back-to-back ping-pongs.
+enum Pace {
+    /// After an idle spell: the gap, and the one-way time back to back that its round trip's
+    /// pong takes.
+    Idle { gap: Duration, one_way: Duration },
+    /// Both ranks send each step at once.
+    Exchange,
 }
 
 /// Half round trips of the pings: what one way takes, at the median, the 99th percentile and
