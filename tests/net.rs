@@ -665,7 +665,8 @@ fn check_proxy_trace(
     };
     let mut ops = HashMap::new();
     let mut seen = std::collections::BTreeMap::new();
-    // Step event id -> (rank, send); net-plugin events as (parent step id, rank, send, bytes).
+    // Step event id -> (rank, send); net-plugin events as (parent step id, rank, send, bytes,
+    // started by a Socket helper thread: a chunk).
     let mut steps = HashMap::new();
     let mut net = Vec::new();
     for line in text.lines() {
@@ -688,21 +689,21 @@ fn check_proxy_trace(
             }
             "NetPlugin" => {
                 assert!(w[4] == kind, "not a {kind} event: {line}");
-                let (send, bytes) = if kind == "sock" {
+                let (send, bytes, helper) = if kind == "sock" {
                     // NCCL's socket events carry no state: the direction and bytes are fields.
                     assert_eq!(field(line, "states"), 0, "{line}");
-                    (1 - field(line, "op"), field(line, "length"))
+                    (1 - field(line, "op"), field(line, "length"), field(line, "helper") == 1)
                 } else {
                     assert_eq!(field(line, "states"), 1, "one update with its bytes: {line}");
-                    (field(line, "send"), field(line, "bytes"))
+                    (field(line, "send"), field(line, "bytes"), false)
                 };
-                net.push((w[1].to_string(), field(line, "rank"), send, bytes));
+                net.push((w[1].to_string(), field(line, "rank"), send, bytes, helper));
             }
             other => panic!("only proxy events were produced here, not {other}: {line}"),
         }
     }
     let mut covered = std::collections::HashSet::new();
-    for (parent, rank, send, bytes) in &net {
+    for (parent, rank, send, bytes, _) in &net {
         let step = steps.get(parent).unwrap_or_else(|| panic!("a net-plugin event under {parent}, not a step"));
         assert_eq!(*step, (*rank, *send), "a net-plugin event of rank {rank}, send {send} under the step {step:?}");
         assert!(*bytes > 0, "a net-plugin event of step {parent} moved no byte");
@@ -717,8 +718,8 @@ fn check_proxy_trace(
     if chunks {
         for send in [0, 1] {
             assert!(
-                net.iter().any(|n| n.2 == send && n.3 >= 64 << 10),
-                "no chunk event of 64 KiB or more (send {send})"
+                net.iter().any(|n| n.2 == send && n.3 >= 64 << 10 && n.4),
+                "no chunk of 64 KiB or more moved by a helper thread (send {send})"
             );
         }
     }

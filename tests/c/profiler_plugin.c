@@ -5,7 +5,9 @@
  *   <id> <parent id or -> <type> <fields...> <stopped: 1|0> <states>
  * so a test can check that every started event stopped and its fields. -DFAIL_INIT fails init.
  * Net-plugin events (v3 and later) show the test net plugin's descriptor (fntcp_event.h) or the
- * Socket net's (NCCL's socket events). */
+ * Socket net's (NCCL's socket events, with helper=1 where one of ferronickel's helper threads,
+ * fn-net-help*, started it: a chunk, not an inline message). */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,8 +119,10 @@ static ncclResult_t start(void* ctx, void** h, descr_t* d) {
       snprintf(t, sizeof t, "NetPlugin rank=%d fntcp send=%d", d->rank, ((struct fntcp_event*)d->netPlugin.data)->send);
     } else if (d->netPlugin.id == (NCCL_PROFILER_NET_TYPE_SOCK | NCCL_PROFILER_NET_SOCKET_VER) && d->netPlugin.data) {
       const ncclProfilerNetSockDescr_v1_t* sd = d->netPlugin.data;
-      snprintf(t, sizeof t, "NetPlugin rank=%d sock fd_ok=%d op=%d length=%zu", d->rank, sd->sock.fd >= 0, sd->sock.op,
-               sd->sock.length);
+      char thread[16] = "";
+      pthread_getname_np(pthread_self(), thread, sizeof thread);
+      snprintf(t, sizeof t, "NetPlugin rank=%d sock fd_ok=%d op=%d length=%zu helper=%d", d->rank, sd->sock.fd >= 0,
+               sd->sock.op, sd->sock.length, strncmp(thread, "fn-net-help", 11) == 0);
     } else {
       snprintf(t, sizeof t, "NetPlugin rank=%d id=%#llx", d->rank, (unsigned long long)d->netPlugin.id);
     }

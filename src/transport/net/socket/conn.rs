@@ -21,8 +21,6 @@ pub(super) struct Conn {
     pub(super) shared: Arc<Shared>,
     /// The process's helpers, which serve the data sockets.
     pool: Arc<Pool>,
-    /// Messages sent below this many bytes go inline ([`super::inline_cut`]).
-    pub(super) inline_max: usize,
     pub(super) next_sock: usize,
     pub(super) seq: u32,
 }
@@ -37,8 +35,12 @@ impl Conn {
         let shared = Arc::new(Shared::new(peer, send, data.len()));
         let pool = pool::pool()?;
         pool.join(&shared, data);
-        let inline_max = pool.inline_max;
-        Ok(Conn { ctrl, shared, pool, inline_max, next_sock: 0, seq: 0 })
+        Ok(Conn { ctrl, shared, pool, next_sock: 0, seq: 0 })
+    }
+
+    /// Messages sent below this many bytes go inline: the process's cut ([`super::inline_cut`]).
+    pub(super) fn inline_max(&self) -> usize {
+        self.pool.inline_max
     }
 
     pub(super) fn nsocks(&self) -> usize {

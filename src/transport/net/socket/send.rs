@@ -120,7 +120,7 @@ impl SendComm for SocketSend {
             return Err(Error::InvalidArgument(format!("isend: NULL buffer of {size} bytes")));
         }
         self.conn.shared.check()?;
-        let inline = size < self.conn.inline_max;
+        let inline = size < self.conn.inline_max();
         let req = SendReq {
             ptr: data as usize,
             size,
