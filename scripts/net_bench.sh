@@ -31,11 +31,15 @@
 # --cpu: scripts/thread_cpu.py samples each run's threads by kind (NAME.K.cpu), and the summary
 # ends with each run's mean cores per kind (proxies, helpers, main threads), the machine's busy
 # cores and its host's steal: what a library's threads cost the machine beside its times.
+# --syscalls: benches/syscall_time.c in every rank process (LD_PRELOAD): each run's socket calls
+# (NAME.K.sys/), and the summary ends with each process's medians per call of the time its sends
+# and receives took (scripts/syscall_time.py); timing each call costs a little, so its tables are
+# not the ones to compare speeds with.
 #
 # usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm | --uts] [--per-host 1] [--runs 1] [--colls all|a,b,c]
 #            [--min 8] [--max 512M] [--iters 200] [--budget-s 0.25] [--no-mps] [--run-timeout 300]
 #            [--gap-us 0] [--pin K] [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8] [--plugin LIB --net NAME]
-#            [--also "VAR=VALUE ..."]   (ours once more with these settings, up to 4M, e.g. NCCL_MAX_NCHANNELS=1) [--cpu]
+#            [--also "VAR=VALUE ..."]   (ours once more with these settings, up to 4M, e.g. NCCL_MAX_NCHANNELS=1) [--cpu] [--syscalls]
 #            [--ref-env "VAR=VALUE ..."]   (settings for the ref runs only: with --ref-dir holding our own build,
 #            two settings of one build in turns, e.g. --ref-env FERRONICKEL_NET_PROXY_THREADS=1)
 # collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter
@@ -48,7 +52,7 @@ set -u
 export NCCL_NVLS_ENABLE=0
 
 NRANKS=2; GPUS=1; PERHOST=1; SHM=0; UTS=0; MIN=8; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
-RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""; GAP=0; CPU=0; REF_ENV=""; PIN=0
+RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""; GAP=0; CPU=0; SYS=0; REF_ENV=""; PIN=0
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
 REF_DIR=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
@@ -77,7 +81,8 @@ while [ $# -gt 0 ]; do
     --plugin) PLUGIN=$2; shift ;;
     --net) PLUGIN_NET=$2; shift ;;
     --cpu) CPU=1 ;;
-    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+    --syscalls) SYS=1 ;;
+    -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
     *) echo "net_bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -89,6 +94,7 @@ case "$RUNS" in ''|*[!0-9]*|0) echo "net_bench: --runs wants a count >= 1" >&2; 
 OUTDIR=${OUT:-$ROOT/net-out}/net
 mkdir -p "$OUTDIR"
 rm -f "$OUTDIR"/*.log "$OUTDIR"/*.cpu "$OUTDIR"/summary*.tsv "$OUTDIR/summary.txt"
+rm -rf "$OUTDIR"/*.sys
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 BIN=$OUTDIR/net_bench
 INC=$ROOT/include; [ -f "$INC/nccl.h" ] || INC=$REF_DIR/include
@@ -97,6 +103,10 @@ mkdir -p "$OUTDIR/ours" && ln -sf "$OURS" "$OUTDIR/ours/libnccl.so.2" && ln -sf 
 ARCH=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
 timeout 120 "$CUDA/bin/nvcc" -O2 -std=c++17 -arch="$ARCH" -I"$INC" -o "$BIN" "$ROOT/benches/net_bench.cu" \
   -L"$OUTDIR/ours" -lnccl || { echo "net_bench: build failed"; exit 1; }
+if [ $SYS = 1 ]; then
+  gcc -shared -fPIC -O2 -o "$OUTDIR/libsyscall_time.so" "$ROOT/benches/syscall_time.c" -ldl \
+    || { echo "net_bench: build of benches/syscall_time.c failed"; exit 1; }
+fi
 
 if [ $MPS = 1 ]; then
   export CUDA_MPS_PIPE_DIRECTORY=$OUTDIR/mps-pipe CUDA_MPS_LOG_DIRECTORY=$OUTDIR/mps-log
@@ -128,7 +138,12 @@ run() {  # run NAME.K LIBDIR [VAR=VALUE...]
   echo "net_bench: $1 ${*:3}"
   local sampler=""
   if [ $CPU = 1 ]; then python3 "$ROOT/scripts/thread_cpu.py" "$OUTDIR/$1.cpu" net_bench & sampler=$!; fi
-  env LD_LIBRARY_PATH="$2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${@:3}" timeout -k 5 "$RUN_TMO" \
+  local shim=()
+  if [ $SYS = 1 ]; then
+    mkdir -p "$OUTDIR/$1.sys"
+    shim=(LD_PRELOAD="$OUTDIR/libsyscall_time.so" SYSCALL_TIME_DIR="$OUTDIR/$1.sys")
+  fi
+  env LD_LIBRARY_PATH="$2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${shim[@]}" "${@:3}" timeout -k 5 "$RUN_TMO" \
     "$BIN" --nranks "$NRANKS" "${LAYOUT[@]}" --colls "$COLLS" --min "$MIN" --max "$MAX" --iters "$ITERS" \
     --budget-s "$BUDGET" --gap-us "$GAP" --pin "$PIN" >"$OUTDIR/$1.log" 2>&1
   local rc=$?
@@ -240,6 +255,12 @@ table() {
   if [ $CPU = 1 ]; then
     echo "# CPU per run (scripts/thread_cpu.py: mean cores and busy threads per kind):"
     python3 "$ROOT/scripts/thread_cpu.py" --summary "$OUTDIR"/*.cpu | sed 's/^/#   /'
+  fi
+  if [ $SYS = 1 ]; then
+    echo "# socket calls per run and process (scripts/syscall_time.py: medians per call after the first 4):"
+    for d in "$OUTDIR"/*.sys; do
+      python3 "$ROOT/scripts/syscall_time.py" "$d" | awk -v run="$(basename "$d" .sys)" '/^==/ { p = $2; sub(/.*st\./, "", p); sub(/\.txt$/, "", p) } / calls, medians/ { print "#   " run " pid " p ":" $0 }'
+    done
   fi
   echo "# ceiling without a GPU (examples/net_ceiling, $CH channels, 512 KiB slots):"
   sed 's/^/#   /' "$OUTDIR/ceiling.log"
