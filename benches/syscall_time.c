@@ -120,48 +120,36 @@ __attribute__((constructor)) static void init(void) {
   real_yield = (int (*)(void))dlsym(RTLD_NEXT, "sched_yield");
 }
 
-ssize_t send(int fd, const void* buf, size_t len, int flags) {
-  unsigned long long t = clock_ns(CLOCK_MONOTONIC);
-  ssize_t n = real_send(fd, buf, len, flags);
+/* Counts a call that started at `t0` and returned `n`; errno as the call left it. */
+static ssize_t done(int dir, ssize_t n, unsigned long long t0, int flags) {
   int e = errno;
-  count(SEND, n, clock_ns(CLOCK_MONOTONIC) - t);
+  unsigned long long ns = clock_ns(CLOCK_MONOTONIC) - t0;
+  if (dir == RECV && (flags & MSG_PEEK))
+    look(ns);
+  else
+    count(dir, n, ns);
   errno = e;
   return n;
+}
+
+ssize_t send(int fd, const void* buf, size_t len, int flags) {
+  unsigned long long t = clock_ns(CLOCK_MONOTONIC);
+  return done(SEND, real_send(fd, buf, len, flags), t, flags);
 }
 
 ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
   unsigned long long t = clock_ns(CLOCK_MONOTONIC);
-  ssize_t n = real_sendmsg(fd, msg, flags);
-  int e = errno;
-  count(SEND, n, clock_ns(CLOCK_MONOTONIC) - t);
-  errno = e;
-  return n;
+  return done(SEND, real_sendmsg(fd, msg, flags), t, flags);
 }
 
 ssize_t recv(int fd, void* buf, size_t len, int flags) {
   unsigned long long t = clock_ns(CLOCK_MONOTONIC);
-  ssize_t n = real_recv(fd, buf, len, flags);
-  int e = errno;
-  unsigned long long ns = clock_ns(CLOCK_MONOTONIC) - t;
-  if (flags & MSG_PEEK)
-    look(ns);
-  else
-    count(RECV, n, ns);
-  errno = e;
-  return n;
+  return done(RECV, real_recv(fd, buf, len, flags), t, flags);
 }
 
 ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
   unsigned long long t = clock_ns(CLOCK_MONOTONIC);
-  ssize_t n = real_recvmsg(fd, msg, flags);
-  int e = errno;
-  unsigned long long ns = clock_ns(CLOCK_MONOTONIC) - t;
-  if (flags & MSG_PEEK)
-    look(ns);
-  else
-    count(RECV, n, ns);
-  errno = e;
-  return n;
+  return done(RECV, real_recvmsg(fd, msg, flags), t, flags);
 }
 
 int sched_yield(void) {
