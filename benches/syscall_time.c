@@ -8,7 +8,8 @@
  * $SYSCALL_TIME_DIR/st.<pid>.txt, one line each:
  *   T <thread name> <send ns> <sent bytes> <recv ns> <received bytes> <looks> <look ns> <yields> <yield ns> <cpu ns>
  *   K <index> <t ns> <send ns> <sent bytes> <recv ns> <received bytes> <looks> <look ns>
- * T: a thread that made such a call (its CPU time is its whole life's); K: a collective's start,
+ * T: a thread that made such a call and ended before the process, or the one that exits (its CPU
+ * time is its whole life's); K: a collective's start,
  * CLOCK_MONOTONIC, with the process's totals at that moment. Nothing is written without
  * SYSCALL_TIME_DIR, or by a process that made no such call. scripts/syscall_time.py reads them.
  * Build:
@@ -74,7 +75,8 @@ static unsigned long long clock_ns(clockid_t id) {
 
 static void add(unsigned long long* at, unsigned long long v) { __atomic_fetch_add(at, v, __ATOMIC_RELAXED); }
 
-/* A thread's counts go to `ended` when it ends (or at exit, for those still running). */
+/* A thread's counts go to `ended` when it ends, and the exiting thread's at exit: a thread still
+ * running then (one the process never joined) is left out. */
 static void keep(void) {
   if (registered) return;
   registered = 1;
@@ -109,7 +111,8 @@ static void count(int dir, ssize_t n, unsigned long long ns) {
   }
 }
 
-static void look(unsigned long long ns) { count(SEND, 0, ns); }
+/* A call that moved nothing is a look, whichever its direction. */
+static void look(unsigned long long ns) { count(RECV, 0, ns); }
 
 __attribute__((constructor)) static void init(void) {
   pthread_key_create(&end_key, thread_ended);
