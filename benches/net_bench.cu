@@ -14,7 +14,7 @@
 // memory for the control plane (barriers, the stop decision, the timings), so nothing but the
 // measured calls goes over the library's network.
 //
-// Collectives, float, sum, root 0, out of place, each as nccl-tests runs it: all_reduce,
+// Collectives, float, sum, root 0 (--root R: another), out of place, each as nccl-tests runs it: all_reduce,
 // all_gather, reduce_scatter, broadcast, reduce, sendrecv (a ring: send to rank+1, receive from
 // rank-1, in one group), alltoall (ncclSend/ncclRecv with every peer, itself included, in one
 // group), gather and scatter (ncclSend/ncclRecv to and from root 0, itself included, in one group).
@@ -39,7 +39,7 @@
 //
 // usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--colls all|a,b,c]
 //                  [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]
-//                  [--calls] [--gap-us 0] [--graph K] [--busy C [--busy-alu]] [--pin K]
+//                  [--calls] [--gap-us 0] [--graph K] [--busy C [--busy-alu]] [--pin K] [--root 0]
 // --busy C: while a size's warm-up and timed calls run, C blocks of a kernel on another stream of
 // the rank read and write a 256 MiB buffer without pause, as compute beside communication does
 // (its stores are what a fence in the library's kernels may have to wait for). With --busy-alu
@@ -56,6 +56,8 @@
 // every thread a library starts then stays on its rank's CPUs (both libraries bind their threads
 // within the set they start in), and where the scheduler puts a rank's threads no longer differs
 // from one run to the next.
+// --root R: the root of broadcast, reduce, gather and scatter (nccl-tests' -r), so that a rooted
+// collective's bytes flow toward or away from a rank other than 0.
 // --calls adds, after each row, "# calls" lines: the size's five slowest calls with every rank's
 // time, and every call's time in order.
 // Output: "# ..." header lines, rows "coll bytes iters p50_us p99_us mean_us algbw_GBs busbw_GBs
@@ -214,6 +216,9 @@ static Shape shapeOf(int coll, size_t sizeBytes, int n) {
 
 static float input(int rank, size_t j) { return float(rank * 4096 + int(j % 4093)); }
 
+// The rooted collectives' root (--root).
+static int gRoot = 0;
+
 static void run(int coll, const Shape& s, const float* send, float* recv, int rank, int n, ncclComm_t comm,
                 cudaStream_t st) {
   const size_t c = s.part;
@@ -221,8 +226,8 @@ static void run(int coll, const Shape& s, const float* send, float* recv, int ra
     case ALL_REDUCE: NK(ncclAllReduce(send, recv, c, ncclFloat, ncclSum, comm, st)); break;
     case ALL_GATHER: NK(ncclAllGather(send, recv, c, ncclFloat, comm, st)); break;
     case REDUCE_SCATTER: NK(ncclReduceScatter(send, recv, c, ncclFloat, ncclSum, comm, st)); break;
-    case BROADCAST: NK(ncclBroadcast(send, recv, c, ncclFloat, 0, comm, st)); break;
-    case REDUCE: NK(ncclReduce(send, recv, c, ncclFloat, ncclSum, 0, comm, st)); break;
+    case BROADCAST: NK(ncclBroadcast(send, recv, c, ncclFloat, gRoot, comm, st)); break;
+    case REDUCE: NK(ncclReduce(send, recv, c, ncclFloat, ncclSum, gRoot, comm, st)); break;
     case SENDRECV:
       NK(ncclGroupStart());
       NK(ncclSend(send, c, ncclFloat, (rank + 1) % n, comm, st));
@@ -239,16 +244,16 @@ static void run(int coll, const Shape& s, const float* send, float* recv, int ra
       break;
     case GATHER:
       NK(ncclGroupStart());
-      NK(ncclSend(send, c, ncclFloat, 0, comm, st));
-      if (rank == 0)
+      NK(ncclSend(send, c, ncclFloat, gRoot, comm, st));
+      if (rank == gRoot)
         for (int p = 0; p < n; p++) NK(ncclRecv(recv + p * c, c, ncclFloat, p, comm, st));
       NK(ncclGroupEnd());
       break;
     case SCATTER:
       NK(ncclGroupStart());
-      if (rank == 0)
+      if (rank == gRoot)
         for (int p = 0; p < n; p++) NK(ncclSend(send + p * c, c, ncclFloat, p, comm, st));
-      NK(ncclRecv(recv, c, ncclFloat, 0, comm, st));
+      NK(ncclRecv(recv, c, ncclFloat, gRoot, comm, st));
       NK(ncclGroupEnd());
       break;
   }
@@ -266,19 +271,19 @@ static bool expected(int coll, const Shape& s, int rank, int n, size_t j, float*
     case ALL_REDUCE: *want = sum(j); return true;
     case ALL_GATHER: *want = input(int(j / c), j % c); return true;
     case REDUCE_SCATTER: *want = sum(rank * c + j); return true;
-    case BROADCAST: *want = input(0, j); return true;
-    case REDUCE: *want = sum(j); return rank == 0;
+    case BROADCAST: *want = input(gRoot, j); return true;
+    case REDUCE: *want = sum(j); return rank == gRoot;
     case SENDRECV: *want = input((rank + n - 1) % n, j); return true;
     case ALLTOALL: *want = input(int(j / c), rank * c + j % c); return true;
-    case GATHER: *want = input(int(j / c), j % c); return rank == 0;
-    case SCATTER: *want = input(0, rank * c + j); return true;
+    case GATHER: *want = input(int(j / c), j % c); return rank == gRoot;
+    case SCATTER: *want = input(gRoot, rank * c + j); return true;
   }
   return false;
 }
 
 // The number of output elements this rank's call writes (0 where it writes none).
 static size_t outElems(int coll, const Shape& s, int rank) {
-  if ((coll == REDUCE || coll == GATHER) && rank != 0) return 0;
+  if ((coll == REDUCE || coll == GATHER) && rank != gRoot) return 0;
   return s.recvElems;
 }
 
@@ -542,7 +547,7 @@ static int rankMain(int rank, const Opts& o, ncclUniqueId id, const std::vector<
 static const char* kUsage =
     "usage: net_bench [--nranks 2] [--dev 0] [--gpus 1] [--one-host | --uts] [--per-host 1] [--colls all|a,b,c]\n"
     "                 [--min 8] [--max 512M] [--iters 200] [--warmup 3] [--budget-s 0.25] [--timeout-s 60]\n"
-    "                 [--calls] [--gap-us 0] [--graph K] [--busy C [--busy-alu]] [--pin K]\n"
+    "                 [--calls] [--gap-us 0] [--graph K] [--busy C [--busy-alu]] [--pin K] [--root 0]\n"
     "collectives: all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter\n";
 
 static bool parseColls(const std::string& list, std::vector<int>* out) {
@@ -599,6 +604,7 @@ int main(int argc, char** argv) {
     else if (a == "--busy") o.busy = atoi(need());
     else if (a == "--busy-alu") o.busyAlu = true;
     else if (a == "--pin") o.pin = atoi(need());
+    else if (a == "--root") gRoot = atoi(need());
     else {
       fprintf(stderr, "%s", kUsage);
       return 2;
@@ -608,9 +614,9 @@ int main(int argc, char** argv) {
       o.perHost < 1 || o.n % o.perHost != 0 || (o.oneHost && o.perHost > 1) ||
       o.iters < kMinIters || o.iters > kMaxIters || o.warmup < 0 || !(o.budget >= 0) || !(o.timeoutS >= 1) ||
       o.gapUs < 0 || o.gapUs > 1000000 || o.graph < 0 || o.graph > 1000 || (o.graph > 0 && o.gapUs > 0) ||
-      o.busy < 0 || o.busy > 1024 || o.pin < 0 ||
+      o.busy < 0 || o.busy > 1024 || o.pin < 0 || gRoot < 0 || gRoot >= o.n ||
       !parseColls(colls, &o.colls)) {
-    fprintf(stderr, "net_bench: bad arguments (--nranks 2..%d, --iters %d..%d, --min >= 8, --per-host divides --nranks, --gap-us 0..1000000, --graph 0..1000 and not with --gap-us, --busy 0..1024, --pin >= 0)\n%s", kMaxRanks,
+    fprintf(stderr, "net_bench: bad arguments (--nranks 2..%d, --iters %d..%d, --min >= 8, --per-host divides --nranks, --gap-us 0..1000000, --graph 0..1000 and not with --gap-us, --busy 0..1024, --pin >= 0, --root 0..nranks-1)\n%s", kMaxRanks,
             kMinIters, kMaxIters, kUsage);
     return 2;
   }
@@ -629,10 +635,10 @@ int main(int argc, char** argv) {
   printf("# net_bench: %d processes on GPU %d-%d, %s, %d a host; NCCL version %d\n", o.n, o.dev, o.dev + o.gpus - 1,
          o.oneHost ? "one host" : o.uts ? "hosts by host name (UTS namespaces)" : "hosts by NCCL_HOSTID",
          o.oneHost ? o.n : o.perHost, version);
-  printf("# float, sum, root 0, out of place; per size 1 checked call, %d warm-up, then up to %d timed calls "
+  printf("# float, sum, root %d, out of place; per size 1 checked call, %d warm-up, then up to %d timed calls "
          "(at least %d, %.3g s), each alone after %d us of compute on its stream; a call's time is the slowest rank's "
          "(CUDA events)\n",
-         o.warmup, o.iters, kMinIters, o.budget, o.gapUs);
+         gRoot, o.warmup, o.iters, kMinIters, o.budget, o.gapUs);
   if (o.busy > 0)
     printf("# --busy %d: %d blocks %s on another stream during the warm-up and timed calls\n", o.busy, o.busy,
            o.busyAlu ? "compute in registers" : "read and write 256 MiB");

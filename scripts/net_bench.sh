@@ -26,6 +26,7 @@
 # --gap-us G: G us of compute (a spinning kernel) on each rank's stream before every timed call, as
 # in a training step, so the library sees each launch G us before its data moves.
 # (Not NCCL_DEBUG to show it: NCCL's logging calls cudaGetDevice, which breaks the forked ranks.)
+# --root R: the root of the rooted collectives (broadcast, reduce, gather, scatter), 0 by default.
 # --pin K: each rank process on K CPUs of its own (benches/net_bench.cu), as a launcher that binds
 # ranks places them; the same for both libraries.
 # --cpu: scripts/thread_cpu.py samples each run's threads by kind (NAME.K.cpu), and the summary
@@ -38,7 +39,7 @@
 #
 # usage: scripts/net_bench.sh [--nranks 2] [--gpus 1] [--shm | --uts] [--per-host 1] [--runs 1] [--colls all|a,b,c]
 #            [--min 8] [--max 512M] [--iters 200] [--budget-s 0.25] [--no-mps] [--run-timeout 300]
-#            [--gap-us 0] [--pin K] [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8] [--plugin LIB --net NAME]
+#            [--gap-us 0] [--pin K] [--root 0] [--ours target/release/libnccl.so] [--ref-dir DIR] [--ceiling-channels 8] [--plugin LIB --net NAME]
 #            [--also "VAR=VALUE ..."]   (ours once more with these settings, up to 4M, e.g. NCCL_MAX_NCHANNELS=1) [--cpu] [--syscalls]
 #            [--ref-env "VAR=VALUE ..."]   (settings for the ref runs only: with --ref-dir holding our own build,
 #            two settings of one build in turns, e.g. --ref-env FERRONICKEL_NET_PROXY_THREADS=1)
@@ -52,7 +53,7 @@ set -u
 export NCCL_NVLS_ENABLE=0
 
 NRANKS=2; GPUS=1; PERHOST=1; SHM=0; UTS=0; MIN=8; MAX=512M; BUDGET=0.25; MPS=1; CH=8; ALSO=""
-RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""; GAP=0; CPU=0; SYS=0; REF_ENV=""; PIN=0
+RUNS=1; COLLS=all; ITERS=200; RUN_TMO=300; PLUGIN=""; PLUGIN_NET=""; GAP=0; CPU=0; SYS=0; REF_ENV=""; PIN=0; ROOT_RANK=0
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OURS=$ROOT/target/release/libnccl.so
 REF_DIR=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
@@ -70,6 +71,7 @@ while [ $# -gt 0 ]; do
     --iters) ITERS=$2; shift ;;
     --gap-us) GAP=$2; shift ;;
     --pin) PIN=$2; shift ;;
+    --root) ROOT_RANK=$2; shift ;;
     --budget-s) BUDGET=$2; shift ;;
     --run-timeout) RUN_TMO=$2; shift ;;
     --no-mps) MPS=0 ;;
@@ -145,7 +147,7 @@ run() {  # run NAME.K LIBDIR [VAR=VALUE...]
   fi
   env LD_LIBRARY_PATH="$2${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${shim[@]}" "${@:3}" timeout -k 5 "$RUN_TMO" \
     "$BIN" --nranks "$NRANKS" "${LAYOUT[@]}" --colls "$COLLS" --min "$MIN" --max "$MAX" --iters "$ITERS" \
-    --budget-s "$BUDGET" --gap-us "$GAP" --pin "$PIN" >"$OUTDIR/$1.log" 2>&1
+    --budget-s "$BUDGET" --gap-us "$GAP" --pin "$PIN" --root "$ROOT_RANK" >"$OUTDIR/$1.log" 2>&1
   local rc=$?
   if [ -n "$sampler" ]; then kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null; fi
   echo "net_bench:   -> exit $rc ($(tail -n 1 "$OUTDIR/$1.log"))"
