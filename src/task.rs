@@ -264,26 +264,29 @@ impl std::ops::BitOr for Moves {
 }
 
 impl Launch {
-    /// Whether its works, run on `rank`, may send and may receive over connections (the proxy
-    /// wakes only the threads of the halves a launch uses): a send only sends, a receive only
-    /// receives, a copy does neither; a broadcast's root only sends and, run direct, a rank with
-    /// no rank to pass it on to only receives; a reduce's root only receives and, run direct,
-    /// every other rank only sends. Any other collective may do both.
-    pub fn moves(&self, rank: usize) -> Moves {
+    /// Whether its works, run on `rank` of `nranks`, may send and may receive over connections
+    /// (the proxy wakes only the threads of the halves a launch uses): a send only sends, a
+    /// receive only receives, a copy does neither; a broadcast's root only sends and, run direct
+    /// or between two ranks, a rank with no rank to pass it on to only receives; a reduce's root
+    /// only receives and, run direct or between two ranks, every other rank only sends. Any other
+    /// collective may do both.
+    pub fn moves(&self, rank: usize, nranks: usize) -> Moves {
         const SENDS: Moves = Moves { sends: true, receives: false };
         const RECEIVES: Moves = Moves { sends: false, receives: true };
         const BOTH: Moves = Moves { sends: true, receives: true };
         self.works.iter().fold(Moves::default(), |m, w| {
             let (direct, root) = (w.algo as u32 == FN_ALGO_DIRECT, usize::try_from(w.root) == Ok(rank));
+            // Between two ranks every algorithm's chain is the root and the other rank.
+            let pair = nranks == 2;
             m | match w.type_ as u32 {
                 FN_WORK_SEND => SENDS,
                 FN_WORK_RECV => RECEIVES,
                 FN_WORK_COPY => Moves::default(),
                 FN_WORK_BROADCAST if root => SENDS,
                 // A direct broadcast's `scalar` lists the ranks this one passes it on to.
-                FN_WORK_BROADCAST if direct && w.scalar == 0 => RECEIVES,
+                FN_WORK_BROADCAST if pair || (direct && w.scalar == 0) => RECEIVES,
                 FN_WORK_REDUCE if root => RECEIVES,
-                FN_WORK_REDUCE if direct => SENDS,
+                FN_WORK_REDUCE if pair || direct => SENDS,
                 _ => BOTH,
             }
         })
@@ -303,7 +306,7 @@ fn work_channels(w: &fnWork) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::{FN_ALGO_RING, FN_WORK_ALLGATHER, FN_WORK_ALLREDUCE};
+    use crate::abi::{FN_ALGO_RING, FN_ALGO_TREE, FN_WORK_ALLGATHER, FN_WORK_ALLREDUCE};
 
     /// A copy-kernel launch of `works`: only its works matter here.
     fn launch(works: Vec<fnWork>) -> Launch {
@@ -360,7 +363,7 @@ mod tests {
             nChannels: 1,
             ..Default::default()
         };
-        let on = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank);
+        let on = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, 4);
         assert_eq!(on(0, vec![work(FN_WORK_SEND, 0, 1, 0)]), S);
         assert_eq!(on(0, vec![work(FN_WORK_RECV, 0, 1, 0)]), R);
         assert_eq!(on(0, vec![work(FN_WORK_COPY, 0, 0, 0)]), Moves::default());
@@ -377,6 +380,14 @@ mod tests {
         assert_eq!(on(1, vec![work(FN_WORK_REDUCE, FN_ALGO_RING, 2, 0)]), BOTH, "a ring's rank may pass it on");
         for ty in [FN_WORK_ALLREDUCE, FN_WORK_ALLGATHER] {
             assert_eq!(on(0, vec![work(ty, FN_ALGO_RING, 0, 0)]), BOTH);
+        }
+        // Between two ranks the rank that is not the root is every chain's other end.
+        let pair = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, 2);
+        for algo in [FN_ALGO_RING, FN_ALGO_TREE] {
+            assert_eq!(pair(1, vec![work(FN_WORK_BROADCAST, algo, 0, 0)]), R, "a pair's broadcast (algo {algo})");
+            assert_eq!(pair(1, vec![work(FN_WORK_REDUCE, algo, 0, 0)]), S, "a pair's reduce (algo {algo})");
+            assert_eq!(pair(0, vec![work(FN_WORK_REDUCE, algo, 0, 0)]), R, "a pair's reduce root (algo {algo})");
+            assert_eq!(pair(1, vec![work(FN_WORK_ALLREDUCE, algo, 0, 0)]), BOTH);
         }
     }
 }
