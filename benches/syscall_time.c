@@ -7,7 +7,9 @@
  * the next. At exit (exit or _exit, which the benchmark's ranks end with) it writes
  * $SYSCALL_TIME_DIR/st.<pid>.txt, one line each:
  *   T <thread name> <send ns> <sent bytes> <recv ns> <received bytes> <looks> <look ns> <yields> <yield ns> <cpu ns>
- *   K <index> <t ns> <send ns> <sent bytes> <recv ns> <received bytes> <looks> <look ns>
+ *     <sends> <receives>
+ *   K <index> <t ns> <send ns> <sent bytes> <recv ns> <received bytes> <looks> <look ns> <sends> <receives>
+ * (sends and receives: the calls that moved bytes, so that bytes / calls is what one call moved).
  * T: a thread that made such a call and ended before the process, or the one that exits (its CPU
  * time is its whole life's); K: a collective's start,
  * CLOCK_MONOTONIC, with the process's totals at that moment. Nothing is written without
@@ -31,9 +33,10 @@
 
 enum { SEND, RECV };
 
-/* What one thread did: bytes moved and the time in those calls, per direction; looks; yields. */
+/* What one thread did: the calls that moved bytes, the bytes and the time in them, per direction;
+ * looks; yields. */
 struct counts {
-  unsigned long long ns[2], bytes[2], looks, look_ns, yields, yield_ns;
+  unsigned long long ns[2], bytes[2], n[2], looks, look_ns, yields, yield_ns;
 };
 
 struct thread_entry {
@@ -101,8 +104,10 @@ static void count(int dir, ssize_t n, unsigned long long ns) {
   if (n > 0) {
     mine.ns[dir] += ns;
     mine.bytes[dir] += (unsigned long long)n;
+    mine.n[dir]++;
     add(&total.ns[dir], ns);
     add(&total.bytes[dir], (unsigned long long)n);
+    add(&total.n[dir], 1);
   } else {
     mine.looks++;
     mine.look_ns += ns;
@@ -172,6 +177,7 @@ static void call_starts(void) {
   for (int d = 0; d < 2; d++) {
     calls[k].c.ns[d] = __atomic_load_n(&total.ns[d], __ATOMIC_RELAXED);
     calls[k].c.bytes[d] = __atomic_load_n(&total.bytes[d], __ATOMIC_RELAXED);
+    calls[k].c.n[d] = __atomic_load_n(&total.n[d], __ATOMIC_RELAXED);
   }
   calls[k].c.looks = __atomic_load_n(&total.looks, __ATOMIC_RELAXED);
   calls[k].c.look_ns = __atomic_load_n(&total.look_ns, __ATOMIC_RELAXED);
@@ -241,14 +247,16 @@ static void write_out(void) {
     struct counts* c = &ended[i].c;
     for (char* p = ended[i].name; *p; p++)
       if (*p == ' ') *p = '_';
-    fprintf(f, "T %s %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", ended[i].name, c->ns[SEND], c->bytes[SEND],
-            c->ns[RECV], c->bytes[RECV], c->looks, c->look_ns, c->yields, c->yield_ns, ended[i].cpu_ns);
+    fprintf(f, "T %s %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", ended[i].name, c->ns[SEND],
+            c->bytes[SEND], c->ns[RECV], c->bytes[RECV], c->looks, c->look_ns, c->yields, c->yield_ns, ended[i].cpu_ns,
+            c->n[SEND], c->n[RECV]);
   }
   pthread_mutex_unlock(&ended_lock);
   unsigned long long n = ncalls < MAX_CALLS ? ncalls : MAX_CALLS;
   for (unsigned long long k = 0; k < n; k++)
-    fprintf(f, "K %llu %llu %llu %llu %llu %llu %llu %llu\n", k, calls[k].t, calls[k].c.ns[SEND],
-            calls[k].c.bytes[SEND], calls[k].c.ns[RECV], calls[k].c.bytes[RECV], calls[k].c.looks, calls[k].c.look_ns);
+    fprintf(f, "K %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", k, calls[k].t, calls[k].c.ns[SEND],
+            calls[k].c.bytes[SEND], calls[k].c.ns[RECV], calls[k].c.bytes[RECV], calls[k].c.looks, calls[k].c.look_ns,
+            calls[k].c.n[SEND], calls[k].c.n[RECV]);
   fclose(f);
 }
 

@@ -77,7 +77,8 @@ fn the_shim_accounts_for_every_byte_by_thread_and_by_call() {
     assert!(name.starts_with("st.") && name.ends_with(".txt"), "{name}");
     let text = std::fs::read_to_string(&files[0]).unwrap();
 
-    // T: sends ns, sent, receives ns, received, looks, look ns, yields, yield ns, cpu ns.
+    // T: sends ns, sent, receives ns, received, looks, look ns, yields, yield ns, cpu ns, sends,
+    // receives.
     let threads = lines(&text, "T");
     let total = |i: usize| threads.iter().map(|t| t[i]).sum::<u64>();
     let bytes = CALLS as u64 * MSG;
@@ -86,8 +87,13 @@ fn the_shim_accounts_for_every_byte_by_thread_and_by_call() {
     assert!(threads.iter().any(|t| t[3] == bytes && t[1] == 0), "the main thread alone received:\n{text}");
     assert!(total(4) >= 1, "the look at an empty socket is counted:\n{text}");
     assert!(threads.iter().all(|t| t[8] > 0), "each thread's CPU time:\n{text}");
+    // A call that moved bytes is counted once, and moved at most what it was asked for.
+    assert!(total(9) >= CALLS as u64 && total(9) * MSG >= bytes, "the sends that moved bytes:\n{text}");
+    assert!(total(10) >= CALLS as u64 && total(10) <= bytes, "the receives that moved bytes:\n{text}");
+    assert!(threads.iter().all(|t| (t[1] == 0) == (t[9] == 0) && (t[3] == 0) == (t[10] == 0)), "{text}");
 
-    // K: index, time, sends ns, sent, receives ns, received, looks, look ns at each call's start.
+    // K: index, time, sends ns, sent, receives ns, received, looks, look ns, sends, receives at
+    // each call's start.
     let calls = lines(&text, "K");
     assert_eq!(calls.len(), CALLS, "one line per all-reduce:\n{text}");
     for (k, w) in calls.windows(2).enumerate() {
@@ -95,5 +101,6 @@ fn the_shim_accounts_for_every_byte_by_thread_and_by_call() {
         assert!(w[1][1] > w[0][1], "the calls' times go forward:\n{text}");
         assert_eq!((w[1][3] - w[0][3], w[1][5] - w[0][5]), (MSG, MSG), "call {k} moved its message each way:\n{text}");
         assert!(w[1][2] > w[0][2] && w[1][4] > w[0][4], "call {k}'s sends and receives took time:\n{text}");
+        assert!(w[1][8] > w[0][8] && w[1][9] > w[0][9], "call {k} made sends and receives:\n{text}");
     }
 }
