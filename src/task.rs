@@ -5,7 +5,8 @@
 //! sideways or upwards.
 
 use crate::abi::{
-    fnWork, FN_ALGO_DIRECT, FN_ALGO_RECDBL, FN_WORK_BROADCAST, FN_WORK_COPY, FN_WORK_RECV, FN_WORK_REDUCE, FN_WORK_SEND,
+    fnWork, FN_ALGO_DIRECT, FN_ALGO_RECDBL, FN_ALGO_RING, FN_WORK_BROADCAST, FN_WORK_COPY, FN_WORK_RECV,
+    FN_WORK_REDUCE, FN_WORK_SEND,
 };
 use crate::cuda::module::KernelId;
 use crate::cuda::CUstream;
@@ -264,29 +265,30 @@ impl std::ops::BitOr for Moves {
 }
 
 impl Launch {
-    /// Whether its works, run on `rank` of `nranks`, may send and may receive over connections
-    /// (the proxy wakes only the threads of the halves a launch uses): a send only sends, a
-    /// receive only receives, a copy does neither; a broadcast's root only sends and, run direct
-    /// or between two ranks, a rank with no rank to pass it on to only receives; a reduce's root
-    /// only receives and, run direct or between two ranks, every other rank only sends. Any other
-    /// collective may do both.
-    pub fn moves(&self, rank: usize, nranks: usize) -> Moves {
+    /// Whether its works, run on `rank`, whose ring neighbours are `(prev, next)`, may send and
+    /// may receive over connections (the proxy wakes only the threads of the halves a launch
+    /// uses): a send only sends, a receive only receives, a copy does neither; a broadcast's root
+    /// only sends, and a rank with no rank to pass it on to only receives (run direct, the work
+    /// lists none; along the ring, the rank before the root); a reduce's root only receives, and
+    /// a rank that starts a chain only sends (run direct, every other rank; along the ring, the
+    /// rank after the root: `kernels/collectives.cuh`). Any other collective may do both.
+    pub fn moves(&self, rank: usize, (prev, next): (usize, usize)) -> Moves {
         const SENDS: Moves = Moves { sends: true, receives: false };
         const RECEIVES: Moves = Moves { sends: false, receives: true };
         const BOTH: Moves = Moves { sends: true, receives: true };
         self.works.iter().fold(Moves::default(), |m, w| {
             let (direct, root) = (w.algo as u32 == FN_ALGO_DIRECT, usize::try_from(w.root) == Ok(rank));
-            // Between two ranks every algorithm's chain is the root and the other rank.
-            let pair = nranks == 2;
+            let ring = w.algo as u32 == FN_ALGO_RING;
+            let (after_root, before_root) = (usize::try_from(w.root) == Ok(prev), usize::try_from(w.root) == Ok(next));
             m | match w.type_ as u32 {
                 FN_WORK_SEND => SENDS,
                 FN_WORK_RECV => RECEIVES,
                 FN_WORK_COPY => Moves::default(),
                 FN_WORK_BROADCAST if root => SENDS,
                 // A direct broadcast's `scalar` lists the ranks this one passes it on to.
-                FN_WORK_BROADCAST if pair || (direct && w.scalar == 0) => RECEIVES,
+                FN_WORK_BROADCAST if (direct && w.scalar == 0) || (ring && before_root) => RECEIVES,
                 FN_WORK_REDUCE if root => RECEIVES,
-                FN_WORK_REDUCE if pair || direct => SENDS,
+                FN_WORK_REDUCE if direct || (ring && after_root) => SENDS,
                 _ => BOTH,
             }
         })
@@ -306,7 +308,7 @@ fn work_channels(w: &fnWork) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::{FN_ALGO_RING, FN_ALGO_TREE, FN_WORK_ALLGATHER, FN_WORK_ALLREDUCE};
+    use crate::abi::{FN_ALGO_TREE, FN_WORK_ALLGATHER, FN_WORK_ALLREDUCE};
 
     /// A copy-kernel launch of `works`: only its works matter here.
     fn launch(works: Vec<fnWork>) -> Launch {
@@ -363,7 +365,8 @@ mod tests {
             nChannels: 1,
             ..Default::default()
         };
-        let on = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, 4);
+        // Ranks 0..4 in a ring in that order: rank r's neighbours are r - 1 and r + 1.
+        let on = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, ((rank + 3) % 4, (rank + 1) % 4));
         assert_eq!(on(0, vec![work(FN_WORK_SEND, 0, 1, 0)]), S);
         assert_eq!(on(0, vec![work(FN_WORK_RECV, 0, 1, 0)]), R);
         assert_eq!(on(0, vec![work(FN_WORK_COPY, 0, 0, 0)]), Moves::default());
@@ -372,22 +375,24 @@ mod tests {
         for algo in [FN_ALGO_RING, FN_ALGO_DIRECT] {
             assert_eq!(on(2, vec![work(FN_WORK_BROADCAST, algo, 2, 0)]), S, "a broadcast's root (algo {algo})");
             assert_eq!(on(2, vec![work(FN_WORK_REDUCE, algo, 2, 0)]), R, "a reduce's root (algo {algo})");
-            assert_eq!(on(1, vec![work(FN_WORK_BROADCAST, algo, 2, 0x4)]), BOTH, "passes a broadcast on (algo {algo})");
+            assert_eq!(on(0, vec![work(FN_WORK_BROADCAST, algo, 2, 0x4)]), BOTH, "passes a broadcast on (algo {algo})");
         }
         assert_eq!(on(1, vec![work(FN_WORK_BROADCAST, FN_ALGO_DIRECT, 2, 0)]), R, "the end of a direct broadcast");
-        assert_eq!(on(1, vec![work(FN_WORK_BROADCAST, FN_ALGO_RING, 2, 0)]), BOTH, "a ring's rank may pass it on");
         assert_eq!(on(1, vec![work(FN_WORK_REDUCE, FN_ALGO_DIRECT, 2, 0)]), S, "a direct reduce's other ranks");
-        assert_eq!(on(1, vec![work(FN_WORK_REDUCE, FN_ALGO_RING, 2, 0)]), BOTH, "a ring's rank may pass it on");
+        // Along the ring from root 2: a broadcast goes 2, 3, 0, 1 and a reduce 3, 0, 1, 2.
+        let ring = |ty: u32, rank: usize| on(rank, vec![work(ty, FN_ALGO_RING, 2, 0)]);
+        assert_eq!([1, 3, 0].map(|r| ring(FN_WORK_BROADCAST, r)), [R, BOTH, BOTH], "the last only receives");
+        assert_eq!([3, 0, 1].map(|r| ring(FN_WORK_REDUCE, r)), [S, BOTH, BOTH], "the first only sends");
+        // A work of another algorithm is taken to do both.
+        assert_eq!(on(1, vec![work(FN_WORK_BROADCAST, FN_ALGO_TREE, 2, 0)]), BOTH);
         for ty in [FN_WORK_ALLREDUCE, FN_WORK_ALLGATHER] {
             assert_eq!(on(0, vec![work(ty, FN_ALGO_RING, 0, 0)]), BOTH);
         }
-        // Between two ranks the rank that is not the root is every chain's other end.
-        let pair = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, 2);
-        for algo in [FN_ALGO_RING, FN_ALGO_TREE] {
-            assert_eq!(pair(1, vec![work(FN_WORK_BROADCAST, algo, 0, 0)]), R, "a pair's broadcast (algo {algo})");
-            assert_eq!(pair(1, vec![work(FN_WORK_REDUCE, algo, 0, 0)]), S, "a pair's reduce (algo {algo})");
-            assert_eq!(pair(0, vec![work(FN_WORK_REDUCE, algo, 0, 0)]), R, "a pair's reduce root (algo {algo})");
-            assert_eq!(pair(1, vec![work(FN_WORK_ALLREDUCE, algo, 0, 0)]), BOTH);
-        }
+        // Between two ranks the rank that is not the root is both ends of the ring's chain.
+        let pair = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, (1 - rank, 1 - rank));
+        assert_eq!(pair(1, vec![work(FN_WORK_BROADCAST, FN_ALGO_RING, 0, 0)]), R, "a pair's broadcast");
+        assert_eq!(pair(1, vec![work(FN_WORK_REDUCE, FN_ALGO_RING, 0, 0)]), S, "a pair's reduce");
+        assert_eq!(pair(0, vec![work(FN_WORK_REDUCE, FN_ALGO_RING, 0, 0)]), R, "a pair's reduce root");
+        assert_eq!(pair(1, vec![work(FN_WORK_ALLREDUCE, FN_ALGO_RING, 0, 0)]), BOTH);
     }
 }

@@ -235,7 +235,8 @@ impl Comm {
         let _g = gpu.ctx.enter()?;
         if let Some(w) = &self.proxy_waker {
             let (all, off_ring) = launches.iter().map(Launch::channels).fold((0, 0), |(a, o), (c, r)| (a | c, o | r));
-            let moves = launches.iter().fold(Moves::default(), |m, l| m | l.moves(self.rank, self.nranks));
+            let ring = self.conns.ring_neighbours(self.rank);
+            let moves = launches.iter().fold(Moves::default(), |m, l| m | l.moves(self.rank, ring));
             w.wake(all, off_ring, moves.sends, moves.receives);
         }
         let mut st = gpu.launch_state.lock();

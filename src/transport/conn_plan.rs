@@ -113,6 +113,12 @@ impl ConnPlan {
         }
     }
 
+    /// Rank `r`'s neighbours in the ring every channel shares: (previous, next).
+    pub fn ring_neighbours(&self, r: usize) -> (usize, usize) {
+        let n = self.order.len();
+        (self.order[(self.pos[r] + n - 1) % n], self.order[(self.pos[r] + 1) % n])
+    }
+
     /// Whether `a` and `b` are neighbours in the ring.
     fn adjacent(&self, a: usize, b: usize) -> bool {
         let n = self.order.len();
@@ -219,6 +225,19 @@ mod tests {
         assert_eq!(p.channels(0, 4), 4);
         assert_eq!(p.channels(0, 2), 1);
         assert_eq!(p.channels(2, 2), 0);
+    }
+
+    /// A rank's neighbours follow the ring order, not the rank numbers, and wrap around; they
+    /// are the pairs `channels` connects as neighbours.
+    #[test]
+    fn ring_neighbours_follow_the_order() {
+        let p = ConnPlan::new(4, 1, vec![2, 0, 3, 1], 1 << 16, InitPairs::All);
+        assert_eq!([0, 1, 2, 3].map(|r| p.ring_neighbours(r)), [(2, 3), (3, 2), (1, 0), (0, 1)]);
+        for r in 0..4 {
+            let (prev, next) = p.ring_neighbours(r);
+            assert!(p.adjacent(r, prev) && p.adjacent(r, next));
+        }
+        assert_eq!(plan(2, 4, 1).ring_neighbours(1), (0, 0));
     }
 
     /// What init connects at 1,024 hosts of 8 GPUs (8,192 ranks): each rank's ring neighbours,
