@@ -121,9 +121,8 @@ impl ConnPlan {
 
     /// Whether `a` and `b` are neighbours in the ring.
     fn adjacent(&self, a: usize, b: usize) -> bool {
-        let n = self.order.len();
-        let (pa, pb) = (self.pos[a], self.pos[b]);
-        (pa + 1) % n == pb || (pb + 1) % n == pa
+        let (prev, next) = self.ring_neighbours(a);
+        b == prev || b == next
     }
 
     /// Channels connecting ranks `a` and `b` at init (0 for a == b, and for a pair left to
