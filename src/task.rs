@@ -250,18 +250,25 @@ impl Launch {
 }
 
 /// What a launch's works move over connections to other ranks: whether any of them sends, and
-/// whether any receives ([`Launch::moves`]).
+/// whether any receives, and to which ranks it may send ([`Launch::moves`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Moves {
     pub sends: bool,
     pub receives: bool,
+    /// The ranks it may send to, bit `r % 64` for rank r (all bits: any rank).
+    pub to: u64,
 }
 
 impl std::ops::BitOr for Moves {
     type Output = Moves;
     fn bitor(self, o: Moves) -> Moves {
-        Moves { sends: self.sends || o.sends, receives: self.receives || o.receives }
+        Moves { sends: self.sends || o.sends, receives: self.receives || o.receives, to: self.to | o.to }
     }
+}
+
+/// Rank `r`'s bit in [`Moves::to`].
+pub fn rank_bit(r: usize) -> u64 {
+    1 << (r % 64)
 }
 
 impl Launch {
@@ -271,25 +278,32 @@ impl Launch {
     /// only sends, and a rank with no rank to pass it on to only receives (run direct, the work
     /// lists none; along the ring, the rank before the root); a reduce's root only receives, and
     /// a rank that starts a chain only sends (run direct, every other rank; along the ring, the
-    /// rank after the root: `kernels/collectives.cuh`). Any other collective may do both.
+    /// rank after the root: `kernels/collectives.cuh`). Any other collective may do both. A send
+    /// goes to its peer, a direct broadcast to the ranks its work lists, a direct reduce to the
+    /// root, a ring's to the next rank; the other algorithms' to any rank.
     pub fn moves(&self, rank: usize, (prev, next): (usize, usize)) -> Moves {
-        const SENDS: Moves = Moves { sends: true, receives: false };
-        const RECEIVES: Moves = Moves { sends: false, receives: true };
-        const BOTH: Moves = Moves { sends: true, receives: true };
+        let sends = |to: u64| Moves { sends: true, receives: false, to };
+        const RECEIVES: Moves = Moves { sends: false, receives: true, to: 0 };
         self.works.iter().fold(Moves::default(), |m, w| {
             let (direct, root) = (w.algo as u32 == FN_ALGO_DIRECT, usize::try_from(w.root) == Ok(rank));
             let ring = w.algo as u32 == FN_ALGO_RING;
             let (after_root, before_root) = (usize::try_from(w.root) == Ok(prev), usize::try_from(w.root) == Ok(next));
+            // A direct broadcast's `scalar` lists the ranks this one passes it on to, rank + 1
+            // in each 4 bits.
+            let listed = || (0..16).map(|i| (w.scalar >> (4 * i)) & 0xf).take_while(|&r| r != 0).fold(0, |m, r| m | rank_bit(r as usize - 1));
+            let onward = if ring { rank_bit(next) } else { u64::MAX };
             m | match w.type_ as u32 {
-                FN_WORK_SEND => SENDS,
+                FN_WORK_SEND => sends(rank_bit(w.root as usize)),
                 FN_WORK_RECV => RECEIVES,
                 FN_WORK_COPY => Moves::default(),
-                FN_WORK_BROADCAST if root => SENDS,
-                // A direct broadcast's `scalar` lists the ranks this one passes it on to.
+                FN_WORK_BROADCAST if direct && root => sends(listed()),
+                FN_WORK_BROADCAST if root => sends(onward),
                 FN_WORK_BROADCAST if (direct && w.scalar == 0) || (ring && before_root) => RECEIVES,
                 FN_WORK_REDUCE if root => RECEIVES,
-                FN_WORK_REDUCE if direct || (ring && after_root) => SENDS,
-                _ => BOTH,
+                FN_WORK_REDUCE if direct => sends(rank_bit(w.root as usize)),
+                FN_WORK_REDUCE if ring && after_root => sends(onward),
+                FN_WORK_BROADCAST if direct => Moves { sends: true, receives: true, to: listed() },
+                _ => Moves { sends: true, receives: true, to: onward },
             }
         })
     }
@@ -354,9 +368,9 @@ mod tests {
     /// certainly leaves alone is left out, and a launch of several works uses what any does.
     #[test]
     fn a_launch_says_whether_it_sends_and_receives() {
-        const S: Moves = Moves { sends: true, receives: false };
-        const R: Moves = Moves { sends: false, receives: true };
-        const BOTH: Moves = Moves { sends: true, receives: true };
+        const S: (bool, bool) = (true, false);
+        const R: (bool, bool) = (false, true);
+        const BOTH: (bool, bool) = (true, true);
         let work = |ty: u32, algo: u32, root: i32, scalar: u64| fnWork {
             type_: ty as i32,
             algo: algo as _,
@@ -366,10 +380,14 @@ mod tests {
             ..Default::default()
         };
         // Ranks 0..4 in a ring in that order: rank r's neighbours are r - 1 and r + 1.
-        let on = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, ((rank + 3) % 4, (rank + 1) % 4));
+        let moves = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, ((rank + 3) % 4, (rank + 1) % 4));
+        let on = |rank: usize, works: Vec<fnWork>| {
+            let m = moves(rank, works);
+            (m.sends, m.receives)
+        };
         assert_eq!(on(0, vec![work(FN_WORK_SEND, 0, 1, 0)]), S);
         assert_eq!(on(0, vec![work(FN_WORK_RECV, 0, 1, 0)]), R);
-        assert_eq!(on(0, vec![work(FN_WORK_COPY, 0, 0, 0)]), Moves::default());
+        assert_eq!(moves(0, vec![work(FN_WORK_COPY, 0, 0, 0)]), Moves::default());
         assert_eq!(on(0, vec![work(FN_WORK_SEND, 0, 1, 0), work(FN_WORK_RECV, 0, 2, 0)]), BOTH);
         assert_eq!(on(0, vec![work(FN_WORK_COPY, 0, 0, 0), work(FN_WORK_RECV, 0, 2, 0)]), R);
         for algo in [FN_ALGO_RING, FN_ALGO_DIRECT] {
@@ -389,10 +407,39 @@ mod tests {
             assert_eq!(on(0, vec![work(ty, FN_ALGO_RING, 0, 0)]), BOTH);
         }
         // Between two ranks the rank that is not the root is both ends of the ring's chain.
-        let pair = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, (1 - rank, 1 - rank));
+        let pair = |rank: usize, works: Vec<fnWork>| {
+            let m = launch(works).moves(rank, (1 - rank, 1 - rank));
+            (m.sends, m.receives)
+        };
         assert_eq!(pair(1, vec![work(FN_WORK_BROADCAST, FN_ALGO_RING, 0, 0)]), R, "a pair's broadcast");
         assert_eq!(pair(1, vec![work(FN_WORK_REDUCE, FN_ALGO_RING, 0, 0)]), S, "a pair's reduce");
         assert_eq!(pair(0, vec![work(FN_WORK_REDUCE, FN_ALGO_RING, 0, 0)]), R, "a pair's reduce root");
         assert_eq!(pair(1, vec![work(FN_WORK_ALLREDUCE, FN_ALGO_RING, 0, 0)]), BOTH);
+    }
+
+    /// A launch names the ranks it may send to: a send's peer, the ranks a direct broadcast
+    /// lists, a direct reduce's root, the next rank along a ring; any rank for other algorithms.
+    #[test]
+    fn a_launch_says_which_ranks_it_sends_to() {
+        let work = |ty: u32, algo: u32, root: i32, scalar: u64| fnWork {
+            type_: ty as i32,
+            algo: algo as _,
+            root,
+            scalar,
+            nChannels: 1,
+            ..Default::default()
+        };
+        let to = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, ((rank + 3) % 4, (rank + 1) % 4)).to;
+        let bits = |ranks: &[usize]| ranks.iter().fold(0, |m, &r| m | rank_bit(r));
+        assert_eq!(to(0, vec![work(FN_WORK_SEND, 0, 1, 0), work(FN_WORK_SEND, 0, 3, 0)]), bits(&[1, 3]));
+        assert_eq!(to(0, vec![work(FN_WORK_RECV, 0, 1, 0)]), 0);
+        // A direct broadcast's root lists 1, 2, 3 (rank + 1 in each 4 bits), first send lowest.
+        assert_eq!(to(0, vec![work(FN_WORK_BROADCAST, FN_ALGO_DIRECT, 0, 0x432)]), bits(&[1, 2, 3]));
+        assert_eq!(to(1, vec![work(FN_WORK_BROADCAST, FN_ALGO_DIRECT, 0, 0x3)]), bits(&[2]), "passes it on");
+        assert_eq!(to(1, vec![work(FN_WORK_REDUCE, FN_ALGO_DIRECT, 2, 0)]), bits(&[2]));
+        assert_eq!(to(1, vec![work(FN_WORK_ALLREDUCE, FN_ALGO_RING, 0, 0)]), bits(&[2]));
+        assert_eq!(to(3, vec![work(FN_WORK_REDUCE, FN_ALGO_RING, 2, 0)]), bits(&[0]));
+        assert_eq!(to(1, vec![work(FN_WORK_ALLREDUCE, FN_ALGO_TREE, 0, 0)]), u64::MAX);
+        assert_eq!(rank_bit(65), rank_bit(1), "ranks share bits modulo 64");
     }
 }

@@ -237,7 +237,7 @@ impl Comm {
             let (all, off_ring) = launches.iter().map(Launch::channels).fold((0, 0), |(a, o), (c, r)| (a | c, o | r));
             let ring = self.conns.ring_neighbours(self.rank);
             let moves = launches.iter().fold(Moves::default(), |m, l| m | l.moves(self.rank, ring));
-            w.wake(all, off_ring, moves.sends, moves.receives);
+            w.wake(all, off_ring, moves.sends, moves.receives, moves.to);
         }
         let mut st = gpu.launch_state.lock();
         for (l, kernel) in launches.iter().zip(kernels) {

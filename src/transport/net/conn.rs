@@ -553,7 +553,7 @@ impl NetTransport {
             let what = format!("{}, channel {ch}", who.name(peer));
             let trace = t.profiler.clone().map(|profiler| TraceInfo { profiler, peer, channel: ch });
             let entry = Entry::new(send, recv, block.clone(), layout, what, t.fault.clone(), trace.as_ref())?
-                .launched_by(t.launches.clone(), ch, runtime);
+                .launched_by(t.launches.clone(), peer, ch, runtime);
             t.ids.push(t.proxy.add(entry));
             t.blocks.insert((peer, ch), block);
         }

@@ -132,6 +132,19 @@ crate::int_param!(
     proxy_threads, "FERRONICKEL_NET_PROXY_THREADS", 0
 );
 
+crate::int_param!(
+    /// FERRONICKEL_NET_PROXY_SEND_THREADS: where a net plugin's connections get a thread for each
+    /// half ([`split_halves`]), how many threads share the send halves out, by channel (1 to 8;
+    /// docs/NET.md, "Send threads"). A plugin that copies a step's bytes inside its calls (one over
+    /// TCP does) then sends to several peers, or on several channels, side by side.
+    proxy_send_threads, "FERRONICKEL_NET_PROXY_SEND_THREADS", 1
+);
+
+/// The send threads of a proxy that splits the halves ([`proxy_send_threads`]).
+fn send_lanes() -> usize {
+    proxy_send_threads().clamp(1, 8) as usize
+}
+
 /// A plugin's connections get a thread for each half only where the proxy's threads may run on
 /// this many CPUs or more. With each rank bound to two, its main thread and two polling proxy
 /// threads took turns, and one thread was faster at every size (a call held up to 2 ms where a
@@ -162,9 +175,37 @@ pub type FaultHook = Arc<dyn Fn(String) + Send + Sync>;
 /// Which halves of the connections a progress thread drives.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Halves {
-    Send,
+    /// The send halves of the connections with the ranks `r` with `r % 64 % of == lane`.
+    Send { lane: usize, of: usize },
     Recv,
     Both,
+}
+
+/// Every send half, by one thread.
+const SENDS: Halves = Halves::Send { lane: 0, of: 1 };
+
+impl Halves {
+    fn sends(self) -> bool {
+        self != Halves::Recv
+    }
+
+    fn receives(self) -> bool {
+        !matches!(self, Halves::Send { .. })
+    }
+
+    /// The ranks whose connections' halves the thread drives, bit `r % 64` for rank r (as a
+    /// launch names the ranks it sends to: [`Waker::wake`]).
+    fn peers(self) -> u64 {
+        match self {
+            Halves::Send { lane, of } => (0..64).filter(|b| b % of == lane).fold(0, |m, b| m | 1 << b),
+            _ => u64::MAX,
+        }
+    }
+
+    /// Whether the thread drives the halves of a connection with rank `peer`.
+    fn serves(self, peer: usize) -> bool {
+        self.peers() >> (peer % 64) & 1 == 1
+    }
 }
 
 /// The send half of a connection and its goodbye.
@@ -197,8 +238,10 @@ pub struct Entry {
     /// `born`.
     active: AtomicU64,
     born: Instant,
-    /// The communicator's launches ([`Launches`]), and this connection's channel.
+    /// The communicator's launches ([`Launches`]), the rank at the connection's other end and its
+    /// channel.
     launches: Arc<Launches>,
+    peer: usize,
     channel: usize,
     /// Made at runtime, for a peer off the ring ([`Launches`]).
     off_ring: bool,
@@ -238,15 +281,18 @@ impl Entry {
             active: AtomicU64::new(0),
             born: Instant::now(),
             launches: Arc::default(),
+            peer: 0,
             channel: 0,
             off_ring: false,
         })
     }
 
-    /// Makes the connection hot whenever a launch of `launches`' communicator names `channel`;
-    /// for one made at runtime (`off_ring`), a launch that may reach such peers ([`Launches`]).
-    pub fn launched_by(mut self, launches: Arc<Launches>, channel: usize, off_ring: bool) -> Entry {
-        (self.launches, self.channel, self.off_ring) = (launches, channel, off_ring);
+    /// Makes the connection, with rank `peer` of `launches`' communicator, hot whenever a launch
+    /// of that communicator names `channel`; for one made at runtime (`off_ring`), a launch that
+    /// may reach such peers ([`Launches`]). A launch that sends to `peer` wakes the send thread
+    /// that drives it ([`Waker::wake`]).
+    pub fn launched_by(mut self, launches: Arc<Launches>, peer: usize, channel: usize, off_ring: bool) -> Entry {
+        (self.launches, self.peer, self.channel, self.off_ring) = (launches, peer, channel, off_ring);
         self
     }
 
@@ -331,8 +377,8 @@ impl Entry {
     /// One turn of the `halves` a thread drives, the receive half tested only if `test`; marks
     /// the connection active at `now` if anything moved or is in flight: (moved, in flight).
     fn progress(&self, halves: Halves, test: bool, now: Instant) -> (bool, bool) {
-        let (sm, sb) = if halves == Halves::Recv { (false, false) } else { self.progress_send() };
-        let (rm, rb) = if halves == Halves::Send { (false, false) } else { self.progress_recv(test) };
+        let (sm, sb) = if halves.sends() { self.progress_send() } else { (false, false) };
+        let (rm, rb) = if halves.receives() { self.progress_recv(test) } else { (false, false) };
         let (moved, busy) = (sm || rm, sb || rb);
         if moved || busy {
             self.touch(now);
@@ -531,17 +577,20 @@ pub struct Waker {
 impl Waker {
     /// `channels`: a bit per channel the launch's kernels use; `off_ring`: those of them its works
     /// that may reach a peer connected at runtime use ([`Launches`]); `sends`, `receives`: whether
-    /// its kernels may send, and receive. Only the threads of the halves it may use are woken: a
+    /// its kernels may send, and receive; `to`: the ranks it may send to, bit `r % 64` for rank r.
+    /// Only the threads of the halves it may use are woken, of several send threads those of
+    /// those ranks' connections: a
     /// thread polls from its wake-up until something moves, and the idle half's thread of a
     /// rank that only sends (a gather's, a broadcast root's) or only receives would poll through
     /// the whole call for nothing, a busy core a process (docs/NET.md, "Two progress threads").
     /// Cheap when the threads are polling already: a store per channel and one per thread, and a
     /// futex wake only where one sleeps.
-    pub fn wake(&self, channels: u64, off_ring: u64, sends: bool, receives: bool) {
+    pub fn wake(&self, channels: u64, off_ring: u64, sends: bool, receives: bool, to: u64) {
         self.launches.name(channels, off_ring);
         for (halves, woken, thread) in &self.threads {
             let used = match halves {
-                Halves::Send => sends,
+                Halves::Send { of: 1, .. } => sends,
+                Halves::Send { .. } => sends && to & halves.peers() != 0,
                 Halves::Recv => receives,
                 Halves::Both => sends || receives,
             };
@@ -580,7 +629,13 @@ impl Proxy {
         }
         // A process that exits with communicators alive still says goodbye on their connections.
         crate::exit::on_exit(farewell);
-        let halves: &[Halves] = if split { &[Halves::Send, Halves::Recv] } else { &[Halves::Both] };
+        let halves: Vec<Halves> = match split {
+            true => {
+                let of = send_lanes();
+                (0..of).map(|lane| Halves::Send { lane, of }).chain([Halves::Recv]).collect()
+            }
+            false => vec![Halves::Both],
+        };
         let inner = Arc::new(Inner {
             entries: RwLock::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -589,18 +644,27 @@ impl Proxy {
             moved_at: AtomicU64::new(0),
             epoch: Instant::now(),
         });
-        let mut p = Proxy { inner: inner.clone(), halves: halves.to_vec(), threads: Vec::new() };
+        let mut p = Proxy { inner: inner.clone(), halves: halves.clone(), threads: Vec::new() };
         let bind = affinity::proxy_cpus(cpus);
         crate::nccl_info!(
             crate::debug::Subsys::NET,
             "NET: proxy of device {dev}: {} on {}",
-            if split { "a thread for the send halves and one for the receive halves" } else { "one thread" },
+            match split {
+                true => format!("{} thread(s) for the send halves and one for the receive halves", halves.len() - 1),
+                false => "one thread".to_string(),
+            },
             bind.map_or("the caller's CPUs".to_string(), |s| format!("CPUs {s}"))
         );
         for (i, &h) in halves.iter().enumerate() {
             let run = inner.clone();
-            // The receiving thread's name ends in `r`; the other's is NCCL's proxy thread's.
-            let name = format!("nccl-proxy-d{dev}{}", if h == Halves::Recv { "r" } else { "" });
+            // The receiving thread's name ends in `r`, a further sending thread's in `s` and its
+            // lane; the first sending thread's is NCCL's proxy thread's.
+            let tail = match h {
+                Halves::Recv => "r".to_string(),
+                Halves::Send { lane, .. } if lane > 0 => format!("s{lane}"),
+                _ => String::new(),
+            };
+            let name = format!("nccl-proxy-d{dev}{tail}");
             let t = std::thread::Builder::new().name(name.clone()).spawn(move || {
                 if let Some(set) = bind {
                     affinity::bind_this_thread(&set, &name);
@@ -685,7 +749,7 @@ fn serve(inner: &Inner, me: usize, halves: Halves) {
     // was last kept warm for it.
     let mut awaiting: Option<Instant> = None;
     let mut warmed = Instant::now();
-    let sends = halves != Halves::Recv;
+    let sends = halves.sends();
     while !inner.stop.load(Ordering::Acquire) {
         if inner.woken[me].swap(false, Ordering::AcqRel) {
             last_move = Instant::now();
@@ -701,11 +765,11 @@ fn serve(inner: &Inner, me: usize, halves: Halves) {
         let entries = inner.entries.read();
         if sends && awaiting.is_some() && start - warmed >= WARM_EVERY {
             // The first comm that warms the path warms it for every comm of its net.
-            let _ = entries.iter().filter(|e| !e.failed()).any(|e| e.send.lock().side.comm.warm());
+            let _ = entries.iter().filter(|e| !e.failed() && halves.serves(e.peer)).any(|e| e.send.lock().side.comm.warm());
             warmed = start;
         }
-        for e in entries.iter() {
-            let (m, b) = e.progress(halves, halves != Halves::Send && e.hot(start, sweep), start);
+        for e in entries.iter().filter(|e| halves.serves(e.peer)) {
+            let (m, b) = e.progress(halves, halves.receives() && e.hot(start, sweep), start);
             moved |= m;
             busy |= b;
         }
@@ -714,7 +778,7 @@ fn serve(inner: &Inner, me: usize, halves: Halves) {
             // from host memory only) once more, so a kernel's step waits half as long to be
             // noticed.
             for e in entries.iter() {
-                let (m, b) = e.progress(Halves::Send, false, start);
+                let (m, b) = e.progress(SENDS, false, start);
                 moved |= m;
                 busy |= b;
             }
@@ -894,7 +958,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(warms.load(Ordering::Relaxed), 0, "no launch awaited, no warm-up");
         let woken = Instant::now();
-        proxy.waker(Arc::default()).wake(1, 0, true, true);
+        proxy.waker(Arc::default()).wake(1, 0, true, true, u64::MAX);
         std::thread::sleep(Duration::from_millis(20));
         let during = warms.load(Ordering::Relaxed);
         let took = woken.elapsed();
@@ -912,18 +976,37 @@ mod tests {
         drop(proxy.remove(&[id]));
     }
 
-    /// A launch wakes the threads of the halves it may use, and leaves the other's asleep.
+    /// A launch wakes the threads of the halves it may use, and leaves the other's asleep; of
+    /// several send threads, those of the ranks it may send to.
     #[test]
     fn a_launch_wakes_the_threads_of_the_halves_it_uses() {
         let me = std::thread::current();
-        let shapes = [Halves::Send, Halves::Recv, Halves::Both];
+        let (lane0, lane1) = (Halves::Send { lane: 0, of: 2 }, Halves::Send { lane: 1, of: 2 });
+        let shapes = [SENDS, Halves::Recv, Halves::Both, lane0, lane1];
         for (sends, receives) in [(true, true), (true, false), (false, true), (false, false)] {
-            let flags: Vec<Arc<AtomicBool>> = shapes.iter().map(|_| Arc::default()).collect();
-            let threads = shapes.iter().zip(&flags).map(|(&h, f)| (h, f.clone(), me.clone())).collect();
-            Waker { threads, launches: Arc::default() }.wake(1, 0, sends, receives);
-            let woken: Vec<bool> = flags.iter().map(|f| f.load(Ordering::Acquire)).collect();
-            assert_eq!(woken, [sends, receives, sends || receives], "sends {sends}, receives {receives}");
+            for (to, even, odd) in [(0b100, true, false), (0b110, true, true), (0b10, false, true), (u64::MAX, true, true), (0, false, false)] {
+                let flags: Vec<Arc<AtomicBool>> = shapes.iter().map(|_| Arc::default()).collect();
+                let threads = shapes.iter().zip(&flags).map(|(&h, f)| (h, f.clone(), me.clone())).collect();
+                Waker { threads, launches: Arc::default() }.wake(1, 0, sends, receives, to);
+                let woken: Vec<bool> = flags.iter().map(|f| f.load(Ordering::Acquire)).collect();
+                let want = [sends, receives, sends || receives, sends && even, sends && odd];
+                assert_eq!(woken, want, "sends {sends}, receives {receives}, to {to:#b}");
+            }
         }
+    }
+
+    /// Send threads share the peers out by lane; the others drive every connection.
+    #[test]
+    fn send_threads_share_the_peers_out() {
+        let lanes: Vec<Halves> = (0..3).map(|lane| Halves::Send { lane, of: 3 }).collect();
+        for r in 0..200 {
+            let serving: Vec<bool> = lanes.iter().map(|h| h.serves(r)).collect();
+            assert_eq!(serving.iter().filter(|&&s| s).count(), 1, "rank {r}: one send thread");
+            assert!(serving[r % 64 % 3] && lanes[r % 64 % 3].peers() >> (r % 64) & 1 == 1);
+        }
+        assert_eq!(lanes.iter().fold(0, |m, h| m | h.peers()), u64::MAX);
+        assert!(SENDS.serves(5) && Halves::Recv.serves(5) && Halves::Both.serves(5));
+        assert!(SENDS.sends() && !SENDS.receives() && Halves::Recv.receives() && !Halves::Recv.sends());
     }
 
     /// A wake-up reaches every thread while it naps (a fresh proxy naps at once: nothing moves).
@@ -934,7 +1017,7 @@ mod tests {
         let waker = proxy.waker(Arc::default());
         for _ in 0..3 {
             std::thread::sleep(SPIN * 2);
-            waker.wake(1, 0, true, true);
+            waker.wake(1, 0, true, true, u64::MAX);
             let end = Instant::now() + Duration::from_secs(10);
             while proxy.inner.woken.iter().any(|w| w.load(Ordering::Acquire)) {
                 assert!(Instant::now() < end, "a proxy thread never took the wake-up");
