@@ -227,7 +227,7 @@ fn latency(ranks: &[(Bootstrap, NetTransport)], proto: u32, bytes: u32, nch: usi
         });
         for k in 0..pings {
             if let Some(Pace::Idle { gap, .. }) = &pace {
-                wakers.iter().for_each(|w| w.wake(1, 0, true, true));
+                wakers.iter().for_each(|w| w.wake(1, 0, true, true, u64::MAX));
                 thread::sleep(*gap);
             }
             let t = Instant::now();

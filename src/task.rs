@@ -290,7 +290,12 @@ impl Launch {
             let (after_root, before_root) = (usize::try_from(w.root) == Ok(prev), usize::try_from(w.root) == Ok(next));
             // A direct broadcast's `scalar` lists the ranks this one passes it on to, rank + 1
             // in each 4 bits.
-            let listed = || (0..16).map(|i| (w.scalar >> (4 * i)) & 0xf).take_while(|&r| r != 0).fold(0, |m, r| m | rank_bit(r as usize - 1));
+            let listed = || {
+                (0..16)
+                    .map(|i| (w.scalar >> (4 * i)) & 0xf)
+                    .take_while(|&r| r != 0)
+                    .fold(0, |m, r| m | rank_bit(r as usize - 1))
+            };
             let onward = if ring { rank_bit(next) } else { u64::MAX };
             m | match w.type_ as u32 {
                 FN_WORK_SEND => sends(rank_bit(w.root as usize)),

@@ -159,7 +159,9 @@ fn plugin_env(short: &str) -> Vec<(&'static str, String)> {
 
 /// The nets every scenario runs against (a name's first word is the net's), each net with the
 /// proxy threads it gets by default and with the other shape (`FERRONICKEL_NET_PROXY_THREADS`:
-/// one thread for both halves of the Socket net's connections, a thread a half for a plugin's).
+/// one thread for both halves of the Socket net's connections, a thread a half for a plugin's),
+/// and a plugin's send halves shared out by peer between two threads
+/// (`FERRONICKEL_NET_PROXY_SEND_THREADS`: rank 0's peer is rank 1, whose lane is the second).
 /// The Socket net's eight sockets a connection carry chunks whatever the machine's CPUs (on two
 /// the plain Socket net sends every message inline).
 fn backends() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
@@ -171,12 +173,16 @@ fn backends() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
     split.push(("FERRONICKEL_NET_PROXY_THREADS", "2".into()));
     let mut one = plugin_env("fntcp11");
     one.push(("FERRONICKEL_NET_PROXY_THREADS", "1".into()));
+    let mut lanes = plugin_env("fntcp11");
+    lanes.push(("FERRONICKEL_NET_PROXY_THREADS", "2".into()));
+    lanes.push(("FERRONICKEL_NET_PROXY_SEND_THREADS", "2".into()));
     vec![
         ("Socket", socket_env()),
         ("Socket 4x2", wide),
         ("Socket, a proxy thread a half", split),
         ("FnTcp11", plugin_env("fntcp11")),
         ("FnTcp11, one proxy thread", one),
+        ("FnTcp11, two send threads", lanes),
         ("FnTcp8", plugin_env("fntcp8")),
     ]
 }
@@ -310,7 +316,10 @@ fn the_proxy_carries_steps_on_every_net() {
         } else {
             net != "Socket" && allowed_cpus() >= 3
         };
-        let want = if split {
+        // A second send thread is named `s1`, cut to 15 characters by the kernel.
+        let want = if name.contains("two send threads") {
+            "PROXY THREADS nccl-proxy-d-1,nccl-proxy-d-1r,nccl-proxy-d-1s,nccl-proxy-d-2,nccl-proxy-d-2r,nccl-proxy-d-2s\n"
+        } else if split {
             "PROXY THREADS nccl-proxy-d-1,nccl-proxy-d-1r,nccl-proxy-d-2,nccl-proxy-d-2r\n"
         } else {
             "PROXY THREADS nccl-proxy-d-1,nccl-proxy-d-2\n"
@@ -577,7 +586,7 @@ fn transport() {
                         if s == PAUSE_AT {
                             wait("the peer's last step", &|| send.load_u64(proxy::SEND_HEAD) == s);
                             std::thread::sleep(Duration::from_millis(300));
-                            waker.wake(u64::MAX, 0, true, true);
+                            waker.wake(u64::MAX, 0, true, true, u64::MAX);
                         }
                         wait("a free slot", &|| send.load_u64(proxy::SEND_HEAD) + 8 > s);
                         let (proto, bytes) = shape(&l, seed, s);

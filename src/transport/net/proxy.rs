@@ -176,7 +176,10 @@ pub type FaultHook = Arc<dyn Fn(String) + Send + Sync>;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Halves {
     /// The send halves of the connections with the ranks `r` with `r % 64 % of == lane`.
-    Send { lane: usize, of: usize },
+    Send {
+        lane: usize,
+        of: usize,
+    },
     Recv,
     Both,
 }
@@ -765,7 +768,8 @@ fn serve(inner: &Inner, me: usize, halves: Halves) {
         let entries = inner.entries.read();
         if sends && awaiting.is_some() && start - warmed >= WARM_EVERY {
             // The first comm that warms the path warms it for every comm of its net.
-            let _ = entries.iter().filter(|e| !e.failed() && halves.serves(e.peer)).any(|e| e.send.lock().side.comm.warm());
+            let _ =
+                entries.iter().filter(|e| !e.failed() && halves.serves(e.peer)).any(|e| e.send.lock().side.comm.warm());
             warmed = start;
         }
         for e in entries.iter().filter(|e| halves.serves(e.peer)) {
@@ -984,7 +988,13 @@ mod tests {
         let (lane0, lane1) = (Halves::Send { lane: 0, of: 2 }, Halves::Send { lane: 1, of: 2 });
         let shapes = [SENDS, Halves::Recv, Halves::Both, lane0, lane1];
         for (sends, receives) in [(true, true), (true, false), (false, true), (false, false)] {
-            for (to, even, odd) in [(0b100, true, false), (0b110, true, true), (0b10, false, true), (u64::MAX, true, true), (0, false, false)] {
+            for (to, even, odd) in [
+                (0b100, true, false),
+                (0b110, true, true),
+                (0b10, false, true),
+                (u64::MAX, true, true),
+                (0, false, false),
+            ] {
                 let flags: Vec<Arc<AtomicBool>> = shapes.iter().map(|_| Arc::default()).collect();
                 let threads = shapes.iter().zip(&flags).map(|(&h, f)| (h, f.clone(), me.clone())).collect();
                 Waker { threads, launches: Arc::default() }.wake(1, 0, sends, receives, to);
