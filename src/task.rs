@@ -369,6 +369,17 @@ mod tests {
         assert_eq!(launch(vec![coll(FN_ALGO_DIRECT, 1)]).channels(), (0b1, 0b1));
     }
 
+    /// A work of type `ty` by `algo` with `root` and `scalar`, on one channel.
+    fn work(ty: u32, algo: u32, root: i32, scalar: u64) -> fnWork {
+        fnWork { type_: ty as i32, algo: algo as _, root, scalar, nChannels: 1, ..Default::default() }
+    }
+
+    /// What a launch of `works` moves on `rank` of ranks 0..4 in a ring in that order (rank r's
+    /// neighbours are r - 1 and r + 1).
+    fn on_ring_of_4(rank: usize, works: Vec<fnWork>) -> Moves {
+        launch(works).moves(rank, ((rank + 3) % 4, (rank + 1) % 4))
+    }
+
     /// A launch says which halves of its connections it may use on a rank: only what a work
     /// certainly leaves alone is left out, and a launch of several works uses what any does.
     #[test]
@@ -376,23 +387,13 @@ mod tests {
         const S: (bool, bool) = (true, false);
         const R: (bool, bool) = (false, true);
         const BOTH: (bool, bool) = (true, true);
-        let work = |ty: u32, algo: u32, root: i32, scalar: u64| fnWork {
-            type_: ty as i32,
-            algo: algo as _,
-            root,
-            scalar,
-            nChannels: 1,
-            ..Default::default()
-        };
-        // Ranks 0..4 in a ring in that order: rank r's neighbours are r - 1 and r + 1.
-        let moves = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, ((rank + 3) % 4, (rank + 1) % 4));
         let on = |rank: usize, works: Vec<fnWork>| {
-            let m = moves(rank, works);
+            let m = on_ring_of_4(rank, works);
             (m.sends, m.receives)
         };
         assert_eq!(on(0, vec![work(FN_WORK_SEND, 0, 1, 0)]), S);
         assert_eq!(on(0, vec![work(FN_WORK_RECV, 0, 1, 0)]), R);
-        assert_eq!(moves(0, vec![work(FN_WORK_COPY, 0, 0, 0)]), Moves::default());
+        assert_eq!(on_ring_of_4(0, vec![work(FN_WORK_COPY, 0, 0, 0)]), Moves::default());
         assert_eq!(on(0, vec![work(FN_WORK_SEND, 0, 1, 0), work(FN_WORK_RECV, 0, 2, 0)]), BOTH);
         assert_eq!(on(0, vec![work(FN_WORK_COPY, 0, 0, 0), work(FN_WORK_RECV, 0, 2, 0)]), R);
         for algo in [FN_ALGO_RING, FN_ALGO_DIRECT] {
@@ -426,15 +427,7 @@ mod tests {
     /// lists, a direct reduce's root, the next rank along a ring; any rank for other algorithms.
     #[test]
     fn a_launch_says_which_ranks_it_sends_to() {
-        let work = |ty: u32, algo: u32, root: i32, scalar: u64| fnWork {
-            type_: ty as i32,
-            algo: algo as _,
-            root,
-            scalar,
-            nChannels: 1,
-            ..Default::default()
-        };
-        let to = |rank: usize, works: Vec<fnWork>| launch(works).moves(rank, ((rank + 3) % 4, (rank + 1) % 4)).to;
+        let to = |rank: usize, works: Vec<fnWork>| on_ring_of_4(rank, works).to;
         let bits = |ranks: &[usize]| ranks.iter().fold(0, |m, &r| m | rank_bit(r));
         assert_eq!(to(0, vec![work(FN_WORK_SEND, 0, 1, 0), work(FN_WORK_SEND, 0, 3, 0)]), bits(&[1, 3]));
         assert_eq!(to(0, vec![work(FN_WORK_RECV, 0, 1, 0)]), 0);
