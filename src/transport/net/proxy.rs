@@ -134,9 +134,9 @@ crate::int_param!(
 
 crate::int_param!(
     /// FERRONICKEL_NET_PROXY_SEND_THREADS: where a net plugin's connections get a thread for each
-    /// half ([`split_halves`]), how many threads share the send halves out, by channel (1 to 8;
+    /// half ([`split_halves`]), how many threads share the send halves out, by peer (1 to 8;
     /// docs/NET.md, "Send threads"). A plugin that copies a step's bytes inside its calls (one over
-    /// TCP does) then sends to several peers, or on several channels, side by side.
+    /// TCP does) then sends to several peers side by side.
     proxy_send_threads, "FERRONICKEL_NET_PROXY_SEND_THREADS", 1
 );
 
@@ -200,14 +200,18 @@ impl Halves {
     /// launch names the ranks it sends to: [`Waker::wake`]).
     fn peers(self) -> u64 {
         match self {
-            Halves::Send { lane, of } => (0..64).filter(|b| b % of == lane).fold(0, |m, b| m | 1 << b),
+            Halves::Send { lane, of } => (lane..64).step_by(of).fold(0, |m, b| m | 1 << b),
             _ => u64::MAX,
         }
     }
 
-    /// Whether the thread drives the halves of a connection with rank `peer`.
+    /// Whether the thread drives the halves of a connection with rank `peer` (a bit of
+    /// [`Halves::peers`]).
     fn serves(self, peer: usize) -> bool {
-        self.peers() >> (peer % 64) & 1 == 1
+        match self {
+            Halves::Send { lane, of } => peer % 64 % of == lane,
+            _ => true,
+        }
     }
 }
 
@@ -581,18 +585,17 @@ impl Waker {
     /// `channels`: a bit per channel the launch's kernels use; `off_ring`: those of them its works
     /// that may reach a peer connected at runtime use ([`Launches`]); `sends`, `receives`: whether
     /// its kernels may send, and receive; `to`: the ranks it may send to, bit `r % 64` for rank r.
-    /// Only the threads of the halves it may use are woken, of several send threads those of
-    /// those ranks' connections: a
-    /// thread polls from its wake-up until something moves, and the idle half's thread of a
-    /// rank that only sends (a gather's, a broadcast root's) or only receives would poll through
-    /// the whole call for nothing, a busy core a process (docs/NET.md, "Two progress threads").
+    /// Only the threads of the halves it may use are woken, and of several send threads those of
+    /// the ranks it sends to: a thread polls from its wake-up until something moves, and the idle
+    /// half's thread of a rank that only sends (a gather's, a broadcast root's) or only receives
+    /// would poll through the whole call for nothing, a busy core a process (docs/NET.md, "Two
+    /// progress threads").
     /// Cheap when the threads are polling already: a store per channel and one per thread, and a
     /// futex wake only where one sleeps.
     pub fn wake(&self, channels: u64, off_ring: u64, sends: bool, receives: bool, to: u64) {
         self.launches.name(channels, off_ring);
         for (halves, woken, thread) in &self.threads {
             let used = match halves {
-                Halves::Send { of: 1, .. } => sends,
                 Halves::Send { .. } => sends && to & halves.peers() != 0,
                 Halves::Recv => receives,
                 Halves::Both => sends || receives,
@@ -999,7 +1002,7 @@ mod tests {
                 let threads = shapes.iter().zip(&flags).map(|(&h, f)| (h, f.clone(), me.clone())).collect();
                 Waker { threads, launches: Arc::default() }.wake(1, 0, sends, receives, to);
                 let woken: Vec<bool> = flags.iter().map(|f| f.load(Ordering::Acquire)).collect();
-                let want = [sends, receives, sends || receives, sends && even, sends && odd];
+                let want = [sends && to != 0, receives, sends || receives, sends && even, sends && odd];
                 assert_eq!(woken, want, "sends {sends}, receives {receives}, to {to:#b}");
             }
         }
