@@ -9,10 +9,11 @@
 //!
 //! Then the one-way latency of a step: 16-byte LL steps (untailed, as the kernels send them over
 //! NET), the same step sent both ways at once (a two-rank all-gather's hop, where each proxy
-//! also sends while its peer's step comes in), and Simple steps from 16 KiB to the slot's size, ping-ponged on channel 0 (what the
-//! proxies and the net add to a message, without a GPU's launch or PCIe polls); last, Simple
-//! steps from 64 KiB on every channel at once, as a mid-size collective's round (where one proxy
-//! thread moving every channel's bytes in turn shows, against helpers moving them side by side).
+//! also sends while its peer's step comes in), and Simple steps from 16 KiB to the slot's size,
+//! ping-ponged on channel 0 (what the proxies and the net add to a message, without a GPU's
+//! launch or PCIe polls); last, Simple steps from 64 KiB on every channel at once, as a mid-size
+//! collective's round (where one proxy thread moving every channel's bytes in turn shows, against
+//! helpers moving them side by side).
 //!
 //! With a gap G (ms) given, also the LL step's one-way latency after G ms idle: both proxies are
 //! woken at the start of the gap, as a launch wakes them when its kernel waits behind G ms of
