@@ -62,6 +62,8 @@ fn main() {
                     net,
                     profiler: None,
                     cpus: None,
+                    machine_ranks: 2,
+                    net_peers: 1,
                 };
                 let conns: Vec<_> = (0..channels).map(|ch| (1 - r, ch)).collect();
                 let t = NetTransport::connect(&bs, &conns, &setup, &HostBlock::plain).expect("connect");

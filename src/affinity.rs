@@ -223,6 +223,13 @@ pub fn cpus_of_new_thread(set: Option<&CpuSet>) -> Option<usize> {
     }
 }
 
+/// The machine's online CPUs, however this process is bound; `None` where they cannot be read.
+pub fn online_cpus() -> Option<usize> {
+    // SAFETY: sysconf reads a system value and touches no memory of ours.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0)
+}
+
 /// The affinity the calling thread goes back to when its window closes, where it is in one: for
 /// threads it starts that serve every communicator of the process (the Socket net's helpers), not
 /// one GPU's.

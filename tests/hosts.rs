@@ -452,6 +452,8 @@ fn net_rank(rank: usize, n: usize) {
         net: nccl::transport::net::init(&NetConfig::default()).expect("the net"),
         profiler: None,
         cpus: None,
+        machine_ranks: 2,
+        net_peers: 1,
     };
     let conns: Vec<_> = (0..CHANNELS).map(|ch| (1 - rank, ch)).collect();
     let t = NetTransport::connect(&bs, &conns, &setup, &HostBlock::plain).expect("NET connect");

@@ -551,6 +551,9 @@ fn transport() {
                     net: net::init(&net::NetConfig { comm_id: bs.magic(), ..Default::default() }).unwrap(),
                     profiler: Profiler::start(&info),
                     cpus: None,
+                    machine_ranks: 2,
+                    // One peer over the net: one send thread unless asked for more.
+                    net_peers: 1,
                 };
                 let t = NetTransport::connect(&bs, &[(1 - r, 0), (1 - r, 1)], &setup, &HostBlock::plain).unwrap();
                 bs.barrier().unwrap();

@@ -39,6 +39,8 @@ fn setup(faults: &Arc<Mutex<Vec<String>>>) -> Setup {
         net: nccl::transport::net::init(&NetConfig::default()).expect("the net"),
         profiler: None,
         cpus: None,
+        machine_ranks: 2,
+        net_peers: 1,
     }
 }
 

@@ -229,6 +229,7 @@ fn peer_info(rank: usize, dev: i32) -> Result<PeerInfo> {
         dev,
         bus_id,
         host: PeerInfo::host_field(&crate::debug::host_name()),
+        machine: topo::machine_hash(),
     })
 }
 
@@ -517,6 +518,7 @@ mod tests {
             dev: 0,
             bus_id: [rank as u8 + 1; 16],
             host: PeerInfo::host_field("h"),
+            machine: 0,
         };
         let peers: Vec<PeerInfo> = (0..2).map(peer).collect();
         let cfg =

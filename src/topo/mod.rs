@@ -20,10 +20,13 @@ pub struct PeerInfo {
     pub bus_id: [u8; 16],
     /// Host name, NUL-padded and cut to fit: only for messages that name a rank.
     pub host: [u8; 32],
+    /// Identifies the running kernel (its boot id) whatever host the rank claims (NCCL_HOSTID,
+    /// a host name of its own): ranks that share it share the machine's CPUs.
+    pub machine: u64,
 }
 
 impl PeerInfo {
-    pub const BYTES: usize = 4 + 8 + 4 + 4 + 16 + 32;
+    pub const BYTES: usize = 4 + 8 + 4 + 4 + 16 + 32 + 8;
 
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::BYTES);
@@ -33,6 +36,7 @@ impl PeerInfo {
         v.extend_from_slice(&self.dev.to_le_bytes());
         v.extend_from_slice(&self.bus_id);
         v.extend_from_slice(&self.host);
+        v.extend_from_slice(&self.machine.to_le_bytes());
         v
     }
 
@@ -48,6 +52,7 @@ impl PeerInfo {
             dev: u32_at(16) as i32,
             bus_id: b[20..36].try_into().unwrap(),
             host: b[36..68].try_into().unwrap(),
+            machine: u64::from_le_bytes(b[68..76].try_into().unwrap()),
         })
     }
 
@@ -85,12 +90,18 @@ impl PeerInfo {
 pub fn host_hash() -> u64 {
     let ident = match crate::env::hostid() {
         Some(id) => id.to_string(),
-        None => {
-            let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-            format!("{}{}", crate::debug::host_name(), boot.trim())
-        }
+        None => format!("{}{}", crate::debug::host_name(), boot_id()),
     };
     fnv1a(ident.as_bytes())
+}
+
+/// The machine's identity ([`PeerInfo::machine`]): its kernel's boot id.
+pub fn machine_hash() -> u64 {
+    fnv1a(boot_id().as_bytes())
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default().trim().to_string()
 }
 
 /// FNV-1a: a stable hash (std's hasher is randomly seeded per process).
@@ -182,7 +193,7 @@ mod tests {
     fn peer(rank: u32, host: u64, pid: u32, bus: &str) -> PeerInfo {
         let mut bus_id = [0u8; 16];
         bus_id[..bus.len()].copy_from_slice(bus.as_bytes());
-        PeerInfo { rank, host_hash: host, pid, dev: 0, bus_id, host: PeerInfo::host_field("h") }
+        PeerInfo { rank, host_hash: host, pid, dev: 0, bus_id, host: PeerInfo::host_field("h"), machine: host }
     }
 
     fn reach(n: usize, pairs: impl Fn(usize, usize) -> bool) -> Vec<Vec<bool>> {

@@ -239,7 +239,7 @@ mod tests {
     use super::*;
 
     fn peer(rank: u32, host: u64, pid: u32, bus: u8) -> PeerInfo {
-        PeerInfo { rank, host_hash: host, pid, dev: bus as i32, bus_id: [bus; 16], host: [0; 32] }
+        PeerInfo { rank, host_hash: host, pid, dev: bus as i32, bus_id: [bus; 16], host: [0; 32], machine: host }
     }
 
     #[test]

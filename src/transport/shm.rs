@@ -339,7 +339,7 @@ mod tests {
     fn a_record_that_does_not_match_the_layout_is_refused() {
         let plan = ConnPlan::new(2, 1, vec![0, 1], 1 << 16, InitPairs::All);
         let kinds = vec![vec![Kind::Shm; 2]; 2];
-        let peer = |rank, pid| PeerInfo { rank, host_hash: 1, pid, dev: 0, bus_id: [0; 16], host: [0; 32] };
+        let peer = |rank, pid| PeerInfo { rank, host_hash: 1, pid, dev: 0, bus_id: [0; 16], host: [0; 32], machine: 1 };
         let peers = [peer(0, 100), peer(1, 200)];
         let want = ArenaLayout::new(&plan, 1, &kinds[1], Kind::Shm).bytes() as u64;
         let mine = ShmAddr { pid: 100, fd: 3, bytes: want, ptr: 0 };

@@ -58,8 +58,8 @@ impl Machine {
                 let id = format!("{host:04}:{gpu:02x}");
                 bus_id[..id.len()].copy_from_slice(id.as_bytes());
                 let mut p = blank;
-                (p.rank, p.host_hash, p.pid, p.dev, p.bus_id) =
-                    (r as u32, host as u64, host as u32, gpu as i32, bus_id);
+                (p.rank, p.host_hash, p.machine, p.pid, p.dev, p.bus_id) =
+                    (r as u32, host as u64, host as u64, host as u32, gpu as i32, bus_id);
                 p
             })
             .collect()

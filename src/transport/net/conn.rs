@@ -384,6 +384,12 @@ pub struct Setup {
     /// The CPUs near the GPU (`crate::affinity`): a proxy started for these connections runs
     /// there, or on `NCCL_PROXY_CPUSET`.
     pub cpus: Option<crate::affinity::CpuSet>,
+    /// The communicator's ranks on this machine, ours included (`PeerInfo::machine`): they share
+    /// its CPUs with the proxy threads.
+    pub machine_ranks: usize,
+    /// The communicator's ranks that this one reaches over the net: a second send thread needs
+    /// two.
+    pub net_peers: usize,
 }
 
 /// The NET transport of one communicator on one rank: its connections, in the proxy.
@@ -497,7 +503,7 @@ impl NetTransport {
             Layout { slot_bytes: setup.fifo_bytes / crate::abi::FN_NSTEPS as usize, one_message: !setup.net.builtin() };
         let proxy = Proxy::for_device(
             setup.dev,
-            proxy::split_halves(setup.net.builtin(), setup.cpus.as_ref()),
+            proxy::Threads::choose(setup.net.builtin(), setup.cpus.as_ref(), setup.machine_ranks, setup.net_peers),
             setup.cpus.as_ref(),
         )?;
         // A dead peer fails all its connections at once: the first says so, the rest only log.
@@ -650,6 +656,8 @@ impl Half for NetHalf {
             net: cx.needs.net.clone().ok_or_else(|| Error::Internal("NET pairs, but no net was initialised".into()))?,
             profiler: cx.needs.profiler.clone(),
             cpus: cx.needs.cpus,
+            machine_ranks: cx.peers.iter().filter(|p| p.machine == cx.peers[rank].machine).count(),
+            net_peers: (0..plan.nranks).filter(|&p| p != rank && kinds[rank][p] == Kind::Net).count(),
         };
         let net = NetTransport::connect(cx.bootstrap, &conns, &setup, &host_block)?;
         Ok(Some(Box::new(NetConnections { net, setup })))

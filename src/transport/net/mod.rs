@@ -92,7 +92,7 @@ pub trait Net: Send + Sync {
     /// steps cross as a size word and data in one `sendmsg` (a plugin's small ones as one
     /// message: `proxy::Layout`), and its helper threads move large messages, so its connections
     /// need one proxy thread where a plugin's, which may copy in its calls, get two where there
-    /// are CPUs for them (`proxy::split_halves`).
+    /// are CPUs for them (`proxy::Threads::choose`).
     fn builtin(&self) -> bool {
         false
     }

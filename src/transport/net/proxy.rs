@@ -8,7 +8,9 @@
 //! for the send halves and one for the receive halves, where NCCL runs one for both: a plugin
 //! may copy the bytes inside its calls (one over TCP does), and one thread then sends or
 //! receives, never both at once, so a ring's call took as long as its sends' copies plus its
-//! receives' (docs/NET.md, "Two progress threads"). The built-in Socket net's helper threads
+//! receives' (docs/NET.md, "Two progress threads"). Where a rank has the CPUs, two threads share
+//! the send halves out by peer, so that a scatter's root copies to two peers at once
+//! ([`Threads::choose`]; docs/NET.md, "Send threads"). The built-in Socket net's helper threads
 //! already move large messages side by side, and one thread for both halves serves it best
 //! (`FERRONICKEL_NET_PROXY_THREADS` sets it either way). Per connection the proxy drives one
 //! send comm and one receive comm:
@@ -128,22 +130,18 @@ crate::int_param!(
     /// FERRONICKEL_NET_PROXY_THREADS: 1, one progress thread for both halves of every connection
     /// (NCCL's way); 2, a thread for the send halves and one for the receive halves; 0 (the
     /// default, and any other value), two for a net plugin's connections where the threads have
-    /// [`SPLIT_MIN_CPUS`] or more, else one ([`split_halves`]).
+    /// [`SPLIT_MIN_CPUS`] or more, else one ([`Threads::choose`]).
     proxy_threads, "FERRONICKEL_NET_PROXY_THREADS", 0
 );
 
 crate::int_param!(
     /// FERRONICKEL_NET_PROXY_SEND_THREADS: where a net plugin's connections get a thread for each
-    /// half ([`split_halves`]), how many threads share the send halves out, by peer (1 to 8;
-    /// docs/NET.md, "Send threads"). A plugin that copies a step's bytes inside its calls (one over
-    /// TCP does) then sends to several peers side by side.
-    proxy_send_threads, "FERRONICKEL_NET_PROXY_SEND_THREADS", 1
+    /// half, how many threads share the send halves out, by peer (1 to 8; docs/NET.md, "Send
+    /// threads"). A plugin that copies a step's bytes inside its calls (one over TCP does) then
+    /// sends to several peers side by side. 0 (the default, and any value below it): two for a
+    /// plugin's where a rank has [`SEND_LANES_MIN_CPUS`] of the machine's CPUs or more, else one.
+    proxy_send_threads, "FERRONICKEL_NET_PROXY_SEND_THREADS", 0
 );
-
-/// The send threads of a proxy that splits the halves ([`proxy_send_threads`]).
-fn send_lanes() -> usize {
-    proxy_send_threads().clamp(1, 8) as usize
-}
 
 /// A plugin's connections get a thread for each half only where the proxy's threads may run on
 /// this many CPUs or more. With each rank bound to two, its main thread and two polling proxy
@@ -152,20 +150,86 @@ fn send_lanes() -> usize {
 /// (docs/NET.md, "Two progress threads").
 const SPLIT_MIN_CPUS: usize = 3;
 
-/// Whether the connections of a net, built in or a plugin, get a thread for each half from a
-/// proxy started for a communicator whose threads run on `cpus` (see the module docs).
-pub fn split_halves(builtin: bool, cpus: Option<&CpuSet>) -> bool {
-    let ncpus = affinity::cpus_of_new_thread(affinity::proxy_cpus(cpus).as_ref());
-    split_rule(proxy_threads(), builtin, ncpus)
+/// A second send thread where a rank has this many CPUs of the machine's to itself, and two
+/// peers over the net or more. Four ranks with eight each (32 cores) ran a scatter 1.17x, a
+/// broadcast 1.13x and an all-to-all 1.09x faster with it and kept their tails; with four each
+/// (16 cores) the extra polling threads made most collectives' tails longer; over two hosts,
+/// where it has no peer to send to, the reduce still ran 6 % slower (docs/NET.md, "Send threads").
+const SEND_LANES_MIN_CPUS: usize = 8;
+
+/// The CPUs a rank may count on: the `ncpus` its threads may run on, at most its part of the
+/// machine's `online` CPUs, which `machine_ranks` ranks use (NCCL_HOSTID or host names may tell
+/// them apart as hosts: `PeerInfo::machine` does not).
+fn share(ncpus: Option<usize>, online: Option<usize>, machine_ranks: usize) -> Option<usize> {
+    ncpus.map(|n| online.map_or(n, |all| n.min(all / machine_ranks.max(1))))
 }
 
-/// [`split_halves`] by the setting, the net, and how many CPUs the threads may run on (`None`:
-/// not known).
-fn split_rule(setting: i64, builtin: bool, ncpus: Option<usize>) -> bool {
-    match setting {
-        1 => false,
-        2 => true,
-        _ => !builtin && ncpus.is_none_or(|n| n >= SPLIT_MIN_CPUS),
+/// How a proxy's threads share the connections' halves: one thread for both, or one for the
+/// receive halves and `send` threads for the send halves, shared out by peer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Threads {
+    One,
+    Split { send: usize },
+}
+
+impl Threads {
+    /// The threads for the connections of a net, built in or a plugin, of a communicator whose
+    /// proxy threads run on `cpus`, which has `machine_ranks` ranks on this machine (ours
+    /// included) and in which this rank reaches `net_peers` ranks over the net (see the module
+    /// docs).
+    pub fn choose(builtin: bool, cpus: Option<&CpuSet>, machine_ranks: usize, net_peers: usize) -> Threads {
+        let ncpus = affinity::cpus_of_new_thread(affinity::proxy_cpus(cpus).as_ref());
+        let online = affinity::online_cpus();
+        let share = share(ncpus, online, machine_ranks);
+        let threads = Threads::rule(proxy_threads(), proxy_send_threads(), builtin, ncpus, share, net_peers);
+        let known = |n: Option<usize>| n.map_or("?".to_string(), |n| n.to_string());
+        crate::nccl_info!(
+            crate::debug::Subsys::NET,
+            "NET: proxy threads {threads:?}: the rank's share of the machine {} CPU(s) ({} for its threads, {} online, \
+             {machine_ranks} rank(s) of the communicator on it; {net_peers} peer(s) over the net)",
+            known(share),
+            known(ncpus),
+            known(online)
+        );
+        threads
+    }
+
+    /// [`Threads::choose`] by the two settings, the net, how many CPUs the threads may run on,
+    /// the rank's share of the machine's CPUs (at most those; `None`: not known) and its peers
+    /// over the net.
+    fn rule(
+        split: i64,
+        send: i64,
+        builtin: bool,
+        ncpus: Option<usize>,
+        share: Option<usize>,
+        net_peers: usize,
+    ) -> Threads {
+        let split = match split {
+            1 => false,
+            2 => true,
+            _ => !builtin && ncpus.is_none_or(|n| n >= SPLIT_MIN_CPUS),
+        };
+        let send = match send {
+            n if n >= 1 => n.min(8) as usize,
+            _ if !builtin && net_peers >= 2 && share.is_some_and(|n| n >= SEND_LANES_MIN_CPUS) => 2,
+            _ => 1,
+        };
+        if split {
+            Threads::Split { send }
+        } else {
+            Threads::One
+        }
+    }
+
+    /// What each thread drives.
+    fn halves(self) -> Vec<Halves> {
+        match self {
+            Threads::One => vec![Halves::Both],
+            Threads::Split { send: of } => {
+                (0..of).map(|lane| Halves::Send { lane, of }).chain([Halves::Recv]).collect()
+            }
+        }
     }
 }
 
@@ -623,11 +687,12 @@ type ProxyKey = (i32, bool);
 static PROXIES: Mutex<Vec<(ProxyKey, Weak<Proxy>)>> = Mutex::new(Vec::new());
 
 impl Proxy {
-    /// The proxy of `dev` for connections whose halves get a thread each (`split`,
-    /// [`split_halves`]) or share one, started if none runs, its threads on `NCCL_PROXY_CPUSET`
-    /// or else on `cpus` (the CPUs near the GPU of the communicator that starts it;
-    /// `crate::affinity`).
-    pub fn for_device(dev: i32, split: bool, cpus: Option<&CpuSet>) -> Result<Arc<Proxy>> {
+    /// The proxy of `dev` for connections whose halves get a thread each or share one
+    /// ([`Threads::choose`]), started if none runs, its threads on `NCCL_PROXY_CPUSET` or else on
+    /// `cpus` (the CPUs near the GPU of the communicator that starts it; `crate::affinity`).
+    /// How many threads send is also that communicator's choice: a later one shares them.
+    pub fn for_device(dev: i32, threads: Threads, cpus: Option<&CpuSet>) -> Result<Arc<Proxy>> {
+        let split = threads != Threads::One;
         let mut all = PROXIES.lock();
         all.retain(|(_, w)| w.strong_count() > 0);
         if let Some(p) = all.iter().find(|(k, _)| *k == (dev, split)).and_then(|(_, w)| w.upgrade()) {
@@ -635,13 +700,7 @@ impl Proxy {
         }
         // A process that exits with communicators alive still says goodbye on their connections.
         crate::exit::on_exit(farewell);
-        let halves: Vec<Halves> = match split {
-            true => {
-                let of = send_lanes();
-                (0..of).map(|lane| Halves::Send { lane, of }).chain([Halves::Recv]).collect()
-            }
-            false => vec![Halves::Both],
-        };
+        let halves = threads.halves();
         let inner = Arc::new(Inner {
             entries: RwLock::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -837,12 +896,46 @@ mod tests {
 
     #[test]
     fn a_plugins_halves_get_a_thread_each_only_where_there_are_cpus_for_them() {
-        assert!(!split_rule(0, true, Some(64)), "the built-in net's helpers move its large messages");
-        assert!(split_rule(0, false, Some(SPLIT_MIN_CPUS)));
-        assert!(split_rule(0, false, None), "CPUs not known");
-        assert!(!split_rule(0, false, Some(2)), "two CPUs: the rank's thread and one proxy thread");
-        assert!(split_rule(2, false, Some(1)) && split_rule(2, true, Some(1)), "two, as set");
-        assert!(!split_rule(1, false, Some(64)), "one, as set");
+        let split = |setting, builtin, ncpus| Threads::rule(setting, 0, builtin, ncpus, ncpus, 3) != Threads::One;
+        assert!(!split(0, true, Some(64)), "the built-in net's helpers move its large messages");
+        assert!(split(0, false, Some(SPLIT_MIN_CPUS)));
+        assert!(split(0, false, None), "CPUs not known");
+        assert!(!split(0, false, Some(2)), "two CPUs: the rank's thread and one proxy thread");
+        assert!(split(2, false, Some(1)) && split(2, true, Some(1)), "two, as set");
+        assert!(!split(1, false, Some(64)), "one, as set");
+    }
+
+    /// A second send thread where a rank's share of the machine has the CPUs for it, unless set.
+    #[test]
+    fn a_second_send_thread_only_where_a_rank_has_the_machines_cpus_for_it() {
+        let send = |setting, share| match Threads::rule(0, setting, false, Some(64), share, 3) {
+            Threads::Split { send } => send,
+            Threads::One => 0,
+        };
+        assert_eq!(send(0, Some(SEND_LANES_MIN_CPUS)), 2, "eight CPUs a rank");
+        assert_eq!(send(0, Some(SEND_LANES_MIN_CPUS - 1)), 1);
+        assert_eq!(send(0, None), 1, "a share not known");
+        assert_eq!((send(3, Some(1)), send(1, Some(64)), send(99, None)), (3, 1, 8), "as set, at most 8");
+        assert_eq!(send(-1, Some(64)), 2, "below 1: by the CPUs");
+        let one_peer = Threads::rule(0, 0, false, Some(64), Some(64), 1);
+        assert_eq!(one_peer, Threads::Split { send: 1 }, "one peer over the net: nothing to send side by side");
+        assert_eq!(Threads::rule(0, 2, false, Some(64), Some(64), 1), Threads::Split { send: 2 }, "unless set");
+        assert_eq!(Threads::rule(1, 2, false, Some(64), Some(64), 3), Threads::One, "no send threads without a split");
+        let socket = Threads::rule(2, 0, true, Some(64), Some(64), 3);
+        assert_eq!(socket, Threads::Split { send: 1 }, "the built-in net's helpers send side by side already");
+        assert_eq!(Threads::Split { send: 2 }.halves().len(), 3);
+        assert_eq!(Threads::One.halves(), [Halves::Both]);
+    }
+
+    /// A rank's share: the CPUs its threads may run on, at most the machine's over its ranks.
+    #[test]
+    fn a_ranks_share_of_the_machine() {
+        assert_eq!(share(Some(16), Some(16), 4), Some(4), "four ranks unbound on 16 cores");
+        assert_eq!(share(Some(32), Some(32), 4), Some(8), "four ranks unbound on 32 cores");
+        assert_eq!(share(Some(4), Some(64), 2), Some(4), "bound to four of many");
+        assert_eq!(share(Some(8), None, 4), Some(8), "the machine's CPUs not known");
+        assert_eq!(share(None, Some(8), 1), None, "the threads' CPUs not known");
+        assert_eq!(share(Some(8), Some(8), 0), Some(8), "no rank counted is one");
     }
 
     /// A wake-up is awaited until either thread moves something after it, LAUNCH_SPIN at most.
@@ -947,12 +1040,12 @@ mod tests {
     /// by the one thread, or by the sending one of two.
     #[test]
     fn the_send_path_is_kept_warm_while_a_launch_is_awaited() {
-        for (dev, split) in [(-1001, false), (-1002, true)] {
-            send_path_kept_warm(dev, split);
+        for (dev, threads) in [(-1001, Threads::One), (-1002, Threads::Split { send: 1 })] {
+            send_path_kept_warm(dev, threads);
         }
     }
 
-    fn send_path_kept_warm(dev: i32, split: bool) {
+    fn send_path_kept_warm(dev: i32, threads: Threads) {
         let warms = Arc::new(AtomicU64::new(0));
         let layout = Layout { slot_bytes: 1 << 16, one_message: false };
         let block = Arc::new(HostBlock::plain(layout.block_bytes()).unwrap());
@@ -960,7 +1053,7 @@ mod tests {
         let send = Box::new(Idle(warms.clone()));
         let recv = Box::new(Idle(Arc::default()));
         let e = Entry::new(send, recv, block, layout, "an idle peer".into(), fault, None).unwrap();
-        let proxy = Proxy::for_device(dev, split, None).unwrap();
+        let proxy = Proxy::for_device(dev, threads, None).unwrap();
         let id = proxy.add(e);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(warms.load(Ordering::Relaxed), 0, "no launch awaited, no warm-up");
@@ -974,7 +1067,7 @@ mod tests {
         let most = (took.as_micros() / WARM_EVERY.as_micros()) as u64 + 2;
         assert!(
             (2..=most).contains(&during),
-            "{during} warm-ups in {took:?}, every {WARM_EVERY:?} expected (split: {split})"
+            "{during} warm-ups in {took:?}, every {WARM_EVERY:?} expected ({threads:?})"
         );
         std::thread::sleep(LAUNCH_SPIN + Duration::from_millis(50));
         let after = warms.load(Ordering::Relaxed);
@@ -1025,7 +1118,7 @@ mod tests {
     /// A wake-up reaches every thread while it naps (a fresh proxy naps at once: nothing moves).
     #[test]
     fn a_wake_up_reaches_a_napping_thread() {
-        let proxy = Proxy::for_device(-1000, true, None).unwrap();
+        let proxy = Proxy::for_device(-1000, Threads::Split { send: 1 }, None).unwrap();
         assert_eq!(proxy.threads.len(), 2, "a thread for each half");
         let waker = proxy.waker(Arc::default());
         for _ in 0..3 {
@@ -1069,16 +1162,16 @@ mod tests {
         let first = mine.to_string().split([',', '-']).next().unwrap().to_string();
         let one = CpuSet::parse(&first).unwrap();
         // Device -7: no other test's proxy; its threads' names fit the kernel's 15 characters.
-        let proxy = Proxy::for_device(-7, true, Some(&one)).unwrap();
+        let proxy = Proxy::for_device(-7, Threads::Split { send: 2 }, Some(&one)).unwrap();
         // Each thread binds itself as it starts.
-        let want = vec![first.clone(), first];
+        let want = vec![first.clone(), first.clone(), first];
         let end = Instant::now() + Duration::from_secs(10);
         let mut cpus = threads_cpus("nccl-proxy-d-7");
         while cpus != want && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(5));
             cpus = threads_cpus("nccl-proxy-d-7");
         }
-        assert_eq!(cpus, want, "both halves' threads on the one CPU given");
+        assert_eq!(cpus, want, "every thread, both send threads and the receiving one, on the one CPU given");
         drop(proxy);
     }
 }

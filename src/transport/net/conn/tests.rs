@@ -165,6 +165,8 @@ fn setup(names: &[&str], faults: &Faults) -> Setup {
         net: crate::transport::net::init(&crate::transport::net::NetConfig::default()).expect("the net"),
         profiler: None,
         cpus: None,
+        machine_ranks: 1,
+        net_peers: 1,
     }
 }
 
