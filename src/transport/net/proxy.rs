@@ -185,8 +185,9 @@ impl Threads {
         let known = |n: Option<usize>| n.map_or("?".to_string(), |n| n.to_string());
         crate::nccl_info!(
             crate::debug::Subsys::NET,
-            "NET: proxy threads {threads:?}: the rank's share of the machine {} CPU(s) ({} for its threads, {} online, \
-             {machine_ranks} rank(s) of the communicator on it; {net_peers} peer(s) over the net)",
+            "NET: proxy threads, where this communicator starts the proxy: {threads}; the rank's share of the machine \
+             {} CPU(s) ({} for its threads, {} online, {machine_ranks} rank(s) of the communicator on it; {net_peers} \
+             peer(s) over the net)",
             known(share),
             known(ncpus),
             known(online)
@@ -228,6 +229,19 @@ impl Threads {
             Threads::One => vec![Halves::Both],
             Threads::Split { send: of } => {
                 (0..of).map(|lane| Halves::Send { lane, of }).chain([Halves::Recv]).collect()
+            }
+        }
+    }
+}
+
+/// As the INFO lines say it.
+impl std::fmt::Display for Threads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Threads::One => write!(f, "one thread"),
+            Threads::Split { send: 1 } => write!(f, "a thread for the send halves and one for the receive halves"),
+            Threads::Split { send } => {
+                write!(f, "{send} threads for the send halves, shared out by peer, and one for the receive halves")
             }
         }
     }
@@ -713,11 +727,7 @@ impl Proxy {
         let bind = affinity::proxy_cpus(cpus);
         crate::nccl_info!(
             crate::debug::Subsys::NET,
-            "NET: proxy of device {dev}: {} on {}",
-            match split {
-                true => format!("{} thread(s) for the send halves and one for the receive halves", halves.len() - 1),
-                false => "one thread".to_string(),
-            },
+            "NET: proxy of device {dev}: {threads} on {}",
             bind.map_or("the caller's CPUs".to_string(), |s| format!("CPUs {s}"))
         );
         for (i, &h) in halves.iter().enumerate() {
@@ -925,6 +935,9 @@ mod tests {
         assert_eq!(socket, Threads::Split { send: 1 }, "the built-in net's helpers send side by side already");
         assert_eq!(Threads::Split { send: 2 }.halves().len(), 3);
         assert_eq!(Threads::One.halves(), [Halves::Both]);
+        // scripts/gpu_check.sh finds one-thread proxies by their INFO line.
+        assert_eq!(Threads::One.to_string(), "one thread");
+        assert!(Threads::Split { send: 2 }.to_string().starts_with("2 threads for the send halves"));
     }
 
     /// A rank's share: the CPUs its threads may run on, at most the machine's over its ranks.
