@@ -643,10 +643,9 @@ impl Half for NetHalf {
         if !net_pairs(kinds) {
             return Ok(None);
         }
-        let conns: Vec<(usize, usize)> = (0..plan.nranks)
-            .filter(|&p| p != rank && kinds[rank][p] == Kind::Net)
-            .flat_map(|p| (0..plan.channels(rank, p)).map(move |ch| (p, ch)))
-            .collect();
+        let peers: Vec<usize> = (0..plan.nranks).filter(|&p| p != rank && kinds[rank][p] == Kind::Net).collect();
+        let conns: Vec<(usize, usize)> =
+            peers.iter().flat_map(|&p| (0..plan.channels(rank, p)).map(move |ch| (p, ch))).collect();
         let setup = Setup {
             dev: cx.needs.dev,
             fifo_bytes: plan.fifo_bytes,
@@ -657,7 +656,7 @@ impl Half for NetHalf {
             profiler: cx.needs.profiler.clone(),
             cpus: cx.needs.cpus,
             machine_ranks: cx.peers.iter().filter(|p| p.machine == cx.peers[rank].machine).count(),
-            net_peers: (0..plan.nranks).filter(|&p| p != rank && kinds[rank][p] == Kind::Net).count(),
+            net_peers: peers.len(),
         };
         let net = NetTransport::connect(cx.bootstrap, &conns, &setup, &host_block)?;
         Ok(Some(Box::new(NetConnections { net, setup })))
