@@ -190,6 +190,12 @@ fn plan_matches_rings_worked_out_by_hand() {
     assert_eq!(ring(&j), [0, 2, 1, 3, 4, 6, 5, 7]);
     assert_eq!((j["ring_channels"].as_u64(), j["max_ranks_per_gpu"].as_u64()), (Some(4), Some(2)));
     assert!(j["notes"][0].as_str().unwrap().contains("connect over NET"), "{j}");
+    // The built-in net's connections: one proxy thread for both halves, as a communicator's get.
+    assert_eq!(j["net_link"]["proxy_threads"], "one thread", "{j}");
+    let split = [("FERRONICKEL_NET_PROXY_THREADS", "2"), ("FERRONICKEL_NET_PROXY_SEND_THREADS", "3")];
+    let j = ok_json(&["plan", "--nranks", "8", "--hosts", "2", "--gpus-per-host", "2"], &split);
+    let threads = j["net_link"]["proxy_threads"].as_str().unwrap();
+    assert!(threads.starts_with("3 threads for the send halves"), "{j}");
     // Host-memory FIFOs: no one-shot all-reduce for more than two ranks.
     assert_ne!(choice(&j, 16, "all_reduce").0, "OneShot");
     // Two trees between the 2 hosts (chain heads 0 and 4, chains in ring order): tree 0 rooted at

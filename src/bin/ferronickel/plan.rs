@@ -168,9 +168,16 @@ pub fn run(args: PlanArgs) -> CmdResult {
     )
     .unwrap();
     let mut notes = Vec::new();
-    if hosts > 1 {
+    // The threads of each GPU's NET proxy, on this machine's CPUs shared by a host's ranks.
+    let proxy_threads = on_net.then(|| {
+        let net_peers = kinds[0].iter().filter(|&&k| k == transport::Kind::Net).count();
+        net::proxy::Threads::choose(net_props.is_none(), None, ranks_per_host, net_peers)
+    });
+    if let Some(threads) = proxy_threads {
         notes.push(format!(
-            "ranks span hosts: peers on other hosts connect over NET (a proxy thread per GPU), at most {} channels",
+            "ranks span hosts: peers on other hosts connect over NET, at most {} channels, through each GPU's proxy: \
+             {threads} (FERRONICKEL_NET_PROXY_THREADS, FERRONICKEL_NET_PROXY_SEND_THREADS; unset, by this machine's \
+             CPUs over a host's {ranks_per_host} rank(s))",
             net::conn::MAX_CHANNELS
         ));
     }
@@ -184,6 +191,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
             "channels": nchannels,
             "hop_us": net_hop_us,
             "gbps": net_gbps,
+            "proxy_threads": proxy_threads.map(|t| t.to_string()),
         })
     });
     if ranks_per_host < gpus_per_host {
