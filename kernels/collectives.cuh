@@ -534,8 +534,9 @@ __device__ __noinline__ bool p2pSend(const Group g, const fnDevComm* comm, const
   const OpNone<uint8_t> op;
   Prims<uint8_t, OpNone<uint8_t>, P> p(g, comm, op, &comm->conns[w.root * FN_MAX_CHANNELS + w.chan].send, nullptr);
   const uint8_t* src = static_cast<const uint8_t*>(w.sendbuff);
-  for (uint64_t off = 0; off < w.count; off += p.slotElems) {
-    if (!p.send(src + off, min(p.slotElems, w.count - off))) return false;
+  const uint64_t step = w.scalar ? min(w.scalar, p.slotElems) : p.slotElems;
+  for (uint64_t off = 0; off < w.count; off += step) {
+    if (!p.send(src + off, min(step, w.count - off))) return false;
   }
   p.save();
   return true;
@@ -545,8 +546,9 @@ __device__ __noinline__ bool p2pRecv(const Group g, const fnDevComm* comm, const
   const OpNone<uint8_t> op;
   Prims<uint8_t, OpNone<uint8_t>, P> p(g, comm, op, nullptr, &comm->conns[w.root * FN_MAX_CHANNELS + w.chan].recv);
   uint8_t* dst = static_cast<uint8_t*>(w.recvbuff);
-  for (uint64_t off = 0; off < w.count; off += p.slotElems) {
-    if (!p.recv(dst + off, min(p.slotElems, w.count - off))) return false;
+  const uint64_t step = w.scalar ? min(w.scalar, p.slotElems) : p.slotElems;
+  for (uint64_t off = 0; off < w.count; off += step) {
+    if (!p.recv(dst + off, min(step, w.count - off))) return false;
   }
   p.save();
   return true;

@@ -19,6 +19,11 @@
 #define FN_MAX_WORKS 32
 /* Alignment (bytes) of FIFO slots, channel partitions and vector accesses. */
 #define FN_ALIGN 16
+/* The largest Simple step that crosses a net plugin's connection as one message after a Simple
+   step (the NET proxy's Simple landing, src/transport/net/proxy/block.rs); a send or receive to a
+   peer through a plugin steps at most this much where its part is small enough
+   (src/plan/kernels.rs). */
+#define FN_NET_ONE_MESSAGE_SIMPLE 65536
 /* LL: 16-byte lines of 8 data bytes + 2 copies of a 4-byte flag; lines per FIFO slot (16 KiB of data). */
 #define FN_LL_SLOT_LINES 2048
 /* LL128: 128-byte lines of 120 data bytes + an 8-byte flag; lines per FIFO slot (60 KiB of data). */
@@ -212,7 +217,8 @@ typedef struct fnWork {
   uint64_t scalar;     /* PreMulSum: the scalar's bits in dtype (host immediate), or a device
                           pointer to it when scalarIsPtr; Broadcast by FN_ALGO_DIRECT: the ranks
                           this rank sends to in order, rank + 1 in each 4 bits from the lowest,
-                          0 after the last */
+                          0 after the last; Send/Recv: bytes per step, alike at both ends (0: a
+                          slot's) */
   int32_t type;        /* fnWorkType */
   int32_t root;        /* Reduce/Broadcast: root rank; Send/Recv: peer rank */
   int32_t blk;         /* Send/Recv/Copy: the first CTA that runs it; collectives use every CTA */

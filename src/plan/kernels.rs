@@ -127,7 +127,28 @@ fn p2p_work(m: &Msg, peer: usize, first_cta: usize) -> fnWork {
         dtype: abi::FN_UINT8 as u8,
         nParts: m.parts as u8,
         proto: m.proto as u8,
+        scalar: m.step as u64,
         ..Default::default()
+    }
+}
+
+/// The bytes of each step of a message's parts (`bytes` in `parts`, of `proto`) to `peer`, 0 for a
+/// Simple slot's. A Simple part to a peer through a net plugin of more than one step that crosses
+/// as one message (FN_NET_ONE_MESSAGE_SIMPLE, 64 KiB) and at most two runs in two steps: each
+/// crosses as one message where the whole part took two (its size word, then its data), the
+/// proxy starts sending once half is in host memory, and the peer's kernel copies the first half
+/// out while the second is on the wire. Four runs each on one H200 through the test plugin: the
+/// sizes it moves 1.08–1.11× faster over two hosts and 1.03–1.11× over four; parts of up to 256
+/// KiB in four steps moved −5 to +8 % (docs/ARCHITECTURE.md, "Measured constants"). The built-in
+/// net sends every step as two messages, where the split made them 0.78–0.81× as fast.
+fn p2p_step(shape: &CommShape, peer: usize, bytes: usize, parts: usize, proto: u32) -> usize {
+    let one = abi::FN_NET_ONE_MESSAGE_SIMPLE as usize;
+    let part = bytes.div_ceil(parts.max(1)).next_multiple_of(abi::FN_ALIGN as usize);
+    let through_plugin = shape.net.is_some() && shape.host(peer) != shape.host(shape.rank);
+    if proto == abi::FN_PROTO_SIMPLE && through_plugin && part > one && part <= 2 * one {
+        part.div_ceil(2).next_multiple_of(abi::FN_ALIGN as usize)
+    } else {
+        0
     }
 }
 
@@ -163,6 +184,8 @@ struct Msg {
     parts: usize,
     /// [`p2p_proto`]'s.
     proto: u32,
+    /// [`p2p_step`]'s.
+    step: usize,
 }
 
 crate::int_param!(
@@ -400,7 +423,8 @@ fn plan_p2p(
         let parts = p2p_parts(shape, p2p_channels(peer), bytes);
         let (ty, send, recv) = if is_send { (abi::FN_WORK_SEND, buf, 0) } else { (abi::FN_WORK_RECV, 0, buf) };
         let proto = proto(bytes, parts);
-        msgs.push(Msg { lane, key: (0, 0), ty, send, recv, bytes, parts, proto });
+        let step = p2p_step(shape, peer, bytes, parts, proto);
+        msgs.push(Msg { lane, key: (0, 0), ty, send, recv, bytes, parts, proto, step });
     }
     if self_sends.len() != self_recvs.len() {
         return Err(Error::InvalidUsage(format!(
@@ -418,7 +442,17 @@ fn plan_p2p(
         let lane = lane_of(true, rank);
         let parts = p2p_parts(shape, shape.nchannels, sb);
         let proto = abi::FN_PROTO_SIMPLE; // a copy within the rank
-        msgs.push(Msg { lane, key: (0, 0), ty: abi::FN_WORK_COPY, send: src, recv: dst, bytes: sb, parts, proto });
+        msgs.push(Msg {
+            lane,
+            key: (0, 0),
+            ty: abi::FN_WORK_COPY,
+            send: src,
+            recv: dst,
+            bytes: sb,
+            parts,
+            proto,
+            step: 0,
+        });
     }
     if msgs.len() <= per_launch {
         return Ok(Vec::from_iter((!msgs.is_empty()).then(|| p2p_launch(&lanes, &msgs, &streams))));
@@ -466,6 +500,7 @@ mod tests {
     use crate::task::DevOp;
     use crate::types::ncclDataType_t;
     use std::collections::HashMap;
+    use std::sync::Arc;
 
     fn coll(kind: CollKind, dtype: ncclDataType_t, op: u32, count: usize) -> Task {
         Task::Coll(CollTask {
@@ -922,6 +957,36 @@ mod tests {
                 assert_eq!(sent, end(3, Task::Recv { buf: 0, bytes, peer: 0 }), "{bytes} bytes");
             }
         }
+    }
+
+    /// A Simple part of 64-128 KiB to a peer through a net plugin runs in two steps, alike at both
+    /// ends; over the built-in net, between ranks of one host and for other sizes, a slot's.
+    #[test]
+    fn a_plugin_peers_mid_sized_parts_run_in_two_steps() {
+        let plugin = |rank| CommShape { net: Some(crate::task::NetLink::new(0, 0.0, 1)), ..four_hosts(rank) };
+        let one = abi::FN_NET_ONE_MESSAGE_SIMPLE as usize;
+        let s = std::ptr::null_mut();
+        let step = |shape: &dyn Fn(usize) -> CommShape, bytes: usize| {
+            let ends = [(0, Task::Send { buf: 0, bytes, peer: 3 }), (3, Task::Recv { buf: 0, bytes, peer: 0 })];
+            let steps = ends.map(|(rank, task)| {
+                let l = plan(&shape(rank), &Allowed::ALL, &|_| 4, &[(s, task)]).unwrap();
+                l[0].works[0].scalar
+            });
+            assert_eq!(steps[0], steps[1], "{bytes} bytes: the ends step alike");
+            steps[0]
+        };
+        assert_eq!(step(&plugin, one), 0);
+        assert_eq!(step(&plugin, one + 16), (one / 2 + 16) as u64);
+        assert_eq!(step(&plugin, one + 1), (one / 2 + 16) as u64, "halves of whole 16-byte units");
+        assert_eq!(step(&plugin, 2 * one), one as u64);
+        assert_eq!(step(&plugin, 2 * one + 16), 0);
+        assert_eq!(step(&four_hosts, 2 * one), 0, "the built-in net");
+        // Ranks 0 and 1 share a host: their messages never cross the net.
+        let two_a_host = |rank| CommShape { hosts: Some(Arc::from([(0, 0), (0, 1), (1, 0), (1, 1)])), ..plugin(rank) };
+        let l = plan(&two_a_host(0), &Allowed::ALL, &|_| 4, &[(s, Task::Send { buf: 0, bytes: 2 * one, peer: 1 })])
+            .unwrap();
+        assert_eq!(l[0].works[0].scalar, 0);
+        assert_eq!(step(&two_a_host, 2 * one), one as u64);
     }
 
     /// An all-to-all of 8 ranks, two messages each way per pair, with launches of 4 works: every

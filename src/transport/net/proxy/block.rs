@@ -1,7 +1,10 @@
 //! A NET connection's host block: the memory its kernels and the proxy thread share (pinned host
 //! memory mapped for the GPU), and where the counters, size words and FIFOs sit in it.
 
-use crate::abi::{FN_NSTEPS, FN_NUM_PROTOS, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE, FN_SIZE_PROTO_SHIFT};
+use crate::abi::{
+    FN_NET_ONE_MESSAGE_SIMPLE, FN_NSTEPS, FN_NUM_PROTOS, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE,
+    FN_SIZE_PROTO_SHIFT,
+};
 use crate::error::{Error, Result};
 use crate::transport::fifo;
 
@@ -48,7 +51,7 @@ pub const INLINE_MAX: usize = 16 << 10;
 /// KiB 1.09–1.27× faster (all-to-all of 64–256 KB, ring all-reduce of 32 KB–1 MB, send/recv of
 /// 32–64 KB), steps of 128–256 KiB 0.86–0.96× (send/recv and broadcast from 512 KB, all-to-all
 /// from 1 MB) (docs/NET.md, "One message per small step").
-pub const SIMPLE_LANDING_MAX: usize = 64 << 10;
+pub const SIMPLE_LANDING_MAX: usize = FN_NET_ONE_MESSAGE_SIMPLE as usize;
 
 /// Where the first message of a step lands through a plugin ([`Layout::one_message`]), which both
 /// ends of a connection derive alike from the step before (its protocol travels in its size
