@@ -625,10 +625,17 @@ if [ $ONE_GPU_OK = 1 ] && [ "$NG" -ge 1 ]; then
       _ "$LOG/plugin_net_minch_4.log" env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp11.so" \
       "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --quick --failures-only
     # The p2p collectives through it with several Simple slots a peer, where the proxy sends
-    # pairs (docs/NET.md, "Two Simple steps a message"), ending in a whole slot and in a part of one.
+    # pairs (docs/NET.md, "Two Simple steps a message"), ending in a whole slot and in a part of one;
+    # and parts of 64-128 KiB, which run in two steps (24577 float32, 131072 int8: docs/NET.md,
+    # "Sends and receives").
     step plugin_net_p2p_4 net 200 env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp11.so" \
       "$CHK" --mode procs --devs 0,0,0,0 --hosts 4 --colls AlltoAll,Gather,Scatter,SendRecv,AllPairs \
-      --counts 1048576,1500007 --dtypes float32,int8 --failures-only
+      --counts 1048576,1500007,24577,131072 --dtypes float32,int8 --failures-only
+    # Two hosts of two ranks through it: parts to the other host in two steps, to the rank beside
+    # in one, the two ends of each agreeing.
+    step plugin_net_mixed_2x2 net 200 env NCCL_NET_PLUGIN="$BUILD/libnccl-net-fntcp11.so" \
+      "$CHK" --mode procs --devs 0,0,0,0 --hosts 2 --colls AlltoAll,Gather,Scatter,SendRecv,AllPairs,Broadcast \
+      --counts 7,24577,131072 --dtypes float32,int8 --failures-only
   fi
   [ "$LIB" = ours ] && net_step faults_net_2 90 "$BUILD/faults" --devs 0,0 --hosts 2
   [ "$LIB" = ours ] && net_step faults_net_4 90 "$BUILD/faults" --devs 0,0,0,0 --hosts 4
