@@ -137,10 +137,10 @@ fn p2p_work(m: &Msg, peer: usize, first_cta: usize) -> fnWork {
 /// as one message (FN_NET_ONE_MESSAGE_SIMPLE, 64 KiB) and at most two runs in two steps: each
 /// crosses as one message where the whole part took two (its size word, then its data), the
 /// proxy starts sending once half is in host memory, and the peer's kernel copies the first half
-/// out while the second is on the wire. Four runs each on one H200 through the test plugin: the
-/// sizes it moves 1.08–1.11× faster over two hosts and 1.03–1.11× over four; parts of up to 256
-/// KiB in four steps moved −5 to +8 % (docs/ARCHITECTURE.md, "Measured constants"). The built-in
-/// net sends every step as two messages, where the split made them 0.78–0.81× as fast.
+/// out while the second is on the wire. Four and six runs each on one H200 through the test
+/// plugin: the sizes it moves 1.08–1.11× faster over two hosts and 1.03–1.11× over four; parts of
+/// up to 256 KiB in four steps moved −5 to +8 % (docs/ARCHITECTURE.md, "Measured constants"). The
+/// built-in net sends every step as two messages, where the split made them 0.78–0.81× as fast.
 fn p2p_step(shape: &CommShape, peer: usize, bytes: usize, parts: usize, proto: u32) -> usize {
     let one = abi::FN_NET_ONE_MESSAGE_SIMPLE as usize;
     let part = bytes.div_ceil(parts.max(1)).next_multiple_of(abi::FN_ALIGN as usize);
