@@ -252,6 +252,11 @@ fn a_net_plugins_properties_price_net_and_size_its_channels_in_plan() {
         (Some(4), Some(36.0), Some(8.2))
     );
     assert_eq!(socket["ring_channels"], 4);
+    // A send's part of 64-128 KiB to another host runs in two steps through a plugin only.
+    assert!(socket["p2p_two_steps_bytes_per_part"].is_null(), "{socket}");
+    for plan in [&slow, &fast] {
+        assert_eq!(plan["p2p_two_steps_bytes_per_part"], serde_json::json!([65536, 131072]), "{plan}");
+    }
     // Through a plugin two channels, NCCL's for a NIC, whatever the speed it reports (10 Gbps,
     // 1.25 GB/s; 100 Gbps, 12.5), which prices the link.
     for (plan, speed, latency, max_comms, channels, hop, gbps) in

@@ -142,14 +142,26 @@ fn p2p_work(m: &Msg, peer: usize, first_cta: usize) -> fnWork {
 /// up to 256 KiB in four steps moved −5 to +8 % (docs/ARCHITECTURE.md, "Measured constants"). The
 /// built-in net sends every step as two messages, where the split made them 0.78–0.81× as fast.
 fn p2p_step(shape: &CommShape, peer: usize, bytes: usize, parts: usize, proto: u32) -> usize {
-    let one = abi::FN_NET_ONE_MESSAGE_SIMPLE as usize;
     let part = bytes.div_ceil(parts.max(1)).next_multiple_of(abi::FN_ALIGN as usize);
-    let through_plugin = shape.net.is_some() && shape.host(peer) != shape.host(shape.rank);
-    if proto == abi::FN_PROTO_SIMPLE && through_plugin && part > one && part <= 2 * one {
-        part.div_ceil(2).next_multiple_of(abi::FN_ALIGN as usize)
-    } else {
-        0
+    match p2p_two_steps(shape) {
+        Some((above, upto))
+            if proto == abi::FN_PROTO_SIMPLE
+                && shape.host(peer) != shape.host(shape.rank)
+                && part > above
+                && part <= upto =>
+        {
+            part.div_ceil(2).next_multiple_of(abi::FN_ALIGN as usize)
+        }
+        _ => 0,
     }
+}
+
+/// The sizes of a Simple part to a peer on another host that runs in two steps on communicator
+/// `shape` ([`p2p_step`]): more than the first and at most the second, in bytes; `None` where its
+/// hosts are not joined through a net plugin.
+pub fn p2p_two_steps(shape: &CommShape) -> Option<(usize, usize)> {
+    let one = abi::FN_NET_ONE_MESSAGE_SIMPLE as usize;
+    shape.net.is_some().then_some((one, 2 * one))
 }
 
 /// One (peer, direction) of a group's sends and receives: parts of each message run on the

@@ -220,9 +220,15 @@ pub fn run(args: PlanArgs) -> CmdResult {
         writeln!(text, "send/recv peers on other hosts off the ring and the trees: {} channel(s) each, connected when first used{cap}", conns.runtime_channels()).unwrap();
     }
     let p2p_ll = nccl::plan::kernels::p2p_ll_limit(&shape);
+    let two_steps = nccl::plan::kernels::p2p_two_steps(&shape);
+    let steps = two_steps
+        .map(|(above, upto)| {
+            format!("; a Simple part of more than {above} B and at most {upto} B to another host runs in two steps through the net plugin")
+        })
+        .unwrap_or_default();
     writeln!(
         text,
-        "send/recv: LL while a part carries at most {} B, Simple above (NCCL_P2P_LL_THRESHOLD; unset: 16K, 2K across hosts over NET)",
+        "send/recv: LL while a part carries at most {} B, Simple above (NCCL_P2P_LL_THRESHOLD; unset: 16K, 2K across hosts over NET){steps}",
         p2p_ll
     )
     .unwrap();
@@ -327,6 +333,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         "ring_channels": nchannels,
         "p2p_channels_per_peer": conns.p2p_channels,
         "p2p_ll_bytes_per_part": p2p_ll,
+        "p2p_two_steps_bytes_per_part": two_steps.map(|(above, upto)| [above, upto]),
         "net_peer_channels": conns.runtime_channels(),
         "oneshot_channels": shape.all_pairs_channels,
         "fifo_bytes": conns.fifo_bytes,
