@@ -28,7 +28,7 @@
 
 use crate::abi::{
     FN_ALGO_DIRECT, FN_ALGO_ONESHOT, FN_ALGO_RECDBL, FN_ALGO_RING, FN_ALGO_SYMMETRIC, FN_ALGO_TREE, FN_LL_SLOT_LINES,
-    FN_MAX_CHANNELS, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE, FN_RECDBL_SCRATCH,
+    FN_MAX_CHANNELS, FN_NET_ONE_MESSAGE_SIMPLE, FN_PROTO_LL, FN_PROTO_LL128, FN_PROTO_SIMPLE, FN_RECDBL_SCRATCH,
 };
 use crate::error::{Error, Result};
 use crate::plugin::abi::{
@@ -471,18 +471,25 @@ fn chain_behind(kind: CollKind, proto: u32, hops: f64, shape: &CommShape) -> f64
 const ONE_WAY_TWO_CHANNELS_WIRE: f64 = (1 << 20) as f64;
 
 /// The fewest channels of a ring `kind` in `proto` with `wire` bytes a rank: two for a Simple
-/// broadcast or reduce of at least [`ONE_WAY_TWO_CHANNELS_WIRE`] between two ranks through a net
-/// plugin, one otherwise. There each proxy carries one direction only, and a second channel (a
-/// second connection through the plugin, a second CTA) kept more bytes moving, though the
-/// plugin's 10 Gbps report prices one channel as enough: on one H200 with the test plugin,
-/// 1–64 MB, the reduce 7–9 % faster in three calls on three machines, the broadcast 0–12 %. Where a
-/// proxy carries both directions it did not pay: over four ranks 3 % faster in one call and up to
-/// 17 % slower in the other, the all-reduce and all-gather 6–11 % slower (docs/NET.md, "What a
-/// net plugin's properties change").
+/// broadcast or reduce between two ranks through a net plugin of at least
+/// [`ONE_WAY_TWO_CHANNELS_WIRE`], or of more than one message's step and at most two
+/// (FN_NET_ONE_MESSAGE_SIMPLE, 64 KiB); one otherwise. There each proxy carries one direction only.
+/// From 1 MiB a second channel (a second connection through the plugin, a second CTA) kept more
+/// bytes moving, though the plugin's 10 Gbps report prices one channel as enough: on one H200
+/// with the test plugin, 1–64 MB, the reduce 7–9 % faster in three calls on three machines, the
+/// broadcast 0–12 %. At 64–128 KiB one channel's step crosses as two messages and the root waits
+/// for both, where each of two channels' steps crosses as one and the two cross side by side:
+/// eight runs a side, and again with the sides swapped, both 1.05–1.09× faster at 128 KiB; at 256
+/// and 512 KiB two channels (two messages each) were 0.87–0.98×, four channels and steps of 64 KiB
+/// slower still (docs/NET.md, "What a net plugin's properties change"). Where a proxy carries both
+/// directions it did not pay: over four ranks 3 % faster in one call and up to 17 % slower in the
+/// other, the all-reduce and all-gather 6–11 % slower.
 fn one_way_channels(kind: CollKind, proto: u32, wire: f64, shape: &CommShape) -> usize {
     let one_way = matches!(kind, CollKind::Broadcast | CollKind::Reduce) && shape.nranks == 2;
     let plugin = shape.link == Link::Net && shape.net.is_some();
-    if one_way && plugin && proto == FN_PROTO_SIMPLE && wire >= ONE_WAY_TWO_CHANNELS_WIRE {
+    let one_message = FN_NET_ONE_MESSAGE_SIMPLE as f64;
+    let two_messages = wire > one_message && wire <= 2.0 * one_message;
+    if one_way && plugin && proto == FN_PROTO_SIMPLE && (wire >= ONE_WAY_TWO_CHANNELS_WIRE || two_messages) {
         2
     } else {
         1
