@@ -487,13 +487,25 @@ const ONE_WAY_TWO_CHANNELS_WIRE: f64 = (1 << 20) as f64;
 fn one_way_channels(kind: CollKind, proto: u32, wire: f64, shape: &CommShape) -> usize {
     let one_way = matches!(kind, CollKind::Broadcast | CollKind::Reduce) && shape.nranks == 2;
     let plugin = shape.link == Link::Net && shape.net.is_some();
-    let one_message = FN_NET_ONE_MESSAGE_SIMPLE as f64;
-    let two_messages = wire > one_message && wire <= 2.0 * one_message;
+    let two_messages = two_message_steps(shape).is_some_and(|(above, upto)| wire > above as f64 && wire <= upto as f64);
     if one_way && plugin && proto == FN_PROTO_SIMPLE && (wire >= ONE_WAY_TWO_CHANNELS_WIRE || two_messages) {
         2
     } else {
         1
     }
+}
+
+/// The Simple steps through communicator `shape`'s net plugin that cross as two messages (their
+/// size word, then their bytes) where each half would cross as one: more than the first and at
+/// most the second, in bytes. After a Simple step a plugin's Simple step of at most
+/// FN_NET_ONE_MESSAGE_SIMPLE (64 KiB) crosses as one message with its size word (docs/NET.md,
+/// "One message per small step"). Such a send's part runs in two steps
+/// (`plan::kernels::p2p_step`), such a two-rank broadcast or reduce on two channels
+/// ([`one_way_channels`]). `None` where the hosts are not joined through a plugin: the built-in
+/// net sends every step as two messages.
+pub fn two_message_steps(shape: &CommShape) -> Option<(usize, usize)> {
+    let one = FN_NET_ONE_MESSAGE_SIMPLE as usize;
+    shape.net.is_some().then_some((one, 2 * one))
 }
 
 /// The fewest channels of a ring or tree collective of `bytes` in `proto` where the user asked

@@ -137,13 +137,13 @@ fn p2p_work(m: &Msg, peer: usize, first_cta: usize) -> fnWork {
 /// as one message (FN_NET_ONE_MESSAGE_SIMPLE, 64 KiB) and at most two runs in two steps: each
 /// crosses as one message where the whole part took two (its size word, then its data), the
 /// proxy starts sending once half is in host memory, and the peer's kernel copies the first half
-/// out while the second is on the wire. Four and six runs each on one H200 through the test
+/// out while the second is on the wire ([`tuner::two_message_steps`]). Four and six runs each on one H200 through the test
 /// plugin: the sizes it moves 1.08–1.11× faster over two hosts and 1.03–1.11× over four; parts of
 /// up to 256 KiB in four steps moved −5 to +8 % (docs/ARCHITECTURE.md, "Measured constants"). The
 /// built-in net sends every step as two messages, where the split made them 0.78–0.81× as fast.
 fn p2p_step(shape: &CommShape, peer: usize, bytes: usize, parts: usize, proto: u32) -> usize {
     let part = bytes.div_ceil(parts.max(1)).next_multiple_of(abi::FN_ALIGN as usize);
-    match p2p_two_steps(shape) {
+    match tuner::two_message_steps(shape) {
         Some((above, upto))
             if proto == abi::FN_PROTO_SIMPLE
                 && shape.host(peer) != shape.host(shape.rank)
@@ -154,14 +154,6 @@ fn p2p_step(shape: &CommShape, peer: usize, bytes: usize, parts: usize, proto: u
         }
         _ => 0,
     }
-}
-
-/// The sizes of a Simple part to a peer on another host that runs in two steps on communicator
-/// `shape` ([`p2p_step`]): more than the first and at most the second, in bytes; `None` where its
-/// hosts are not joined through a net plugin.
-pub fn p2p_two_steps(shape: &CommShape) -> Option<(usize, usize)> {
-    let one = abi::FN_NET_ONE_MESSAGE_SIMPLE as usize;
-    shape.net.is_some().then_some((one, 2 * one))
 }
 
 /// One (peer, direction) of a group's sends and receives: parts of each message run on the

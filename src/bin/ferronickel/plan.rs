@@ -220,7 +220,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         writeln!(text, "send/recv peers on other hosts off the ring and the trees: {} channel(s) each, connected when first used{cap}", conns.runtime_channels()).unwrap();
     }
     let p2p_ll = nccl::plan::kernels::p2p_ll_limit(&shape);
-    let two_steps = nccl::plan::kernels::p2p_two_steps(&shape);
+    let two_steps = nccl::tuner::two_message_steps(&shape);
     let steps = two_steps
         .map(|(above, upto)| {
             format!("; a Simple part of more than {above} B and at most {upto} B to another host runs in two steps through the net plugin")
